@@ -1,0 +1,287 @@
+"""Start, watch and stop OS processes (real-process tests, local-cluster launcher, supervisors).
+
+Every process runs in its own session/process group (``start_new_session=True``) with stdout and
+stderr appended to one log file, so it and everything it forks can be stopped as a unit by pid:
+SIGTERM to the group, SIGKILL to the group after a grace period. Readiness is a JSON ready file
+or an HTTP 200, each waited for with a deadline while watching for an early exit (the error then
+carries the tail of the log). Sync and ``async`` variants are provided; the async ones never block
+the event loop for longer than one short poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_POLL_SEC = 0.05
+_KILL_WAIT_SEC = 5.0
+
+
+class ProcessError(RuntimeError):
+    """A managed process did not become ready or could not be stopped."""
+
+
+class ProcessExitedError(ProcessError):
+    def __init__(self, name: str, returncode: int, log_tail: str) -> None:
+        self.returncode = returncode
+        super().__init__(f"process {name} exited with {describe_returncode(returncode)} before it was ready; "
+                         f"log tail:\n{log_tail}")
+
+
+class ReadyTimeoutError(ProcessError):
+    pass
+
+
+def describe_returncode(returncode: int | None) -> str:
+    if returncode is None:
+        return "no exit status"
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def read_json_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None while it is missing or not yet complete."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def tail_file(path: str | os.PathLike[str], lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError as exc:
+        return f"<log {path} unreadable: {exc}>"
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def http_status(url: str, timeout_sec: float) -> int | None:
+    """HTTP status of GET ``url``, or None when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) pids of process group ``pgid``; None when /proc cannot tell."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp ...
+        rest = stat.rsplit(")", 1)[-1].split()
+        if len(rest) >= 3 and rest[0] != "Z" and int(rest[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    members = _group_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_process_group(pid: int, *, grace_sec: float = 5.0, popen: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGTERM the process group led by ``pid``, SIGKILL it after ``grace_sec``.
+
+    ``popen`` (when this process started it) lets the leader be reaped so it is not left a zombie.
+    """
+    def leader_gone() -> bool:
+        if popen is not None:
+            return popen.poll() is not None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        members = _group_members(pid)
+        return members is not None and pid not in members
+
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_sec
+    while time.monotonic() < deadline:
+        if leader_gone() and not group_alive(pid):
+            return
+        time.sleep(_POLL_SEC)
+    _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_SEC
+    while time.monotonic() < deadline:
+        if leader_gone() and not group_alive(pid):
+            return
+        time.sleep(_POLL_SEC)
+    raise ProcessError(f"process group {pid} still alive {_KILL_WAIT_SEC:g}s after SIGKILL")
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+    started_at_monotonic: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail_file(self.log_path, lines)
+
+    def _check_alive(self) -> None:
+        code = self.popen.poll()
+        if code is not None:
+            raise ProcessExitedError(self.name, code, self.log_tail())
+
+    def _ready_file_result(self, path: Path, required_keys: Sequence[str]) -> dict[str, Any] | None:
+        doc = read_json_file(path)
+        if doc is not None and all(k in doc for k in required_keys):
+            return doc
+        self._check_alive()
+        return None
+
+    def wait_ready_file(self, path: str | os.PathLike[str], timeout_sec: float,
+                        required_keys: Sequence[str] = ()) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            doc = self._ready_file_result(Path(path), required_keys)
+            if doc is not None:
+                return doc
+            if time.monotonic() >= deadline:
+                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}) wrote no ready file {path} "
+                                        f"within {timeout_sec:g}s; log tail:\n{self.log_tail()}")
+            time.sleep(_POLL_SEC)
+
+    async def await_ready_file(self, path: str | os.PathLike[str], timeout_sec: float,
+                               required_keys: Sequence[str] = ()) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            doc = self._ready_file_result(Path(path), required_keys)
+            if doc is not None:
+                return doc
+            if time.monotonic() >= deadline:
+                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}) wrote no ready file {path} "
+                                        f"within {timeout_sec:g}s; log tail:\n{self.log_tail()}")
+            await asyncio.sleep(_POLL_SEC)
+
+    def wait_http_ok(self, url: str, timeout_sec: float) -> None:
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            self._check_alive()
+            if http_status(url, min(1.0, max(0.05, deadline - time.monotonic()))) == 200:
+                return
+            if time.monotonic() >= deadline:
+                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}): {url} not 200 within "
+                                        f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
+            time.sleep(_POLL_SEC * 2)
+
+    async def await_http_ok(self, url: str, timeout_sec: float) -> None:
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            self._check_alive()
+            status = await asyncio.to_thread(http_status, url, min(1.0, max(0.05, deadline - time.monotonic())))
+            if status == 200:
+                return
+            if time.monotonic() >= deadline:
+                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}): {url} not 200 within "
+                                        f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
+            await asyncio.sleep(_POLL_SEC * 2)
+
+    def wait_exit(self, timeout_sec: float) -> int | None:
+        try:
+            return self.popen.wait(timeout=timeout_sec)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace_sec: float = 5.0) -> int | None:
+        """Stop the whole process group (idempotent); returns the leader's return code."""
+        stop_process_group(self.pid, grace_sec=grace_sec, popen=self.popen)
+        return self.popen.poll()
+
+    async def astop(self, grace_sec: float = 5.0) -> int | None:
+        await asyncio.to_thread(stop_process_group, self.pid, grace_sec=grace_sec, popen=self.popen)
+        return self.popen.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole group now (a crash, as seen from outside)."""
+        _signal_group(self.pid, signal.SIGKILL)
+        self.wait_exit(_KILL_WAIT_SEC)
+
+
+def start_process(
+    argv: Sequence[str],
+    *,
+    log_path: str | os.PathLike[str],
+    name: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> ManagedProcess:
+    """Start ``argv`` in a new session, stdout+stderr appended to ``log_path``."""
+    log_file = Path(log_path)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ if env is None else env)
+    if extra_env:
+        full_env.update(extra_env)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log_file, "ab") as out:
+        popen = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=None if cwd is None else str(cwd), env=full_env, start_new_session=True,
+        )
+    return ManagedProcess(name=name or Path(argv[0]).name, argv=list(argv), log_path=log_file, popen=popen)

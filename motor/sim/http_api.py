@@ -1,0 +1,27 @@
+"""The rank's aiohttp application: which routes exist depends on the flags."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from motor.sim.engine import SimEngine
+from motor.sim.ft_api import add_ft_routes
+from motor.sim.injection import add_admin_routes
+from motor.sim.openai_api import add_openai_routes
+
+
+def build_app(engine: SimEngine) -> web.Application:
+    cfg = engine.cfg
+    app = web.Application(client_max_size=4 * 1024 * 1024)
+
+    async def health(_: web.Request) -> web.Response:
+        # Stays 200 while faulted (vLLM FT mode): liveness of the API, not of the DP domain.
+        return web.Response(status=200)
+
+    app.router.add_get("/health", health)
+    add_openai_routes(app, engine)
+    if cfg.enable_fault_tolerance:
+        add_ft_routes(app, engine, cfg.ft_api_prefix)
+    if cfg.enable_fault_injection:
+        add_admin_routes(app, engine)
+    return app

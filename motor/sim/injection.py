@@ -1,0 +1,174 @@
+"""Fault injection (tests, demos): armed faults and the ``/motor/admin/*`` routes.
+
+The routes exist only when the engine runs with ``--enable-fault-injection``.
+
+``POST /motor/admin/inject`` with ``{"fault": NAME, ...params}`` -> 200 ``{"fault", "rank", "injections"}``
+or 400 ``{"detail"}``. Faults:
+
+* ``kill_process`` – exit hard (SIGKILL of the executor, then of this process); routes unreachable.
+* ``executor_death`` – SIGKILL the executor only: status ``dead``, API still up.
+* ``hang_status`` ``{"duration_sec"?: >0}`` – ``GET {prefix}/status`` does not answer until the
+  window ends (no duration: until ``clear``).
+* ``unhealthy`` ``{"reason"?: str}`` – the executor tears its DP group down and the rank reports
+  ``unhealthy`` (peers fail on their next collective).
+* ``fail_next_apply`` ``{"reason"?: str}`` – the next accepted apply tears the group down and ends
+  ``failed`` with ``ft_error`` naming the injection.
+* ``stall_next_apply`` – the next accepted apply tears the group down and stays ``recovering``.
+* ``slow_rebuild`` ``{"delay_sec": >=0}`` – every rebuild waits this long first (counts against
+  ``--engine-recovery-timeout-sec``); 0 turns it off.
+* ``clear`` – disarm everything above that is still armed and release hung status requests.
+
+``GET /motor/admin/state`` -> internal details (group, dense rank, placement, wave counter, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from motor.sim.engine import SimEngine
+
+ADMIN_PREFIX = "/motor/admin"
+FAULTS = (
+    "kill_process", "executor_death", "hang_status", "unhealthy",
+    "fail_next_apply", "stall_next_apply", "slow_rebuild", "clear",
+)
+_MAX_HANG_SEC = 24 * 3600.0  # "forever" still has a bound
+
+
+class InjectionError(ValueError):
+    """Bad inject body; the message names the bad value."""
+
+
+@dataclass
+class InjectionState:
+    fail_next_apply: str | None = None
+    stall_next_apply: bool = False
+    slow_rebuild_sec: float = 0.0
+    status_hang_until: float | None = None  # monotonic; None: not hanging
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take_fail_next_apply(self) -> str | None:
+        reason, self.fail_next_apply = self.fail_next_apply, None
+        return reason
+
+    def take_stall_next_apply(self) -> bool:
+        stall, self.stall_next_apply = self.stall_next_apply, False
+        return stall
+
+    def hang_status(self, duration_sec: float | None) -> None:
+        self._release.clear()
+        self.status_hang_until = time.monotonic() + (duration_sec if duration_sec is not None else _MAX_HANG_SEC)
+
+    async def wait_status_released(self) -> None:
+        """Block a status request while a hang is armed (bounded by the hang window)."""
+        until = self.status_hang_until
+        if until is None:
+            return
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            self.status_hang_until = None
+            return
+        try:
+            await asyncio.wait_for(self._release.wait(), timeout=remaining)
+        except TimeoutError:
+            pass
+
+    def clear(self) -> None:
+        self.fail_next_apply = None
+        self.stall_next_apply = False
+        self.slow_rebuild_sec = 0.0
+        self.status_hang_until = None
+        self._release.set()
+
+    def to_json(self) -> dict[str, Any]:
+        hang = None
+        if self.status_hang_until is not None:
+            hang = max(0.0, round(self.status_hang_until - time.monotonic(), 3))
+        return {
+            "fail_next_apply": self.fail_next_apply,
+            "stall_next_apply": self.stall_next_apply,
+            "slow_rebuild_sec": self.slow_rebuild_sec,
+            "status_hang_remaining_sec": hang,
+        }
+
+
+def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float, inclusive: bool) -> float | None:
+    if key not in body:
+        if required:
+            raise InjectionError(f"fault {body['fault']!r} needs {key!r}")
+        return None
+    value = body[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (not inclusive and value == minimum):
+        op = ">=" if inclusive else ">"
+        raise InjectionError(f"{key} must be a number {op} {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _reason(body: dict[str, Any], default: str) -> str:
+    value = body.get("reason", default)
+    if not isinstance(value, str) or not value.strip():
+        raise InjectionError(f"reason must be a non-blank string, got {value!r}")
+    return value
+
+
+def parse_inject_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InjectionError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InjectionError(f"body must be a JSON object, got {type(body).__name__}")
+    fault = body.get("fault")
+    if fault not in FAULTS:
+        raise InjectionError(f"unknown fault {fault!r}; expected one of: {', '.join(FAULTS)}")
+    return body
+
+
+def apply_injection(engine: SimEngine, body: dict[str, Any]) -> None:
+    state = engine.injections
+    fault = body["fault"]
+    if fault == "kill_process":
+        engine.kill_process_soon()
+    elif fault == "executor_death":
+        engine.kill_executor()
+    elif fault == "hang_status":
+        state.hang_status(_number(body, "duration_sec", required=False, minimum=0, inclusive=False))
+    elif fault == "unhealthy":
+        engine.inject_unhealthy(_reason(body, "injected fault"))
+    elif fault == "fail_next_apply":
+        state.fail_next_apply = _reason(body, "injected apply failure")
+    elif fault == "stall_next_apply":
+        state.stall_next_apply = True
+    elif fault == "slow_rebuild":
+        delay = _number(body, "delay_sec", required=True, minimum=0, inclusive=True)
+        state.slow_rebuild_sec = float(delay or 0.0)
+    elif fault == "clear":
+        state.clear()
+
+
+def add_admin_routes(app: web.Application, engine: SimEngine) -> None:
+    async def inject(request: web.Request) -> web.Response:
+        try:
+            body = parse_inject_body(await request.read())
+            engine.log_injection(body)
+            apply_injection(engine, body)
+        except InjectionError as exc:
+            return web.json_response({"detail": str(exc)}, status=400)
+        return web.json_response(
+            {"fault": body["fault"], "rank": engine.cfg.dp_rank, "injections": engine.injections.to_json()}
+        )
+
+    async def state(_: web.Request) -> web.Response:
+        return web.json_response(engine.admin_state())
+
+    app.router.add_post(f"{ADMIN_PREFIX}/inject", inject)
+    app.router.add_get(f"{ADMIN_PREFIX}/state", state)
