@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from motor.sim.injection import InjectionError, InjectionState, parse_inject_body
+from motor.sim.openai_api import ApiError, parse_chat, parse_completion
+from motor.sim.toy_model import expected_completion, prompt_seed, token_id, token_text
+
+
+def test_completion_defaults_and_prompt_forms() -> None:
+    req = parse_completion({"prompt": "hi"}, "m", 100)
+    assert (req.prompts, req.max_tokens, req.stream, req.include_usage) == (["hi"], 16, False, False)
+    assert parse_completion({"prompt": ["a", "b"], "model": "m"}, "m", 100).prompts == ["a", "b"]
+    assert parse_completion({"prompt": [1, 2, 3]}, "m", 100).prompts == ["1 2 3"]
+    assert parse_completion({"prompt": [[1], [2, 3]]}, "m", 100).prompts == ["1", "2 3"]
+    req = parse_completion({"prompt": "x", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}},
+                           "m", 100)
+    assert (req.max_tokens, req.stream, req.include_usage) == (5, True, True)
+
+
+@pytest.mark.parametrize(
+    "body, status, named",
+    [
+        ([], 400, "must be a JSON object"),
+        ({}, 400, "prompt is required"),
+        ({"prompt": 3}, 400, "prompt must be"),
+        ({"prompt": []}, 400, "prompt must be"),
+        ({"prompt": "x", "model": "other"}, 404, "`other` does not exist"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be an integer in [1, 100], got 0"),
+        ({"prompt": "x", "max_tokens": 101}, 400, "got 101"),
+        ({"prompt": "x", "max_tokens": "5"}, 400, "got '5'"),
+        ({"prompt": "x", "stream": "yes"}, 400, "stream must be a boolean, got 'yes'"),
+        ({"prompt": "x", "n": 2}, 400, "n must be 1, got 2"),
+        ({"prompt": "x", "stream_options": 1}, 400, "stream_options must be an object"),
+    ],
+)
+def test_completion_errors_name_the_value(body: object, status: int, named: str) -> None:
+    with pytest.raises(ApiError) as info:
+        parse_completion(body, "m", 100)
+    assert info.value.status == status and named in info.value.message
+
+
+def test_chat_prompt_and_errors() -> None:
+    req = parse_chat({"messages": [{"role": "system", "content": "be brief"},
+                                   {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                      "max_completion_tokens": 3}, "m", 100)
+    assert req.prompts == ["system: be brief\nuser: hi"] and req.max_tokens == 3
+    for body, named in [
+        ({"messages": []}, "messages must be a non-empty list"),
+        ({"messages": ["x"]}, "messages[0] must be an object"),
+        ({"messages": [{"content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content must be"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
+    ]:
+        with pytest.raises(ApiError) as info:
+            parse_chat(body, "m", 100)
+        assert named in info.value.message
+
+
+def test_toy_model_is_deterministic() -> None:
+    seed = prompt_seed("hello")
+    assert seed == prompt_seed("hello") != prompt_seed("hello!")
+    text = "".join(token_text(token_id(seed, i)) for i in range(5))
+    assert text == expected_completion("hello", 5)
+    assert len(text.split()) == 5
+
+
+def test_inject_body_parsing() -> None:
+    assert parse_inject_body(json.dumps({"fault": "executor_death"}).encode())["fault"] == "executor_death"
+    for raw, named in [
+        (b"nope", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b'{"fault": "meteor"}', "unknown fault 'meteor'"),
+        (b"{}", "unknown fault None"),
+    ]:
+        with pytest.raises(InjectionError) as info:
+            parse_inject_body(raw)
+        assert named in str(info.value)
+
+
+async def test_status_hang_window_and_clear() -> None:
+    state = InjectionState()
+    await state.wait_status_released()  # not armed: returns at once
+    state.hang_status(0.2)
+    t0 = time.monotonic()
+    await state.wait_status_released()
+    assert 0.15 < time.monotonic() - t0 < 2.0
+    state.hang_status(None)
+    waiter = asyncio.create_task(state.wait_status_released())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    state.clear()
+    await asyncio.wait_for(waiter, 2.0)
+    assert state.to_json()["status_hang_remaining_sec"] is None
