@@ -1,0 +1,44 @@
+# Motor's two entry points on a fresh machine: `make demo` and `make test`.
+# Both create .venv, install torch (CPU build, pinned: an unpinned torch pulls a multi-GB CUDA
+# build), the project with its extras, the etcd server (Debian) and buf (npm) when missing.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION := 2.13.0
+BUF_VERSION := 1.75.0
+BUF := .tools/node_modules/.bin/buf
+PYTEST_ARGS ?=
+
+.PHONY: test demo deps gen lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e '.[sim,test,gen]'
+	touch $@
+
+$(BUF):
+	npm install --no-save --no-package-lock --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+.tools/etcd.ok:
+	@mkdir -p .tools
+	command -v etcd >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
+	touch $@
+
+deps: $(VENV)/.installed $(BUF) .tools/etcd.ok
+
+test: deps
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+demo: deps
+	$(VENV)/bin/motor demo
+
+gen: $(VENV)/.installed
+	$(PY) scripts/gen_protos.py
+
+lint: $(BUF)
+	cd protos && ../$(BUF) lint
+
+clean:
+	rm -rf $(VENV) .tools runs

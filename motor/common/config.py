@@ -1,0 +1,408 @@
+"""Typed configuration of every Motor service: one place for settings.
+
+Config files are YAML (JSON is a subset). Every model refuses unknown keys and wrong types, so a
+service never starts half-configured; `load_config` turns validation errors into one `ConfigError`
+line that names each offending key and value.
+
+Key names and defaults of `fault_tolerance_config` are exactly those of RFC §7; the timers the RFC
+names elsewhere (§4.4) sit beside them. `enable_dp_scale_down_proxy` is derived and refused as input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PositiveSec = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+# Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
+MAX_GUARD_LEASE_SEC = 3600.0
+
+
+class ConfigError(ValueError):
+    """A configuration value was refused; the message is one line naming key and value."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TlsConfig(_Model):
+    """Server-side TLS. Both files, or neither; mTLS adds a client CA and requires client certs."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+    require_client_auth: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> TlsConfig:
+        for key in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{key}={str(path)!r} is not a readable file")
+        if self.require_client_auth and self.client_ca_file is None:
+            raise ValueError("require_client_auth=true needs client_ca_file")
+        return self
+
+
+class ClientTlsConfig(_Model):
+    """Client-side TLS for calls to other Motor services; cert+key present means mTLS."""
+
+    ca_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    server_name_override: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ClientTlsConfig:
+        for key in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{key}={str(path)!r} is not a readable file")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (mTLS client identity)")
+        return self
+
+
+def _check_host(value: str) -> str:
+    if not value or value != value.strip():
+        raise ValueError(f"host {value!r} is empty or has spaces")
+    return value
+
+
+class ServerConfig(_Model):
+    """Where a gRPC server listens."""
+
+    host: str = "127.0.0.1"
+    port: Port = 0
+    tls: TlsConfig | None = None
+    shutdown_grace_sec: PositiveSec = 5.0
+
+    _host = field_validator("host")(_check_host)
+
+
+class HttpListenConfig(_Model):
+    """Where an HTTP server listens."""
+
+    host: str = "127.0.0.1"
+    port: Port = 0
+
+    _host = field_validator("host")(_check_host)
+
+
+class DpScaleDownConfig(_Model):
+    """RFC §7 `dp_scale_down_config`."""
+
+    request_timeout_sec: PositiveSec = 5.0
+    poll_interval_sec: PositiveSec = 1.0
+    execution_deadline_sec: PositiveSec = 30.0
+
+
+class FaultToleranceConfig(_Model):
+    """RFC §7 `fault_tolerance_config`, plus the timers of RFC §4.4."""
+
+    enable_fault_tolerance: bool = True
+    enable_dp_scale_down: bool = False
+    enable_dp_scale_up: bool = False
+    dp_scale_down_config: DpScaleDownConfig = DpScaleDownConfig()
+    hardware_ft_correlation_window_sec: PositiveSec = 5.0
+    # RFC name kept as is (it carries no unit); seconds.
+    strategy_center_check_interval: PositiveSec = 10.0
+    # Motor derives its default from the engines' gloo timeout; the window opens at the first
+    # UNHEALTHY/DEAD report of a round.
+    software_status_collection_timeout_sec: PositiveSec = 60.0
+    engine_status_poll_interval_sec: PositiveSec = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "enable_dp_scale_down_proxy" in data:
+            raise ValueError(
+                "enable_dp_scale_down_proxy="
+                f"{data['enable_dp_scale_down_proxy']!r} cannot be set: it is derived from "
+                "enable_fault_tolerance and enable_dp_scale_down"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> FaultToleranceConfig:
+        lease = self.guard_lease_sec
+        if lease > MAX_GUARD_LEASE_SEC:
+            c = self.dp_scale_down_config
+            raise ValueError(
+                f"guard lease {lease:g}s derived from dp_scale_down_config (execution_deadline_sec="
+                f"{c.execution_deadline_sec:g}, request_timeout_sec={c.request_timeout_sec:g}, "
+                f"poll_interval_sec={c.poll_interval_sec:g}) exceeds the NodeManager bound of "
+                f"{MAX_GUARD_LEASE_SEC:g}s"
+            )
+        return self
+
+    @property
+    def enable_dp_scale_down_proxy(self) -> bool:
+        return self.enable_fault_tolerance and self.enable_dp_scale_down
+
+    @property
+    def guard_lease_sec(self) -> float:
+        """Two recovery windows plus request and poll slack (85 s with the RFC defaults)."""
+        c = self.dp_scale_down_config
+        return 2 * c.execution_deadline_sec + 4 * c.request_timeout_sec + max(5.0, c.poll_interval_sec)
+
+
+class StoreConfig(_Model):
+    """Runtime state store. No etcd endpoints means the in-memory store (state lost on restart)."""
+
+    etcd_endpoints: list[str] = []
+    key_prefix: str = "/motor/v1"
+    request_timeout_sec: PositiveSec = 5.0
+
+    @field_validator("etcd_endpoints")
+    @classmethod
+    def _check_endpoints(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_host_port(item)
+        return value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not value.startswith("/") or value.endswith("/") or len(value) < 2:
+            raise ValueError(f"key_prefix {value!r} must start with '/' and not end with '/'")
+        return value
+
+
+class ControllerConfig(_Model):
+    """motor-controller."""
+
+    server: ServerConfig = ServerConfig()
+    status_http: HttpListenConfig = HttpListenConfig()
+    store: StoreConfig = StoreConfig()
+    fault_tolerance_config: FaultToleranceConfig = FaultToleranceConfig()
+    # host:port of the Coordinator's gRPC server; none means nothing is published.
+    coordinator_address: str | None = None
+    client_tls: ClientTlsConfig | None = None
+    heartbeat_interval_sec: PositiveSec = 2.0
+    # A pod silent this long is considered lost (partial-loss handling).
+    heartbeat_timeout_sec: PositiveSec = 10.0
+    # Period of the full-view SET that makes the Coordinator converge after a lost publication.
+    publish_interval_sec: PositiveSec = 10.0
+    # Bound of one whole-instance reconfiguration.
+    reconfiguration_timeout_sec: PositiveSec = 300.0
+
+    @field_validator("coordinator_address")
+    @classmethod
+    def _check_coordinator(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_heartbeat(self) -> ControllerConfig:
+        if self.heartbeat_timeout_sec <= self.heartbeat_interval_sec:
+            raise ValueError(
+                f"heartbeat_timeout_sec={self.heartbeat_timeout_sec:g} must exceed "
+                f"heartbeat_interval_sec={self.heartbeat_interval_sec:g}"
+            )
+        return self
+
+
+class CoordinatorConfig(_Model):
+    """motor-coordinator."""
+
+    server: ServerConfig = ServerConfig()
+    http: HttpListenConfig = HttpListenConfig()
+    # Shared key required on management calls (gRPC metadata "x-motor-key"); none means open.
+    management_key: str | None = None
+    # Bound of one proxied inference request to an engine, first byte included.
+    upstream_timeout_sec: PositiveSec = 600.0
+    upstream_connect_timeout_sec: PositiveSec = 2.0
+    # Other endpoints tried when one fails before its first byte.
+    max_retries: Annotated[int, Field(ge=0, le=16)] = 2
+    retry_after_sec: Annotated[int, Field(ge=1, le=3600)] = 1
+
+
+class DeviceInfoConfig(_Model):
+    device_id: str
+    device_ip: str = ""
+    device_type: str = ""
+
+
+class EngineSpec(_Model):
+    """One local engine: one original global DP rank."""
+
+    dp_rank: Annotated[int, Field(ge=0)]
+    # 0 picks a free port at launch.
+    port: Port = 0
+    headless: bool = False
+    device_infos: list[DeviceInfoConfig] = []
+
+
+class FtCapabilityConfig(_Model):
+    """What the local engines support; reported at registration (RFC §6)."""
+
+    engine_ft_enabled: bool = True
+    scale_down_supported: bool = True
+    external_lb: bool = True
+    auto_recovery: bool = False
+    enable_eplb: bool = True
+    num_redundant_experts: Annotated[int, Field(ge=0)] = 0
+
+
+class NodeManagerConfig(_Model):
+    """motor-nodemanager: one per pod."""
+
+    server: ServerConfig = ServerConfig()
+    pod_ip: str = "127.0.0.1"
+    node_name: str = Field(default_factory=socket.gethostname)
+    controller_address: str
+    client_tls: ClientTlsConfig | None = None
+    instance_id: Annotated[int, Field(ge=0)]
+    role: Literal["prefill", "decode", "union"] = "union"
+    model: str = "motor-sim"
+    dp_size: Annotated[int, Field(ge=1, le=4096)]
+    engines: list[EngineSpec]
+    # argv of one engine; {placeholders} are filled per rank (see nodemanager's launcher).
+    engine_command: list[str] | None = None
+    engine_ft_api_prefix: str = "/v1/fault_tolerance"
+    dp_master_ip: str = "127.0.0.1"
+    dp_master_port: Port = 29500
+    # Every round forms a new store on port base + new master rank, so an old store still bound on
+    # the same host never collides with the new one.
+    dp_store_port_base: Annotated[int, Field(ge=1024, le=65535)] = 29600
+    ft_capability: FtCapabilityConfig = FtCapabilityConfig()
+    fault_tolerance_config: FaultToleranceConfig = FaultToleranceConfig()
+    engine_request_timeout_sec: PositiveSec = 5.0
+    engine_ready_timeout_sec: PositiveSec = 300.0
+    engine_stop_grace_sec: PositiveSec = 10.0
+    heartbeat_interval_sec: PositiveSec = 2.0
+
+    @field_validator("pod_ip", "dp_master_ip")
+    @classmethod
+    def _check_ip(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IP address") from None
+        return value
+
+    @field_validator("controller_address")
+    @classmethod
+    def _check_controller(cls, value: str) -> str:
+        parse_host_port(value)
+        return value
+
+    @field_validator("engine_ft_api_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not value.startswith("/") or value.endswith("/"):
+            raise ValueError(f"engine_ft_api_prefix {value!r} must start with '/' and not end with '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_topology(self) -> NodeManagerConfig:
+        if not self.engines:
+            raise ValueError("engines=[] : a pod hosts at least one engine")
+        ranks = [e.dp_rank for e in self.engines]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"engines dp_rank values {ranks} repeat a rank")
+        out_of_range = [r for r in ranks if r >= self.dp_size]
+        if out_of_range:
+            raise ValueError(f"engines dp_rank {out_of_range} not below dp_size={self.dp_size}")
+        top = self.dp_store_port_base + self.dp_size - 1
+        if top > 65535:
+            raise ValueError(
+                f"dp_store_port_base={self.dp_store_port_base} + dp_size-1 = {top} exceeds port 65535"
+            )
+        return self
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """'host:port' or '[v6]:port' → (host, port); refuses anything else with the value named."""
+    host, sep, port_text = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise ValueError(f"address {value!r} is not host:port")
+    return host, int(port_text)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _format_errors(exc: ValidationError, section: str | None) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        if section:
+            loc = f"{section}.{loc}" if loc else section
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        value = err.get("input")
+        shown = "" if err["type"] in ("missing",) or isinstance(value, dict) else f"={value!r}"
+        parts.append(f"{loc or '<root>'}{shown}: {msg}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def set_dotted(data: dict[str, Any], dotted_key: str, value: Any) -> None:
+    """Sets data['a']['b'] for 'a.b', creating dicts on the way."""
+    keys = dotted_key.split(".")
+    if not all(keys):
+        raise ConfigError(f"invalid configuration: override key {dotted_key!r} is malformed")
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"invalid configuration: {dotted_key}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """'a.b=VALUE' → ('a.b', VALUE parsed as a YAML scalar/flow value)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"invalid configuration: override {item!r} is not KEY=VALUE")
+    try:
+        return key.strip(), yaml.safe_load(text) if text else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid configuration: override {item!r}: {exc}".replace("\n", " ")) from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"invalid configuration: cannot read --config {str(path)!r}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid configuration: {str(path)!r} is not YAML/JSON: {exc}".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration: {str(path)!r} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def build_config(model: type[M], data: dict[str, Any], section: str | None = None) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, section)) from None
+
+
+def load_config(
+    model: type[M],
+    path: Path | None = None,
+    overrides: list[tuple[str, Any]] | None = None,
+) -> M:
+    """File (optional) + dotted overrides → a validated, frozen config, or ConfigError."""
+    data = read_config_file(path) if path is not None else {}
+    for key, value in overrides or []:
+        set_dotted(data, key, value)
+    return build_config(model, data)

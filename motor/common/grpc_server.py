@@ -1,0 +1,114 @@
+"""The grpc.aio server bootstrap shared by every Motor service, and client channels.
+
+Every server registers the standard health service (each service SERVING once started, NOT_SERVING
+while shutting down) and server reflection, so `grpcurl -plaintext HOST:PORT list` works, and uses
+TLS or mTLS when configured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from motor.common.config import ClientTlsConfig, ServerConfig, TlsConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceBinding:
+    """One gRPC service to serve: its full name and the generated add_*_to_server call."""
+
+    full_name: str
+    register: Callable[[grpc.aio.Server], None]
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    client_ca = tls.client_ca_file.read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=tls.require_client_auth,
+    )
+
+
+def channel_credentials(tls: ClientTlsConfig) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=tls.ca_file.read_bytes(),
+        private_key=tls.key_file.read_bytes() if tls.key_file else None,
+        certificate_chain=tls.cert_file.read_bytes() if tls.cert_file else None,
+    )
+
+
+def open_channel(address: str, tls: ClientTlsConfig | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to a Motor service; plaintext unless client TLS is configured."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address)
+    options = []
+    if tls.server_name_override:
+        options.append(("grpc.ssl_target_name_override", tls.server_name_override))
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class GrpcServer:
+    """A grpc.aio server with health and reflection; start() returns the bound port."""
+
+    def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding], service_label: str) -> None:
+        self._config = config
+        self._bindings = list(bindings)
+        self._label = service_label
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self.port: int | None = None
+
+    async def start(self) -> int:
+        # SO_REUSEPORT (grpc's default) would let two servers share a port silently.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        for binding in self._bindings:
+            binding.register(server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        names = [b.full_name for b in self._bindings]
+        reflection.enable_server_reflection(
+            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            server,
+        )
+        address = _bind_address(self._config.host, self._config.port)
+        try:
+            if self._config.tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, server_credentials(self._config.tls))
+        except RuntimeError as exc:
+            await server.stop(None)
+            raise OSError(f"{self._label}: cannot bind gRPC server to {address}: {exc}") from None
+        await server.start()
+        for name in ("", *names):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        self.port = port
+        log.info(
+            "%s gRPC serving on %s (tls=%s mtls=%s) services=%s",
+            self._label,
+            _bind_address(self._config.host, port),
+            self._config.tls is not None,
+            bool(self._config.tls and self._config.tls.require_client_auth),
+            ",".join(names),
+        )
+        return port
+
+    async def stop(self, grace_sec: float | None = None) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        await self._health.enter_graceful_shutdown()
+        await server.stop(self._config.shutdown_grace_sec if grace_sec is None else grace_sec)
+        log.info("%s gRPC server stopped", self._label)
