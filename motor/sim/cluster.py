@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import motor
 from motor.launch.ports import free_port
 from motor.launch.process import ManagedProcess, ProcessError, start_process
 from motor.sim.client import SimClient
@@ -67,6 +68,9 @@ class SimCluster:
 
         On failure every started process is stopped before the error propagates.
         """
+        # ``python -m motor.sim.main`` must import this very package, installed or not.
+        if cwd is None:
+            cwd = Path(motor.__file__).resolve().parents[1]
         run = Path(run_dir)
         run.mkdir(parents=True, exist_ok=True)
         host_list = list(hosts) if hosts is not None else ["127.0.0.1"] * dp_size

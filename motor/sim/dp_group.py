@@ -21,7 +21,7 @@ import re
 import socket
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")  # c10d prints C++ stack traces for every retry
@@ -127,6 +127,14 @@ def open_store(ip: str, port: int, *, is_server: bool, deadline: float, rank: in
     return StoreHandle(ip, port, False, store)
 
 
+def _store_usable(store: StoreHandle) -> bool:
+    try:
+        store.store.check(["motor/ping"])
+    except Exception:
+        return False
+    return True
+
+
 class DpGroup:
     """One generation of the DP group: members are original ranks, dense rank = index."""
 
@@ -198,8 +206,10 @@ class DpGroup:
         except Exception as exc:  # only housekeeping
             log.debug("rank=%d tag=%s could not delete wave/%d: %s", self.rank, self.tag, wave, exc)
 
-    def probe_missing(self, wave: int, window_sec: float) -> list[int] | None:
-        """After a failed collective: original ranks that did not report in, or None if unknown."""
+    def probe_missing(self, wave: int, window_sec: float,
+                      interrupted: Callable[[], bool] = lambda: False) -> list[int] | None:
+        """After a failed collective: original ranks that did not report in, or None if unknown
+        (store unreachable, or ``interrupted()`` -- e.g. an apply is waiting -- cut the window short)."""
         deadline = time.monotonic() + window_sec
         keys = {d: f"probe/{wave}/{d}" for d in range(self.size)}
         try:
@@ -211,6 +221,8 @@ class DpGroup:
                 missing = {d for d in missing if not self._prefix_store.check([keys[d]])}
                 if not missing or _remaining(deadline) <= 0:
                     break
+                if interrupted():
+                    return None
                 time.sleep(_POLL_SEC)
         except Exception as exc:
             log.info("rank=%d tag=%s wave=%d fault probe impossible (store unreachable): %s",
@@ -236,6 +248,9 @@ def form_group(
     dense = members.index(rank)
     if reuse_store is not None and (reuse_store.ip, reuse_store.port) == (master_ip, master_port):
         store = reuse_store
+        if not store.is_server and not _store_usable(store):
+            # Our old connection broke (the server may still be fine): connect afresh.
+            store = open_store(master_ip, master_port, is_server=False, deadline=deadline, rank=rank, tag=tag)
         log.info("rank=%d tag=%s reusing DP store %s", rank, tag, store.address)
     else:
         store = open_store(master_ip, master_port, is_server=dense == 0, deadline=deadline, rank=rank, tag=tag)

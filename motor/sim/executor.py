@@ -264,10 +264,16 @@ class Executor:
         group = self._drop_group()
         self.send({"ev": "fault", "info": info, "wave": wave})
         if group is not None and wave is not None:
-            mask = group.probe_missing(wave, min(_PROBE_WINDOW_SEC, self.cfg.collective_timeout_sec))
+            # The mask is only informative: a waiting command (an apply) cuts the probe short.
+            mask = group.probe_missing(wave, min(_PROBE_WINDOW_SEC, self.cfg.collective_timeout_sec),
+                                       interrupted=self._recovery_waiting)
             if mask:
                 log.warning("rank=%d wave=%d ranks that did not report after the fault: %s", self.rank, wave, mask)
                 self.send({"ev": "fault_mask", "mask": mask})
+
+    def _recovery_waiting(self) -> bool:
+        with self._cmds.mutex:
+            return any(cmd.get("op") in ("rebuild", "teardown") for cmd in self._cmds.queue)
 
     def _teardown(self, reason: str) -> None:
         if self.group is not None:

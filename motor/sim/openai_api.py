@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,15 +133,17 @@ def parse_chat(body: Any, served_model: str, max_tokens_limit: int) -> Generatio
 async def _merged(engine: SimEngine, prompts: list[str], max_tokens: int) -> AsyncIterator[tuple[int, int]]:
     """(choice index, token id) for all prompts, interleaved as the engine produces them."""
     if len(prompts) == 1:
-        async for tid in engine.generate(prompts[0], max_tokens):
-            yield 0, tid
+        async with aclosing(engine.generate(prompts[0], max_tokens)) as tokens:
+            async for tid in tokens:
+                yield 0, tid
         return
     queue: asyncio.Queue[tuple[int, int] | tuple[int, None] | BaseException] = asyncio.Queue()
 
     async def run(index: int, prompt: str) -> None:
         try:
-            async for tid in engine.generate(prompt, max_tokens):
-                queue.put_nowait((index, tid))
+            async with aclosing(engine.generate(prompt, max_tokens)) as tokens:
+                async for tid in tokens:
+                    queue.put_nowait((index, tid))
             queue.put_nowait((index, None))
         except Exception as exc:
             queue.put_nowait(exc)
@@ -213,9 +216,10 @@ class OpenAiRoutes:
         texts = [""] * len(gen.prompts)
         counts = [0] * len(gen.prompts)
         try:
-            async for index, tid in _merged(self.engine, gen.prompts, gen.max_tokens):
-                texts[index] += token_text(tid)
-                counts[index] += 1
+            async with aclosing(_merged(self.engine, gen.prompts, gen.max_tokens)) as tokens:
+                async for index, tid in tokens:
+                    texts[index] += token_text(tid)
+                    counts[index] += 1
         except EngineUnavailable as exc:
             return self._unavailable(str(exc))
         prompt_tokens = sum(count_prompt_tokens(p) for p in gen.prompts)
@@ -252,16 +256,16 @@ class OpenAiRoutes:
             if chat:
                 await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                              "finish_reason": None}])
-            async for index, tid in _merged(self.engine, gen.prompts, gen.max_tokens):
-                counts[index] += 1
-                last = counts[index] >= gen.max_tokens
-                finish = "length" if last else None
-                if chat:
-                    await send([{"index": index, "delta": {"content": token_text(tid)}, "logprobs": None,
-                                 "finish_reason": finish}])
-                else:
-                    await send([{"index": index, "text": token_text(tid), "logprobs": None,
-                                 "finish_reason": finish, "stop_reason": None}])
+            async with aclosing(_merged(self.engine, gen.prompts, gen.max_tokens)) as tokens:
+                async for index, tid in tokens:
+                    counts[index] += 1
+                    finish = "length" if counts[index] >= gen.max_tokens else None
+                    if chat:
+                        await send([{"index": index, "delta": {"content": token_text(tid)}, "logprobs": None,
+                                     "finish_reason": finish}])
+                    else:
+                        await send([{"index": index, "text": token_text(tid), "logprobs": None,
+                                     "finish_reason": finish, "stop_reason": None}])
             if gen.include_usage:
                 prompt_tokens = sum(count_prompt_tokens(p) for p in gen.prompts)
                 await send([], {"prompt_tokens": prompt_tokens, "completion_tokens": sum(counts),
