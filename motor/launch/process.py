@@ -160,6 +160,12 @@ def stop_process_group(pid: int, *, grace_sec: float = 5.0, popen: subprocess.Po
     raise ProcessError(f"process group {pid} still alive {_KILL_WAIT_SEC:g}s after SIGKILL")
 
 
+async def astop_process_group(pid: int, *, grace_sec: float = 5.0,
+                              popen: subprocess.Popen[bytes] | None = None) -> None:
+    """``stop_process_group`` without blocking the event loop."""
+    await asyncio.to_thread(stop_process_group, pid, grace_sec=grace_sec, popen=popen)
+
+
 @dataclass
 class ManagedProcess:
     name: str
@@ -242,6 +248,13 @@ class ManagedProcess:
                                         f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
             await asyncio.sleep(_POLL_SEC * 2)
 
+    async def await_exit(self, timeout_sec: float) -> int | None:
+        """Return code once the leader exits, or None if it still runs after ``timeout_sec``."""
+        deadline = time.monotonic() + timeout_sec
+        while self.popen.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_SEC)
+        return self.popen.poll()
+
     def wait_exit(self, timeout_sec: float) -> int | None:
         try:
             return self.popen.wait(timeout=timeout_sec)
@@ -254,7 +267,7 @@ class ManagedProcess:
         return self.popen.poll()
 
     async def astop(self, grace_sec: float = 5.0) -> int | None:
-        await asyncio.to_thread(stop_process_group, self.pid, grace_sec=grace_sec, popen=self.popen)
+        await astop_process_group(self.pid, grace_sec=grace_sec, popen=self.popen)
         return self.popen.poll()
 
     def kill(self) -> None:

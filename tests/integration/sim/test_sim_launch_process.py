@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import socket
 import sys
 import textwrap
 import time
@@ -104,9 +104,11 @@ async def test_async_http_ready_and_stop(tmp_path: Path) -> None:
                          log_path=tmp_path / "http.log", name="http", cwd=tmp_path)
     try:
         await proc.await_http_ok(f"http://127.0.0.1:{port}/", 15)
+        assert await proc.await_exit(0.2) is None
     finally:
         code = await proc.astop(grace_sec=5)
     assert code is not None and not group_alive(proc.pid)
+    assert await proc.await_exit(1) == code
 
 
 def test_sync_http_ready_and_stop_by_pid_only(tmp_path: Path) -> None:
@@ -124,10 +126,8 @@ def test_sync_http_ready_and_stop_by_pid_only(tmp_path: Path) -> None:
 def test_free_ports_are_distinct_and_bindable() -> None:
     ports = free_ports(5, "127.0.0.3")
     assert len(set(ports)) == 5
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.3", ports[0]))
     with pytest.raises(ValueError):
         free_ports(0)
-    assert os.getpid() > 0
+    assert free_port() > 0
