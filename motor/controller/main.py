@@ -3,36 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from aiohttp import web
 
 from gen.motor.v1 import controller_pb2_grpc
 from motor.common.config import ControllerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from motor.controller.core import ControllerCore
+from motor.controller.servicer import ControllerServicer
+from motor.controller.status import status_app
+from motor.controller.store import open_runtime_store
+
+log = logging.getLogger(__name__)
 
 
 class ControllerService:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
-        servicer = controller_pb2_grpc.ControllerServicer()
-        self._grpc = GrpcServer(
-            config.server,
-            [
-                ServiceBinding(
-                    "motor.v1.Controller",
-                    lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, server),
-                )
-            ],
-            "controller",
-        )
+        self.core: ControllerCore | None = None
+        self._grpc: GrpcServer | None = None
+        self._http: web.AppRunner | None = None
 
     async def start(self) -> dict[str, Any]:
-        return {"grpc_port": await self._grpc.start()}
+        core = self.core = ControllerCore(self.config, open_runtime_store(self.config.store))
+        await core.start()
+        servicer = ControllerServicer(core)
+        self._grpc = GrpcServer(
+            self.config.server,
+            [ServiceBinding("motor.v1.Controller", lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, s))],
+            "controller",
+        )
+        grpc_port = await self._grpc.start()
+        self._http = web.AppRunner(
+            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid)), access_log=None
+        )
+        await self._http.setup()
+        site = web.TCPSite(self._http, self.config.status_http.host, self.config.status_http.port)
+        await site.start()
+        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("controller status page on http://%s:%d/controller/fault_tolerance/status",
+                 self.config.status_http.host, http_port)
+        return {"grpc_port": grpc_port, "http_port": http_port}
 
     async def stop(self) -> None:
-        await self._grpc.stop()
+        if self._grpc is not None:
+            await self._grpc.stop()
+        if self._http is not None:
+            await self._http.cleanup()
+        if self.core is not None:
+            await self.core.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

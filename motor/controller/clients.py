@@ -1,0 +1,139 @@
+"""One client wrapper per peer: every remote call of the Controller goes through here, with a
+deadline, and fails with PeerCallError naming the peer, the call and the gRPC status."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import grpc
+
+from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
+from motor.common.config import ClientTlsConfig
+from motor.common.grpc_server import open_channel
+
+log = logging.getLogger(__name__)
+
+
+class PeerCallError(RuntimeError):
+    def __init__(self, call: str, target: str, code: grpc.StatusCode | None, details: str) -> None:
+        self.call, self.target, self.code, self.details = call, target, code, details
+        code_name = code.name if code is not None else "ERROR"
+        super().__init__(f"{call} to {target} failed: {code_name}: {details}")
+
+
+async def _invoke(call: str, target: str, method, request, timeout_sec: float, metadata=None):
+    try:
+        return await method(request, timeout=timeout_sec, metadata=metadata)
+    except grpc.aio.AioRpcError as exc:
+        raise PeerCallError(call, target, exc.code(), exc.details() or "") from None
+
+
+class NodeManagerClient:
+    """The Controller's view of one NodeManager (FT proxy + lifecycle)."""
+
+    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float) -> None:
+        self.address = address
+        self._timeout = request_timeout_sec
+        self._channel = open_channel(address, tls)
+        self._ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(self._channel)
+        self._life = node_manager_pb2_grpc.NodeManagerStub(self._channel)
+
+    async def guard(self, instance_id: int, request_id: str, lease_sec: float) -> node_manager_pb2.GuardResponse:
+        req = node_manager_pb2.GuardRequest(instance_id=instance_id, request_id=request_id, lease_sec=lease_sec)
+        return await _invoke("guard", self.address, self._ft.Guard, req, self._timeout)
+
+    async def status(self, instance_id: int, request_id: str, endpoint_ids: Sequence[int]) -> list[common_pb2.EngineFtStatus]:
+        req = node_manager_pb2.StatusRequest(instance_id=instance_id, request_id=request_id, endpoint_ids=list(endpoint_ids))
+        resp = await _invoke("status", self.address, self._ft.Status, req, self._timeout)
+        return list(resp.engines)
+
+    async def apply(
+        self,
+        instance_id: int,
+        request_id: str,
+        removed_dp_ranks: Sequence[int],
+        dp_master_ip: str,
+        dp_master_rank: int,
+        endpoint_ids: Sequence[int],
+    ) -> node_manager_pb2.ApplyResponse:
+        req = node_manager_pb2.ApplyRequest(
+            instance_id=instance_id,
+            request_id=request_id,
+            instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
+            removed_dp_ranks=list(removed_dp_ranks),
+            dp_master_ip=dp_master_ip,
+            dp_master_rank=dp_master_rank,
+            endpoint_ids=list(endpoint_ids),
+        )
+        return await _invoke("apply", self.address, self._ft.Apply, req, self._timeout)
+
+    async def finalize(
+        self, instance_id: int, request_id: str, commit: bool, retired_ids: Iterable[int]
+    ) -> node_manager_pb2.FinalizeResponse:
+        req = node_manager_pb2.FinalizeRequest(
+            instance_id=instance_id, request_id=request_id, commit=commit, retired_ids=list(retired_ids)
+        )
+        return await _invoke("finalize", self.address, self._ft.Finalize, req, self._timeout)
+
+    async def stop_engines(self, instance_id: int, request_id: str, timeout_sec: float) -> node_manager_pb2.StopEnginesResponse:
+        req = node_manager_pb2.StopEnginesRequest(instance_id=instance_id, request_id=request_id)
+        return await _invoke("stop_engines", self.address, self._life.StopEngines, req, timeout_sec)
+
+    async def start_engines(
+        self, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int, timeout_sec: float
+    ) -> node_manager_pb2.StartEnginesResponse:
+        req = node_manager_pb2.StartEnginesRequest(
+            instance_id=instance_id, request_id=request_id, dp_master_ip=dp_master_ip, dp_master_port=dp_master_port
+        )
+        return await _invoke("start_engines", self.address, self._life.StartEngines, req, timeout_sec)
+
+    async def stop_pod(self, request_id: str, reason: str) -> node_manager_pb2.StopPodResponse:
+        req = node_manager_pb2.StopPodRequest(request_id=request_id, reason=reason)
+        return await _invoke("stop_pod", self.address, self._life.StopPod, req, self._timeout)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+class NodeManagerClients:
+    """Clients by NodeManager address, created on first use and reused."""
+
+    def __init__(self, tls: ClientTlsConfig | None, request_timeout_sec: float) -> None:
+        self._tls = tls
+        self._timeout = request_timeout_sec
+        self._clients: dict[str, NodeManagerClient] = {}
+
+    def get(self, address: str) -> NodeManagerClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = NodeManagerClient(address, self._tls, self._timeout)
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+
+class CoordinatorClient:
+    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float, management_key: str | None = None) -> None:
+        self.address = address
+        self._timeout = request_timeout_sec
+        self._channel = open_channel(address, tls)
+        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        self._metadata = (("x-motor-key", management_key),) if management_key else None
+
+    async def refresh(self, event: int, instances: Sequence[common_pb2.Instance], revision: int) -> int:
+        req = coordinator_pb2.RefreshRequest(event=event, instances=list(instances), revision=revision)
+        name = coordinator_pb2.RefreshEvent.Name(event).removeprefix("REFRESH_EVENT_").lower()
+        resp = await _invoke(f"refresh:{name}", self.address, self._stub.Refresh, req, self._timeout, self._metadata)
+        return resp.revision
+
+    async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
+        return await _invoke(
+            "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout
+        )
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,204 @@
+"""The Controller's state and plain functions behind its gRPC service: registration, heartbeats,
+fault intake, the periodic publication SET, and start-up restore."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gen.motor.v1 import controller_pb2
+from motor.common.config import ControllerConfig
+from motor.controller.clients import CoordinatorClient, NodeManagerClients
+from motor.controller.clock import Clock, SystemClock
+from motor.controller.fault_tolerance.dp_scale_down import (
+    SERVABLE_PHASES,
+    TRANSACTION_PHASES,
+    EvidenceKind,
+    FtPhase,
+    FtRuntimeStore,
+)
+from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
+from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps
+from motor.controller.fault_tolerance.timeline import TimelineBook
+from motor.controller.instances import InstanceRegistry, expected_alive
+from motor.controller.persistence import RuntimePersister
+from motor.controller.serving import EventPusher, PublishError, project_serving_view
+from motor.controller.status import RuntimeBroadcaster
+from motor.controller.store import RuntimeStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ControllerCore:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        store: RuntimeStore,
+        clock: Clock | None = None,
+        fast_recovery: FastRecovery | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        ft = config.fault_tolerance_config
+        self.scale_down_enabled = ft.enable_fault_tolerance and ft.enable_dp_scale_down
+        self.runtimes = FtRuntimeStore(self.scale_down_enabled)
+        self.registry = InstanceRegistry()
+        self.timelines = TimelineBook()
+        self.broadcaster = RuntimeBroadcaster()
+        self.store = store
+        self.persister = RuntimePersister(store, self.runtimes, self.registry)
+        timeout = ft.dp_scale_down_config.request_timeout_sec
+        self.nodemanagers = NodeManagerClients(config.client_tls, timeout)
+        coordinator = (
+            CoordinatorClient(config.coordinator_address, config.client_tls, timeout, config.coordinator_management_key)
+            if config.coordinator_address
+            else None
+        )
+        self.pusher = EventPusher(coordinator, self.clock.wall)
+        self.deps = ControllerDeps(
+            config=config,
+            runtimes=self.runtimes,
+            registry=self.registry,
+            nodemanagers=self.nodemanagers,
+            pusher=self.pusher,
+            timelines=self.timelines,
+            clock=self.clock,
+            persist=self.persister.persist,
+            changed=self.broadcaster.changed,
+        )
+        self.faults = FaultManager(self.deps, fast_recovery)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        log.info("controller store: %s", self.store.description)
+        await self.persister.restore(self.clock)
+        self.faults.start()
+        self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
+        self.faults.notify()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.faults.close()
+        await self.nodemanagers.close()
+        if self.pusher.enabled and self.pusher._client is not None:
+            await self.pusher._client.close()
+        await self.store.close()
+
+    def nm_config(self) -> controller_pb2.NodeManagerFtConfig:
+        return controller_pb2.NodeManagerFtConfig(
+            enable_dp_scale_down_proxy=self.config.fault_tolerance_config.enable_dp_scale_down_proxy,
+            heartbeat_interval_sec=self.config.heartbeat_interval_sec,
+        )
+
+    # ---- registration and heartbeats ---------------------------------------------------------
+
+    async def register(self, req: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
+        record, newly = self.registry.register(req, self.clock.monotonic())
+        iid = req.instance_id
+        log.info("instance=%d pod=%s registered ranks=%s nodemanager=%s retired=%s assembled=%s",
+                 iid, req.pod.pod_ip, sorted(e.id for e in req.endpoints), req.pod.node_manager_address,
+                 list(req.retired_ids), record.assembled)
+        runtime = self.runtimes.find(iid)
+        if record.assembled and runtime is None:
+            cap, note = record.capability()
+            if cap is None:
+                log.warning("instance=%d FT capability unusable, scale-down fails closed: %s", iid, note)
+            runtime = self.runtimes.create(iid, record.original_dp_ranks, FALLBACK_RECONFIGURATION)
+            try:
+                await self.persister.persist(iid)
+            except StoreError as exc:
+                self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
+            await self._publish_ready(iid)
+        if runtime is not None:
+            self._check_retired(iid, req.pod.pod_ip, req.retired_ids)
+        self.broadcaster.changed(iid)
+        return controller_pb2.RegisterResponse(accepted=True, message="assembled" if record.assembled else "waiting for pods",
+                                               config=self.nm_config())
+
+    def _check_retired(self, instance_id: int, pod_ip: str, retired_ids) -> None:
+        """A pod that retired ranks the Controller never committed crossed the NM-commit /
+        Controller-commit window (RFC §5): handled as an interrupted round, never by replaying apply."""
+        runtime = self.runtimes.get(instance_id)
+        unknown = sorted(set(retired_ids) - runtime.dead_committed)
+        if not unknown or runtime.phase in TRANSACTION_PHASES or runtime.phase is FtPhase.RECONFIGURING:
+            return
+        if runtime.phase is FtPhase.DISABLED:
+            return
+        self.runtimes.set_phase(instance_id, FtPhase.RECONFIGURING)
+        self.runtimes.set_error(instance_id, f"pod {pod_ip} retired ranks {unknown} the controller never committed: falling back")
+        log.warning("instance=%d pod=%s retired %s uncommitted: interrupted round -> RECONFIGURING", instance_id, pod_ip, unknown)
+        self.faults.notify()
+
+    def heartbeat(self, req: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
+        pod = self.registry.heartbeat(req.pod_ip, req.instance_id, req.alive_endpoint_ids, self.clock.monotonic())
+        if pod is None:
+            return controller_pb2.HeartbeatResponse(known=False, config=self.nm_config())
+        runtime = self.runtimes.find(req.instance_id)
+        if runtime is not None:
+            expected = expected_alive(pod, runtime.dead_committed, self.scale_down_enabled)
+            alive = set(req.alive_endpoint_ids)
+            extra = sorted(alive - expected)
+            if extra:
+                log.warning("instance=%d pod=%s heartbeat reports ranks %s it should not (expected %s)",
+                            req.instance_id, req.pod_ip, extra, sorted(expected))
+            missing = self.faults.observe_heartbeat(req.instance_id, expected, alive)
+            if missing:
+                log.info("instance=%d pod=%s heartbeat misses ranks %s", req.instance_id, req.pod_ip, sorted(missing))
+        return controller_pb2.HeartbeatResponse(known=True, config=self.nm_config())
+
+    def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest, kind: EvidenceKind) -> str:
+        observed = req.observed_at_unix_sec or self.clock.wall()
+        detail = req.evidence or (req.status.fault_info if req.HasField("status") else "")
+        return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed)
+
+    # ---- publication -------------------------------------------------------------------------
+
+    async def _publish_ready(self, instance_id: int) -> None:
+        record = self.registry.get(instance_id)
+        runtime = self.runtimes.get(instance_id)
+        if record is None:
+            return
+        if not self.pusher.enabled:
+            self.runtimes.set_published(instance_id, True)
+            return
+        try:
+            await self.pusher.add(project_serving_view(record.topology(), runtime))
+        except PublishError as exc:
+            self.runtimes.set_published(instance_id, False, f"publish failed: {exc}")
+            log.warning("instance=%d READY publication failed; the periodic SET converges: %s", instance_id, exc)
+            return
+        self.runtimes.set_published(instance_id, True)
+
+    def _servable_views(self):
+        views = []
+        for runtime in self.runtimes.all():
+            record = self.registry.get(runtime.instance_id)
+            if record is None or not record.assembled or self.faults.running(runtime.instance_id) is not None:
+                continue
+            if runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED:
+                views.append(project_serving_view(record.topology(), runtime))
+        return views
+
+    async def publish_all(self) -> None:
+        """One SET of every servable view through the same projection; converges lost publications."""
+        if not self.pusher.enabled:
+            return
+        try:
+            ids = await self.pusher.set_all(self._servable_views)
+        except PublishError as exc:
+            log.warning("periodic SET failed: %s", exc)
+            return
+        for iid in ids:
+            runtime = self.runtimes.get(iid)
+            if not runtime.serving_published:
+                self.runtimes.set_published(iid, True)
+                if runtime.last_error and runtime.last_error.startswith("publish failed"):
+                    runtime.last_error = None
+                self.broadcaster.changed(iid)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.publish_interval_sec)
+            await self.publish_all()

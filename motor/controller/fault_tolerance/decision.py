@@ -1,0 +1,91 @@
+"""The FaultManager's priority decision over one instance's FT snapshot (RFC §4.3). Pure.
+
+Bounded and non-looping: each call looks at the snapshot once and names one action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from motor.controller.fault_tolerance.dp_scale_down import Health
+
+
+class Action(StrEnum):
+    NONE = "none"
+    WAIT = "wait"
+    FAST_RECOVERY = "fast_recovery"
+    SCALE_DOWN = "scale_down"
+    RECONFIGURE = "reconfigure"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    dead: frozenset[int] = frozenset()
+    unhealthy: frozenset[int] = frozenset()
+    # When WAIT: the time at which the collection window closes.
+    wait_until_sec: float | None = None
+
+
+def decide(
+    *,
+    active_ranks: frozenset[int],
+    health: Mapping[int, Health],
+    window_started_at_sec: float | None,
+    now_sec: float,
+    collection_timeout_sec: float,
+    scale_down_enabled: bool,
+    fast_recovery_applicable: Callable[[frozenset[int]], bool],
+) -> Decision:
+    """One action for the instance.
+
+    `health` holds the latest evidence per rank (ranks without evidence are absent); only active
+    ranks (original − dead_committed) count. The collection window opens at the first UNHEALTHY/DEAD
+    report of a round; later reports do not extend it.
+    """
+    seen = {rank: h for rank, h in health.items() if rank in active_ranks}
+    protocol = frozenset(r for r, h in seen.items() if h is Health.PROTOCOL_ERROR)
+    dead = frozenset(r for r, h in seen.items() if h is Health.DEAD)
+    unhealthy = frozenset(r for r, h in seen.items() if h is Health.UNHEALTHY)
+    if protocol:
+        # RFC §4.1: an identity-contract violation is a protocol failure → original fallback.
+        return Decision(Action.RECONFIGURE, f"engine protocol failure on ranks {sorted(protocol)}", dead, unhealthy)
+    if not dead and not unhealthy:
+        return Decision(Action.NONE, "no fault evidence")
+    window_closed = window_started_at_sec is not None and now_sec - window_started_at_sec >= collection_timeout_sec
+    window_end = None if window_started_at_sec is None else window_started_at_sec + collection_timeout_sec
+
+    if not scale_down_enabled:
+        # Baseline: a dead rank means whole-instance reconfiguration at once; peers-only symptoms wait
+        # for a dead rank or the collection timeout, exactly as below.
+        if dead:
+            return Decision(Action.RECONFIGURE, f"ranks {sorted(dead)} dead (scale-down disabled)", dead, unhealthy)
+    if dead == active_ranks:
+        return Decision(Action.RECONFIGURE, f"every active rank is dead {sorted(dead)}", dead, unhealthy)
+    if not dead and unhealthy == active_ranks:
+        if fast_recovery_applicable(unhealthy):
+            return Decision(Action.FAST_RECOVERY, "all active ranks unhealthy, fast recovery applicable", dead, unhealthy)
+        if window_closed:
+            return Decision(
+                Action.RECONFIGURE,
+                f"all active ranks unhealthy, no dead rank within {collection_timeout_sec:g}s",
+                dead,
+                unhealthy,
+            )
+        return Decision(Action.WAIT, "all unhealthy, fast recovery not applicable: waiting for a dead rank",
+                        dead, unhealthy, window_end)
+    if dead and unhealthy and (dead | unhealthy) == active_ranks and scale_down_enabled:
+        return Decision(Action.SCALE_DOWN, f"complete snapshot: dead {sorted(dead)} unhealthy {sorted(unhealthy)}",
+                        dead, unhealthy)
+    if window_closed:
+        missing = sorted(active_ranks - dead - unhealthy)
+        return Decision(
+            Action.RECONFIGURE,
+            f"incomplete snapshot after {collection_timeout_sec:g}s: no evidence from ranks {missing}",
+            dead,
+            unhealthy,
+        )
+    return Decision(Action.WAIT, "incomplete snapshot: waiting for more evidence", dead, unhealthy, window_end)

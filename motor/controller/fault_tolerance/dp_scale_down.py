@@ -1,0 +1,337 @@
+"""Domain model of DP scale-down (RFC §3–§5): phases, the frozen round context, fault normalisation,
+the per-instance runtime and the serving projection. Pure: no I/O, no clock reads (times are passed in).
+
+Ranks are original global DP ranks everywhere; nothing here renumbers them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class FtPhase(StrEnum):
+    DISABLED = "DISABLED"
+    NORMAL = "NORMAL"
+    DECIDING = "DECIDING"
+    WAITING_ENGINE_FAULT = "WAITING_ENGINE_FAULT"
+    SCALING_DOWN = "SCALING_DOWN"
+    POST_SCALE_CLEANUP = "POST_SCALE_CLEANUP"
+    SCALED_DOWN_RUNNING = "SCALED_DOWN_RUNNING"
+    RECONFIGURING = "RECONFIGURING"
+
+
+# The transaction window: the old partial-loss whole-instance shutdown is suppressed here.
+TRANSACTION_PHASES = frozenset(
+    {FtPhase.DECIDING, FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP}
+)
+# Found in one of these after a restart, a round was interrupted: it becomes RECONFIGURING and takes
+# the fallback, never replaying apply. POST_SCALE_CLEANUP is the NodeManager-commit /
+# Controller-commit window of RFC §5, handled the same way.
+INTERRUPTED_PHASES = TRANSACTION_PHASES
+SERVABLE_PHASES = frozenset({FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING})
+
+_TRANSITIONS: Mapping[FtPhase, frozenset[FtPhase]] = {
+    FtPhase.DISABLED: frozenset(),
+    FtPhase.NORMAL: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING}),
+    # DECIDING → SCALING_DOWN: the first status round was already apply-ready (RFC §3.1).
+    FtPhase.DECIDING: frozenset({FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.RECONFIGURING}),
+    FtPhase.WAITING_ENGINE_FAULT: frozenset({FtPhase.SCALING_DOWN, FtPhase.RECONFIGURING}),
+    FtPhase.SCALING_DOWN: frozenset({FtPhase.POST_SCALE_CLEANUP, FtPhase.RECONFIGURING}),
+    # A failure before the Controller's own commit (e.g. a NodeManager refused finalize) still falls
+    # back; after it, nothing rolls back and the phase goes on to SCALED_DOWN_RUNNING.
+    FtPhase.POST_SCALE_CLEANUP: frozenset({FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
+    FtPhase.SCALED_DOWN_RUNNING: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING}),
+    # A failed reconfiguration stays RECONFIGURING and is tried again; success serves all ranks.
+    FtPhase.RECONFIGURING: frozenset({FtPhase.NORMAL, FtPhase.RECONFIGURING}),
+}
+
+
+class IllegalTransitionError(ValueError):
+    pass
+
+
+def transition(current: FtPhase, target: FtPhase) -> FtPhase:
+    """The one place a phase changes; refuses anything RFC §3.1 does not draw."""
+    if target not in _TRANSITIONS[current]:
+        raise IllegalTransitionError(f"illegal phase transition {current} -> {target}")
+    return target
+
+
+def allowed_transitions(current: FtPhase) -> frozenset[FtPhase]:
+    return _TRANSITIONS[current]
+
+
+class Health(StrEnum):
+    """Normalised software evidence for one rank."""
+
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    DEAD = "dead"
+    PROTOCOL_ERROR = "protocol_error"
+
+
+class EvidenceKind(StrEnum):
+    """What a NodeManager reported (controller.proto SoftwareFaultKind)."""
+
+    UNHEALTHY = "UNHEALTHY"
+    DEAD = "DEAD"
+    ENGINE_DEAD = "ENGINE_DEAD"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    RECOVERED = "RECOVERED"
+
+
+_KIND_TO_HEALTH = {
+    EvidenceKind.UNHEALTHY: Health.UNHEALTHY,
+    EvidenceKind.DEAD: Health.DEAD,
+    EvidenceKind.ENGINE_DEAD: Health.DEAD,
+    EvidenceKind.PROTOCOL_ERROR: Health.PROTOCOL_ERROR,
+    EvidenceKind.RECOVERED: Health.HEALTHY,
+}
+
+
+class NormalizationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    rank: int
+    health: Health
+    kind: EvidenceKind
+    detail: str
+    observed_at_sec: float
+
+
+class FaultNormalizer:
+    """Software evidence → original DP rank of one instance (RFC §4.1).
+
+    The endpoint id IS the original rank; the normaliser only checks it belongs to the instance and
+    is not already committed dead. It never derives ranks from masks or from local indices.
+    """
+
+    def __init__(self, original_dp_ranks: Iterable[int]) -> None:
+        self._original = frozenset(original_dp_ranks)
+
+    def normalize(
+        self, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float, dead_committed: Iterable[int]
+    ) -> RankEvidence | None:
+        """The evidence, or None when it concerns a committed dead rank (filtered, not an error)."""
+        if endpoint_id not in self._original:
+            raise NormalizationError(
+                f"endpoint id {endpoint_id} is not an original DP rank of the instance {sorted(self._original)}"
+            )
+        if endpoint_id in set(dead_committed):
+            return None
+        return RankEvidence(endpoint_id, _KIND_TO_HEALTH[kind], kind, detail, observed_at_sec)
+
+
+@dataclass(frozen=True)
+class ScaleDownContext:
+    """Frozen input of one scale-down round, built by the FaultManager."""
+
+    instance_id: int
+    original_dp_ranks: tuple[int, ...]
+    dead_committed: frozenset[int]
+    # Authoritative removal candidates (software DEAD) and apply-ready survivors (UNHEALTHY) of the
+    # snapshot that chose scale-down. Hardware-mapped ranks only validated the choice.
+    dead: frozenset[int]
+    unhealthy: frozenset[int]
+    fallback_strategy: str
+    decided_at_sec: float
+    hardware_ranks: frozenset[int] = frozenset()
+
+    @property
+    def active_ranks(self) -> frozenset[int]:
+        return frozenset(self.original_dp_ranks) - self.dead_committed
+
+
+def serving_ranks(original: Iterable[int], dead_committed: Iterable[int], pending: Iterable[int]) -> list[int]:
+    """serving = original_dp_ranks − dead_committed − pending_removed_ranks (RFC §3.2)."""
+    return sorted(set(original) - set(dead_committed) - set(pending))
+
+
+@dataclass
+class GateResult:
+    allowed: bool = True
+    reason_codes: tuple[str, ...] = ()
+
+
+@dataclass
+class FtRuntime:
+    """The RFC §7 runtime of one instance. Mutated only through FtRuntimeStore."""
+
+    instance_id: int
+    original_dp_ranks: tuple[int, ...]
+    phase: FtPhase
+    fallback_strategy: str
+    generation: int = 0
+    dead_committed: frozenset[int] = frozenset()
+    pending_removed_ranks: frozenset[int] = frozenset()
+    request_id: str = ""
+    gate: GateResult = field(default_factory=GateResult)
+    engine_statuses: dict[int, dict[str, object]] = field(default_factory=dict)
+    serving_published: bool = False
+    last_error: str | None = None
+
+    @property
+    def alive_dp_ranks(self) -> list[int]:
+        return serving_ranks(self.original_dp_ranks, self.dead_committed, self.pending_removed_ranks)
+
+    @property
+    def active_ranks(self) -> frozenset[int]:
+        """Ranks still part of the DP group (pending ones included until commit)."""
+        return frozenset(self.original_dp_ranks) - self.dead_committed
+
+    @property
+    def can_serve(self) -> bool:
+        return can_serve(self.phase, self.serving_published)
+
+    def as_dict(self) -> dict[str, object]:
+        """The RFC §7 JSON shape."""
+        return {
+            "instance_id": self.instance_id,
+            "phase": str(self.phase),
+            "original_dp_ranks": list(self.original_dp_ranks),
+            "request_id": self.request_id or None,
+            "dead_committed": sorted(self.dead_committed),
+            "pending_removed_ranks": sorted(self.pending_removed_ranks),
+            "alive_dp_ranks": self.alive_dp_ranks,
+            "fallback_strategy": self.fallback_strategy,
+            "gate": {"allowed": self.gate.allowed, "reason_codes": list(self.gate.reason_codes)},
+            "engine_statuses": {str(rank): dict(status) for rank, status in sorted(self.engine_statuses.items())},
+            "serving_published": self.serving_published,
+            "last_error": self.last_error,
+            "can_serve": self.can_serve,
+            "generation": self.generation,
+        }
+
+
+def can_serve(phase: FtPhase, serving_published: bool) -> bool:
+    """Only in NORMAL / SCALED_DOWN_RUNNING and only once the serving view was acknowledged."""
+    return phase in SERVABLE_PHASES and serving_published
+
+
+class UnknownInstanceError(KeyError):
+    pass
+
+
+class FtRuntimeStore:
+    """In-memory runtime of every instance; the only writer of FtRuntime fields.
+
+    Changes that must survive a restart (phase, generation, dead_committed) bump `generation`; the
+    caller persists the new record with compare-and-set on the previous generation.
+    """
+
+    def __init__(self, scale_down_enabled: bool) -> None:
+        self._scale_down_enabled = scale_down_enabled
+        self._runtimes: dict[int, FtRuntime] = {}
+
+    @property
+    def scale_down_enabled(self) -> bool:
+        return self._scale_down_enabled
+
+    def initial_phase(self) -> FtPhase:
+        return FtPhase.NORMAL if self._scale_down_enabled else FtPhase.DISABLED
+
+    def create(
+        self,
+        instance_id: int,
+        original_dp_ranks: Iterable[int],
+        fallback_strategy: str,
+        *,
+        phase: FtPhase | None = None,
+        generation: int = 0,
+        dead_committed: Iterable[int] = (),
+    ) -> FtRuntime:
+        ranks = tuple(sorted(set(original_dp_ranks)))
+        dead = frozenset(dead_committed)
+        if not dead <= set(ranks):
+            raise ValueError(f"instance {instance_id}: dead_committed {sorted(dead)} not within {list(ranks)}")
+        runtime = FtRuntime(
+            instance_id=instance_id,
+            original_dp_ranks=ranks,
+            phase=phase or self.initial_phase(),
+            fallback_strategy=fallback_strategy,
+            generation=generation,
+            dead_committed=dead,
+        )
+        self._runtimes[instance_id] = runtime
+        return runtime
+
+    def get(self, instance_id: int) -> FtRuntime:
+        try:
+            return self._runtimes[instance_id]
+        except KeyError:
+            raise UnknownInstanceError(f"unknown instance {instance_id}") from None
+
+    def find(self, instance_id: int) -> FtRuntime | None:
+        return self._runtimes.get(instance_id)
+
+    def all(self) -> list[FtRuntime]:
+        return [self._runtimes[i] for i in sorted(self._runtimes)]
+
+    def set_phase(self, instance_id: int, target: FtPhase) -> FtRuntime:
+        runtime = self.get(instance_id)
+        if runtime.phase is FtPhase.DISABLED:
+            # With the feature off the phase reads DISABLED whatever recovery runs (RFC §7).
+            return runtime
+        runtime.phase = transition(runtime.phase, target)
+        runtime.generation += 1
+        return runtime
+
+    def begin_round(self, instance_id: int, request_id: str, pending: Iterable[int]) -> FtRuntime:
+        runtime = self.get(instance_id)
+        runtime.request_id = request_id
+        runtime.pending_removed_ranks = frozenset(pending)
+        runtime.engine_statuses = {}
+        runtime.last_error = None
+        return runtime
+
+    def set_pending(self, instance_id: int, pending: Iterable[int]) -> None:
+        runtime = self.get(instance_id)
+        pending_set = frozenset(pending)
+        if pending_set & runtime.dead_committed:
+            raise ValueError(
+                f"instance {instance_id}: pending {sorted(pending_set)} overlaps dead_committed "
+                f"{sorted(runtime.dead_committed)}"
+            )
+        runtime.pending_removed_ranks = pending_set
+
+    def set_gate(self, instance_id: int, gate: GateResult) -> None:
+        self.get(instance_id).gate = gate
+
+    def record_engine_status(self, instance_id: int, rank: int, status: Mapping[str, object]) -> None:
+        self.get(instance_id).engine_statuses[rank] = dict(status)
+
+    def commit_round(self, instance_id: int, removed: Iterable[int]) -> FtRuntime:
+        """dead_committed += removed; pending cleared. Ranks outside the instance are refused."""
+        runtime = self.get(instance_id)
+        removed_set = frozenset(removed)
+        if not removed_set <= set(runtime.original_dp_ranks):
+            raise ValueError(f"instance {instance_id}: cannot commit {sorted(removed_set)}: not original ranks")
+        if runtime.active_ranks <= removed_set:
+            raise ValueError(f"instance {instance_id}: committing {sorted(removed_set)} would remove every rank")
+        runtime.dead_committed = runtime.dead_committed | removed_set
+        runtime.pending_removed_ranks = frozenset()
+        runtime.generation += 1
+        return runtime
+
+    def clear_history(self, instance_id: int) -> FtRuntime:
+        """After a successful whole-instance rebuild every original rank serves again."""
+        runtime = self.get(instance_id)
+        runtime.dead_committed = frozenset()
+        runtime.pending_removed_ranks = frozenset()
+        runtime.engine_statuses = {}
+        runtime.generation += 1
+        return runtime
+
+    def set_published(self, instance_id: int, published: bool, error: str | None = None) -> None:
+        runtime = self.get(instance_id)
+        runtime.serving_published = published
+        if error is not None:
+            runtime.last_error = error
+
+    def set_error(self, instance_id: int, error: str | None) -> None:
+        self.get(instance_id).last_error = error

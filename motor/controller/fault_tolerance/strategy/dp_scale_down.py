@@ -1,0 +1,452 @@
+"""DpScaleDownStrategy: the side-effecting executor of ONE scale-down round (RFC §5).
+
+gate → topology → guard every participant → status loop (absorbing late DEAD survivors) → drain →
+exactly one apply → poll until every survivor is healthy → finalize(commit) → dead_committed +=
+round → [stop emptied pods once] → SCALED_DOWN_RUNNING → publish the survivors.
+
+It never retries an apply and never changes its request_id. Before the Controller's own commit, any
+failure (or preemption) sends finalize(abort) to every participant not yet committed and hands the
+frozen fallback back to the FaultManager. After the commit nothing is rolled back: persistence, pod
+stop or publication failures only set last_error / serving_published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from gen.motor.v1 import common_pb2
+from motor.controller.clients import PeerCallError
+from motor.controller.fault_tolerance.dp_scale_down import FtPhase, ScaleDownContext
+from motor.controller.fault_tolerance.gate import evaluate_gate
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
+from motor.controller.fault_tolerance.topology import RoundPlan, TopologyError, plan_round, recyclable_pods
+from motor.controller.serving import PublishError, project_serving_view
+from motor.controller.store import StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_HEALTH = common_pb2.EngineHealth
+_FT = common_pb2.FtState
+
+
+class RoundFailed(Exception):
+    pass
+
+
+class Preempted(Exception):
+    pass
+
+
+def status_text(s: common_pb2.EngineFtStatus) -> str:
+    health = _HEALTH.Name(s.status).removeprefix("ENGINE_HEALTH_").lower()
+    ft = "-" if s.ft_state == _FT.FT_STATE_UNSPECIFIED else (s.raw_ft_state or _FT.Name(s.ft_state).removeprefix("FT_STATE_").lower())
+    text = f"({health}, {ft})"
+    if s.ft_error:
+        text += f" ft_error={s.ft_error!r}"
+    return text
+
+
+def status_dict(s: common_pb2.EngineFtStatus) -> dict[str, object]:
+    out: dict[str, object] = {"id": s.id, "status": _HEALTH.Name(s.status).removeprefix("ENGINE_HEALTH_").lower()}
+    if s.ft_state != _FT.FT_STATE_UNSPECIFIED:
+        out["ft_state"] = s.raw_ft_state or _FT.Name(s.ft_state).removeprefix("FT_STATE_").lower()
+    for key in ("fault_info", "last_ft_request_id", "ft_error"):
+        if getattr(s, key):
+            out[key] = getattr(s, key)
+    if s.mask:
+        out["mask"] = list(s.mask)
+    return out
+
+
+def apply_readiness(s: common_pb2.EngineFtStatus) -> str:
+    """Before apply: 'ready' only on (unhealthy, -); 'wait' on (healthy, -) and (unhealthy, recovering);
+    'dead' is absorbed by the caller; anything else fails the round."""
+    if s.status == _HEALTH.ENGINE_HEALTH_DEAD:
+        return "dead"
+    if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
+        return "ready"
+    if (s.status, s.ft_state) in (
+        (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
+        (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
+    ):
+        return "wait"
+    return "fail"
+
+
+def recovery_state(s: common_pb2.EngineFtStatus) -> str:
+    """After apply: 'done' only on (healthy, -); 'wait' on (unhealthy, -) and (unhealthy, recovering);
+    everything else ((unhealthy, failed), dead, (healthy, recovering), unknown) fails the round."""
+    if s.status == _HEALTH.ENGINE_HEALTH_HEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
+        return "done"
+    if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state in (_FT.FT_STATE_UNSPECIFIED, _FT.FT_STATE_RECOVERING):
+        return "wait"
+    return "fail"
+
+
+class DpScaleDownStrategy(Strategy):
+    name = "dp_scale_down"
+    priority = Priority.DP_SCALE_DOWN
+
+    def __init__(self, deps: ControllerDeps, ctx: ScaleDownContext, request_id: str | None = None) -> None:
+        super().__init__(deps, ctx.instance_id)
+        self.ctx = ctx
+        self.request_id = request_id or f"sd-{ctx.instance_id}-{uuid.uuid4().hex[:12]}"
+        self._round_dead: set[int] = set()
+        self._guard_attempted: list[str] = []
+        self._committed: set[str] = set()
+        self._controller_committed = False
+        self.last_observed_at_sec = 0.0
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _log(self, level: int, msg: str, *args: object) -> None:
+        log.log(level, "instance=%d request_id=%s " + msg, self.instance_id, self.request_id, *args)
+
+    async def _timed(self, name: str, target: str, make: Callable[[], Awaitable[T]], detail: str = "") -> T:
+        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
+        try:
+            result = await make()
+        except PeerCallError as exc:
+            if self.txn:
+                self.txn.call(name, target, wall, self.deps.clock.monotonic() - start, f"error: {exc.code.name if exc.code else 'ERROR'}: {exc.details}", detail)
+            raise
+        if self.txn:
+            self.txn.call(name, target, wall, self.deps.clock.monotonic() - start, "ok", detail)
+        return result
+
+    async def _persist(self, must: bool) -> None:
+        try:
+            await self.deps.persist(self.instance_id)
+        except StoreError as exc:
+            self._log(logging.ERROR, "persisting runtime failed: %s", exc)
+            if must:
+                raise RoundFailed(f"persisting runtime failed: {exc}") from None
+            self.deps.runtimes.set_error(self.instance_id, f"persisting runtime failed: {exc}")
+
+    def _check_stop(self) -> None:
+        if self.stop_requested:
+            raise Preempted("preempted by a higher-priority strategy")
+
+    def _plan(self) -> RoundPlan:
+        record = self.deps.registry.get(self.instance_id)
+        if record is None:
+            raise RoundFailed(f"topology of instance {self.instance_id} is unknown")
+        runtime = self.deps.runtimes.get(self.instance_id)
+        try:
+            return plan_round(
+                original_dp_ranks=runtime.original_dp_ranks,
+                dead_committed=runtime.dead_committed,
+                removed_this_round=self._round_dead,
+                endpoints=record.endpoint_infos(),
+                pods=record.pod_infos(),
+            )
+        except TopologyError as exc:
+            raise RoundFailed(f"topology check failed: {exc}") from None
+
+    # ---- the round ---------------------------------------------------------------------------
+
+    async def execute(self) -> Outcome:
+        deps, ctx = self.deps, self.ctx
+        runtime = deps.runtimes.get(self.instance_id)
+        if ctx.dead <= runtime.dead_committed:
+            if runtime.phase is FtPhase.SCALED_DOWN_RUNNING:
+                return Outcome(True, f"ranks {sorted(ctx.dead)} already committed", observed_at_sec=deps.clock.wall())
+            return Outcome(False, f"ranks {sorted(ctx.dead)} already committed but phase is {runtime.phase}",
+                           fallback=ctx.fallback_strategy)
+        self._round_dead = set(ctx.dead - runtime.dead_committed)
+        self.txn = deps.timelines.begin(self.instance_id, self.name, self.request_id, deps.clock.wall())
+        self.txn.decision(
+            "scale_down", deps.clock.wall(),
+            f"dead={sorted(ctx.dead)} unhealthy={sorted(ctx.unhealthy)} dead_committed={sorted(runtime.dead_committed)}",
+        )
+        deps.runtimes.begin_round(self.instance_id, self.request_id, self._round_dead)
+        try:
+            self.set_phase(FtPhase.DECIDING, f"removing {sorted(self._round_dead)}")
+            await self._persist(must=True)
+            self._gate()
+            plan = self._plan()
+            await self._guard_all(plan)
+            plan = await self._await_apply_ready(plan)
+            await self._drain()
+            self._check_stop()
+            self.set_phase(FtPhase.SCALING_DOWN, f"apply removed_dp_ranks={list(plan.removed_cumulative)}")
+            await self._persist(must=True)
+            await self._apply(plan)
+            await self._await_recovered(plan)
+            self.set_phase(FtPhase.POST_SCALE_CLEANUP)
+            await self._persist(must=True)
+            await self._finalize_commit(plan)
+        except (RoundFailed, Preempted) as exc:
+            return self._failed(str(exc))
+        except asyncio.CancelledError:
+            self._failed("cancelled: preempted")
+            raise
+        finally:
+            if not self._controller_committed:
+                await self._abort_uncommitted()
+        return await self._after_commit(plan)
+
+    def _failed(self, reason: str) -> Outcome:
+        self._log(logging.WARNING, "round failed: %s", reason)
+        self.deps.runtimes.set_error(self.instance_id, f"scale-down {self.request_id} failed: {reason}")
+        if self.txn:
+            self.txn.finish(f"failed: {reason}", self.deps.clock.wall())
+        self.deps.changed(self.instance_id)
+        return Outcome(False, reason, fallback=self.ctx.fallback_strategy, observed_at_sec=self.last_observed_at_sec)
+
+    def _gate(self) -> None:
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        capability, note = record.capability() if record else (None, "instance topology unknown")
+        ft = deps.config.fault_tolerance_config
+        gate = evaluate_gate(
+            enable_fault_tolerance=ft.enable_fault_tolerance,
+            enable_dp_scale_down=ft.enable_dp_scale_down,
+            capability=capability,
+        )
+        deps.runtimes.set_gate(self.instance_id, gate)
+        if self.txn:
+            self.txn.decision("gate", deps.clock.wall(), f"allowed={gate.allowed} reasons={list(gate.reason_codes)} {note}".strip())
+        if not gate.allowed:
+            raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
+
+    async def _gather(self, calls: Iterable[tuple[str, Awaitable[T]]]) -> dict[str, T]:
+        """Runs per-NodeManager calls concurrently; the first error fails the round (after all ended)."""
+        items = list(calls)
+        results = await asyncio.gather(*(c for _, c in items), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in errors:
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+        if errors:
+            raise RoundFailed("; ".join(str(e) for e in errors))
+        return {addr: r for (addr, _), r in zip(items, results)}  # type: ignore[misc]
+
+    async def _guard_all(self, plan: RoundPlan) -> None:
+        lease = self.deps.config.fault_tolerance_config.guard_lease_sec
+        calls = []
+        for pod in plan.pods:
+            client = self.deps.nodemanagers.get(pod.node_manager_address)
+            self._guard_attempted.append(pod.node_manager_address)
+            calls.append((pod.node_manager_address, self._timed(
+                "guard", pod.node_manager_address,
+                lambda c=client: c.guard(self.instance_id, self.request_id, lease), f"lease_sec={lease:g}",
+            )))
+        await self._gather(calls)
+
+    async def _query(self, plan: RoundPlan) -> dict[int, common_pb2.EngineFtStatus]:
+        calls = []
+        for pod in plan.pods:
+            if not pod.status_targets:
+                continue
+            client = self.deps.nodemanagers.get(pod.node_manager_address)
+            calls.append((pod.node_manager_address, self._timed(
+                "status", pod.node_manager_address,
+                lambda c=client, ids=pod.status_targets: c.status(self.instance_id, self.request_id, ids),
+                f"endpoint_ids={list(pod.status_targets)}",
+            )))
+        by_pod = await self._gather(calls)
+        self.last_observed_at_sec = self.deps.clock.wall()
+        statuses: dict[int, common_pb2.EngineFtStatus] = {}
+        for entries in by_pod.values():
+            for entry in entries:
+                statuses[entry.id] = entry
+                self.deps.runtimes.record_engine_status(self.instance_id, entry.id, status_dict(entry))
+        missing = sorted(set(plan.routable_survivors) - set(statuses))
+        if missing:
+            raise RoundFailed(f"status has no entry for survivors {missing}")
+        self.deps.changed(self.instance_id)
+        return statuses
+
+    async def _await_apply_ready(self, plan: RoundPlan) -> RoundPlan:
+        sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
+        deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
+        # Each absorption removes a survivor, so the loop ends after at most len(survivors) absorptions
+        # plus the polls that fit before the deadline.
+        while True:
+            self._check_stop()
+            statuses = await self._query(plan)
+            dead = sorted(r for r, s in statuses.items() if apply_readiness(s) == "dead")
+            if dead:
+                self._round_dead.update(dead)
+                self.deps.runtimes.set_pending(self.instance_id, self._round_dead)
+                if self.txn:
+                    self.txn.decision("absorb", self.deps.clock.wall(), f"survivors {dead} are dead: removed this round")
+                self._log(logging.INFO, "absorbed newly dead ranks %s; removing %s", dead, sorted(self._round_dead))
+                plan = self._plan()
+                continue
+            failing = {r: s for r, s in statuses.items() if apply_readiness(s) == "fail"}
+            if failing:
+                raise RoundFailed("survivors not apply-ready: " + ", ".join(f"rank {r} {status_text(s)}" for r, s in sorted(failing.items())))
+            waiting = sorted(r for r, s in statuses.items() if apply_readiness(s) == "wait")
+            if not waiting:
+                return plan
+            if self.deps.runtimes.get(self.instance_id).phase is FtPhase.DECIDING:
+                self.set_phase(FtPhase.WAITING_ENGINE_FAULT, f"waiting for survivors {waiting}")
+            remaining = deadline - self.deps.clock.monotonic()
+            if remaining <= 0:
+                raise RoundFailed(
+                    f"survivors {waiting} not apply-ready within {sd.execution_deadline_sec:g}s: "
+                    + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
+                )
+            await self.deps.clock.sleep(min(sd.poll_interval_sec, remaining))
+
+    async def _drain(self) -> None:
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        if record is None or not deps.pusher.enabled:
+            return
+        wall, start = deps.clock.wall(), self.deps.clock.monotonic()
+        try:
+            drained = await deps.pusher.drain(record.topology())
+        except PublishError as exc:
+            # Engines answer 503 while faulted, so routing to them is safe, if wasteful.
+            if self.txn:
+                self.txn.call("drain", deps.pusher.target, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
+            self._log(logging.WARNING, "drain failed (continuing): %s", exc)
+        else:
+            if self.txn:
+                self.txn.call("drain", deps.pusher.target, wall, self.deps.clock.monotonic() - start, "ok", f"DEL endpoints={list(drained or [])}")
+        deps.runtimes.set_published(self.instance_id, False)
+
+    async def _apply(self, plan: RoundPlan) -> None:
+        calls = []
+        for pod in plan.pods:
+            if not pod.status_targets:
+                continue
+            client = self.deps.nodemanagers.get(pod.node_manager_address)
+            calls.append((pod.node_manager_address, self._apply_one(client, pod.node_manager_address, plan, pod.status_targets)))
+        await self._gather(calls)
+
+    async def _apply_one(self, client, address: str, plan: RoundPlan, targets: tuple[int, ...]) -> None:
+        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
+        try:
+            resp = await client.apply(
+                self.instance_id, self.request_id, plan.removed_cumulative, plan.dp_master_ip, plan.dp_master_rank, targets
+            )
+        except PeerCallError as exc:
+            if self.txn:
+                self.txn.call("apply", address, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
+            raise RoundFailed(f"apply not accepted: {exc}") from None
+        detail = "; ".join(
+            f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r} body={r.request_body}"
+            + ("" if r.accepted else f" message={r.message!r}")
+            for r in resp.results
+        )
+        outcome = "ok" if resp.accepted else "not accepted"
+        if self.txn:
+            self.txn.call("apply", address, wall, self.deps.clock.monotonic() - start, outcome, f"dp_store_port={resp.dp_store_port} {detail}")
+        self._log(logging.INFO, "apply to %s %s: %s", address, outcome, detail)
+        if not resp.accepted:
+            refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
+            raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
+
+    async def _await_recovered(self, plan: RoundPlan) -> None:
+        sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
+        deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
+        while True:
+            self._check_stop()
+            statuses = await self._query(plan)
+            failing = {r: s for r, s in statuses.items() if recovery_state(s) == "fail"}
+            if failing:
+                raise RoundFailed("engine recovery failed: " + ", ".join(f"rank {r} {status_text(s)}" for r, s in sorted(failing.items())))
+            waiting = sorted(r for r, s in statuses.items() if recovery_state(s) == "wait")
+            if not waiting:
+                return
+            remaining = deadline - self.deps.clock.monotonic()
+            if remaining <= 0:
+                raise RoundFailed(
+                    f"survivors {waiting} not healthy within {sd.execution_deadline_sec:g}s after apply: "
+                    + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
+                )
+            await self.deps.clock.sleep(min(sd.poll_interval_sec, remaining))
+
+    async def _finalize_commit(self, plan: RoundPlan) -> None:
+        async def one(pod) -> None:
+            client = self.deps.nodemanagers.get(pod.node_manager_address)
+            await self._timed(
+                "finalize", pod.node_manager_address,
+                lambda: client.finalize(self.instance_id, self.request_id, True, pod.retired),
+                f"commit retired_ids={list(pod.retired)}",
+            )
+            self._committed.add(pod.node_manager_address)
+
+        await self._gather((pod.node_manager_address, one(pod)) for pod in plan.pods)
+        # From here on the engines' result is committed: the Controller commits too, whatever follows.
+        self.deps.runtimes.commit_round(self.instance_id, plan.removed_this_round)
+        self._controller_committed = True
+        self._log(logging.INFO, "committed removal of %s; dead_committed=%s", list(plan.removed_this_round),
+                  sorted(self.deps.runtimes.get(self.instance_id).dead_committed))
+
+    async def _abort_uncommitted(self) -> None:
+        targets = [a for a in dict.fromkeys(self._guard_attempted) if a not in self._committed]
+        if not targets:
+            return
+
+        async def one(address: str) -> None:
+            client = self.deps.nodemanagers.get(address)
+            try:
+                await self._timed("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()), "abort")
+            except PeerCallError as exc:
+                # A stale or expired guard is refused by the NodeManager; that is the point of the check.
+                self._log(logging.WARNING, "finalize(abort) to %s failed: %s", address, exc)
+
+        await asyncio.gather(*(one(a) for a in targets))
+
+    async def _after_commit(self, plan: RoundPlan) -> Outcome:
+        deps = self.deps
+        runtime = deps.runtimes.get(self.instance_id)
+        if deps.config.fault_tolerance_config.enable_dp_scale_up:
+            await self._stop_emptied_pods(plan)
+        self.set_phase(FtPhase.SCALED_DOWN_RUNNING, f"alive={runtime.alive_dp_ranks}")
+        await self._persist(must=False)
+        await self._publish()
+        if self.txn:
+            self.txn.finish("succeeded", deps.clock.wall())
+        deps.changed(self.instance_id)
+        return Outcome(True, f"removed {list(plan.removed_this_round)}", observed_at_sec=self.last_observed_at_sec)
+
+    async def _stop_emptied_pods(self, plan: RoundPlan) -> None:
+        record = self.deps.registry.get(self.instance_id)
+        if record is None:
+            return
+        runtime = self.deps.runtimes.get(self.instance_id)
+        emptied = [p for p in recyclable_pods(record.pod_infos(), runtime.dead_committed)
+                   if set(p.ranks) & set(plan.removed_this_round)]
+        for pod in emptied:
+            client = self.deps.nodemanagers.get(pod.node_manager_address)
+            try:
+                # Best effort and sent once: recycling and replacing the pod is the cluster's job.
+                await self._timed("stop_pod", pod.node_manager_address,
+                                  lambda c=client: c.stop_pod(self.request_id, "every DP rank of the pod is committed dead"),
+                                  f"ranks={list(pod.ranks)}")
+            except PeerCallError as exc:
+                self._log(logging.WARNING, "stop_pod %s failed (not retried): %s", pod.pod_ip, exc)
+
+    async def _publish(self) -> None:
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        if record is None or not deps.pusher.enabled:
+            deps.runtimes.set_published(self.instance_id, record is not None)
+            return
+        runtime = deps.runtimes.get(self.instance_id)
+        view = project_serving_view(record.topology(), runtime)
+        wall, start = deps.clock.wall(), self.deps.clock.monotonic()
+        try:
+            await deps.pusher.add(view)
+        except PublishError as exc:
+            if self.txn:
+                self.txn.call("publish", deps.pusher.target, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
+            deps.runtimes.set_published(self.instance_id, False, f"publish failed: {exc}")
+            self._log(logging.WARNING, "publish failed; a later SET converges: %s", exc)
+            return
+        if self.txn:
+            self.txn.call("publish", deps.pusher.target, wall, self.deps.clock.monotonic() - start, "ok",
+                          f"ADD endpoints={[e.id for e in view.endpoints]}")
+        deps.runtimes.set_published(self.instance_id, True)

@@ -1,0 +1,128 @@
+"""Whole-instance reconfiguration: the original fallback (and the whole baseline with scale-down off).
+
+Drain the published view, stop every engine of the instance on every pod, then start every
+original rank into a new DP group; success clears the scale-down history and publishes all ranks.
+A failure leaves the instance RECONFIGURING with last_error; the FaultManager tries again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from motor.controller.clients import PeerCallError
+from motor.controller.fault_tolerance.dp_scale_down import FtPhase
+from motor.controller.fault_tolerance.strategy.base import (
+    FALLBACK_RECONFIGURATION,
+    ControllerDeps,
+    Outcome,
+    Priority,
+    Strategy,
+)
+from motor.controller.serving import PublishError, project_serving_view
+from motor.controller.store import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ReconfigurationStrategy(Strategy):
+    name = FALLBACK_RECONFIGURATION
+    priority = Priority.RECONFIGURATION
+
+    def __init__(self, deps: ControllerDeps, instance_id: int, reason: str) -> None:
+        super().__init__(deps, instance_id)
+        self.reason = reason
+        self.request_id = f"reconf-{instance_id}-{uuid.uuid4().hex[:12]}"
+
+    async def _call(self, name: str, address: str, make, detail: str = ""):
+        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
+        try:
+            result = await make()
+        except PeerCallError as exc:
+            if self.txn:
+                self.txn.call(name, address, wall, self.deps.clock.monotonic() - start, f"error: {exc}", detail)
+            raise
+        if self.txn:
+            self.txn.call(name, address, wall, self.deps.clock.monotonic() - start, "ok", detail)
+        return result
+
+    async def execute(self) -> Outcome:
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        self.txn = deps.timelines.begin(self.instance_id, self.name, self.request_id, deps.clock.wall())
+        self.txn.decision("reconfigure", deps.clock.wall(), self.reason)
+        log.warning("instance=%d request_id=%s whole-instance reconfiguration: %s", self.instance_id, self.request_id, self.reason)
+        if deps.runtimes.get(self.instance_id).phase is not FtPhase.RECONFIGURING:
+            self.set_phase(FtPhase.RECONFIGURING, self.reason)
+        else:
+            deps.changed(self.instance_id)
+        try:
+            await deps.persist(self.instance_id)
+        except StoreError as exc:
+            log.error("instance=%d persisting RECONFIGURING failed: %s", self.instance_id, exc)
+        if record is None:
+            return self._fail(f"topology of instance {self.instance_id} is unknown")
+        timeout = deps.config.reconfiguration_timeout_sec
+        if deps.pusher.enabled:
+            try:
+                drained = await self._call("drain", deps.pusher.target, lambda: deps.pusher.drain(record.topology()))
+                self.txn.note("drained", deps.clock.wall(), f"endpoints={list(drained or [])}")
+            except PublishError as exc:
+                self.txn.note("drain", deps.clock.wall(), str(exc), outcome="error")
+        deps.runtimes.set_published(self.instance_id, False)
+        pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
+        try:
+            await asyncio.gather(*(
+                self._call("stop_engines", p.node_manager_address,
+                           lambda p=p: deps.nodemanagers.get(p.node_manager_address).stop_engines(self.instance_id, self.request_id, timeout))
+                for p in pods
+            ))
+            master_rank = min(record.original_dp_ranks)
+            master_ip = record.endpoint_infos()[master_rank].ip
+            # Port 0: each NodeManager uses its configured initial dp_master_port for the new group.
+            await asyncio.gather(*(
+                self._call("start_engines", p.node_manager_address,
+                           lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
+                               self.instance_id, self.request_id, master_ip, 0, timeout),
+                           f"dp_master_ip={master_ip}")
+                for p in pods
+            ))
+        except PeerCallError as exc:
+            return self._fail(str(exc))
+        deps.runtimes.clear_history(self.instance_id)
+        if deps.runtimes.get(self.instance_id).phase is FtPhase.RECONFIGURING:
+            self.set_phase(FtPhase.NORMAL, "every original rank restarted")
+        deps.runtimes.set_error(self.instance_id, None)
+        try:
+            await deps.persist(self.instance_id)
+        except StoreError as exc:
+            deps.runtimes.set_error(self.instance_id, f"persisting runtime failed: {exc}")
+        await self._publish()
+        self.txn.finish("succeeded", deps.clock.wall())
+        deps.changed(self.instance_id)
+        return Outcome(True, "instance reconfigured", observed_at_sec=deps.clock.wall())
+
+    async def _publish(self) -> None:
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        if record is None:
+            return
+        if not deps.pusher.enabled:
+            deps.runtimes.set_published(self.instance_id, True)
+            return
+        view = project_serving_view(record.topology(), deps.runtimes.get(self.instance_id))
+        try:
+            await self._call("publish", deps.pusher.target, lambda: deps.pusher.add(view), f"ADD endpoints={[e.id for e in view.endpoints]}")
+        except PublishError as exc:
+            deps.runtimes.set_published(self.instance_id, False, f"publish failed: {exc}")
+            return
+        deps.runtimes.set_published(self.instance_id, True)
+
+    def _fail(self, reason: str) -> Outcome:
+        log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)
+        self.deps.runtimes.set_error(self.instance_id, f"reconfiguration failed: {reason}")
+        if self.txn:
+            self.txn.finish(f"failed: {reason}", self.deps.clock.wall())
+        self.deps.changed(self.instance_id)
+        return Outcome(False, reason)

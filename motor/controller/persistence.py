@@ -1,0 +1,85 @@
+"""Glue between the in-memory runtime and the RuntimeStore: compare-and-set writes keyed on the
+generation last written, and the restart rule of RFC §5 (an interrupted round becomes
+RECONFIGURING; apply is never replayed)."""
+
+from __future__ import annotations
+
+import logging
+
+from gen.motor.v1 import common_pb2
+from motor.controller.clock import Clock
+from motor.controller.fault_tolerance.dp_scale_down import INTERRUPTED_PHASES, FtPhase, FtRuntimeStore
+from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
+from motor.controller.instances import InstanceRegistry
+from motor.controller.store import PersistedInstance, RuntimeStore
+
+log = logging.getLogger(__name__)
+
+
+class RuntimePersister:
+    def __init__(self, store: RuntimeStore, runtimes: FtRuntimeStore, registry: InstanceRegistry) -> None:
+        self._store = store
+        self._runtimes = runtimes
+        self._registry = registry
+        self._written: dict[int, int] = {}
+
+    async def persist(self, instance_id: int) -> None:
+        """Writes the instance's record if its generation moved; StaleWriteError if another writer won."""
+        runtime = self._runtimes.get(instance_id)
+        record = self._registry.get(instance_id)
+        if record is None:
+            return
+        expected = self._written.get(instance_id)
+        if expected == runtime.generation:
+            return
+        await self._store.put(
+            PersistedInstance(
+                instance_id=instance_id,
+                phase=str(runtime.phase),
+                generation=runtime.generation,
+                original_dp_ranks=runtime.original_dp_ranks,
+                dead_committed=tuple(sorted(runtime.dead_committed)),
+                fallback_strategy=runtime.fallback_strategy,
+                topology=record.topology().SerializeToString(deterministic=True),
+            ),
+            expected,
+        )
+        self._written[instance_id] = runtime.generation
+
+    async def restore(self, clock: Clock) -> list[int]:
+        """Loads every persisted instance; returns the ids whose interrupted round must fall back."""
+        interrupted = []
+        for item in await self._store.load_all():
+            topology = common_pb2.Instance.FromString(item.topology)
+            self._registry.restore(topology, clock.monotonic())
+            phase = FtPhase(item.phase)
+            dead = item.dead_committed
+            if not self._runtimes.scale_down_enabled:
+                phase, dead = FtPhase.DISABLED, ()
+            elif phase is FtPhase.DISABLED:
+                phase = FtPhase.NORMAL
+            self._runtimes.create(
+                item.instance_id,
+                item.original_dp_ranks,
+                item.fallback_strategy or FALLBACK_RECONFIGURATION,
+                phase=phase,
+                generation=item.generation,
+                dead_committed=dead,
+            )
+            self._written[item.instance_id] = item.generation
+            if phase in INTERRUPTED_PHASES:
+                self._runtimes.set_phase(item.instance_id, FtPhase.RECONFIGURING)
+                self._runtimes.set_error(
+                    item.instance_id, f"controller restarted during {phase}: round abandoned, falling back"
+                )
+                interrupted.append(item.instance_id)
+                log.warning("instance=%d restored in %s: interrupted round -> RECONFIGURING (apply is never replayed)",
+                            item.instance_id, phase)
+            else:
+                log.info("instance=%d restored phase=%s generation=%d dead_committed=%s",
+                         item.instance_id, phase, item.generation, list(dead))
+                if phase is FtPhase.RECONFIGURING:
+                    interrupted.append(item.instance_id)
+        for instance_id in interrupted:
+            await self.persist(instance_id)
+        return interrupted

@@ -1,0 +1,103 @@
+"""ServingOverlay (one projection of every publication) and EventPusher (talks to the Coordinator).
+
+Every view sent to the Coordinator, whether the ADD after a successful round, the READY of a newly
+assembled instance, a RESUME or the periodic SET, goes through `project_serving_view`, which leaves
+out dead_committed and pending ranks (and headless ones, which have no API). DEL drains exactly the
+view currently published, so a later round never asks to remove ranks the Coordinator no longer has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from gen.motor.v1 import common_pb2, coordinator_pb2
+from motor.controller.clients import CoordinatorClient, PeerCallError
+from motor.controller.fault_tolerance.dp_scale_down import FtRuntime, serving_ranks
+
+log = logging.getLogger(__name__)
+
+
+def project_serving_view(topology: common_pb2.Instance, runtime: FtRuntime) -> common_pb2.Instance:
+    """The instance as the Coordinator may route to it: serving, routable endpoints only."""
+    serving = set(serving_ranks(runtime.original_dp_ranks, runtime.dead_committed, runtime.pending_removed_ranks))
+    view = common_pb2.Instance()
+    view.CopyFrom(topology)
+    del view.endpoints[:]
+    view.endpoints.extend(e for e in sorted(topology.endpoints, key=lambda e: e.id) if e.id in serving and not e.headless)
+    return view
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+class EventPusher:
+    """Serialised publication with a revision that only grows (wall-clock microseconds, so a
+    restarted Controller still outruns what the Coordinator acknowledged before)."""
+
+    def __init__(self, client: CoordinatorClient | None, wall_clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._clock = wall_clock
+        self._lock = asyncio.Lock()
+        self._revision = 0
+        # What the Coordinator acknowledged, by instance id → endpoint ids.
+        self._published: dict[int, tuple[int, ...]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self._client is not None
+
+    @property
+    def target(self) -> str:
+        return self._client.address if self._client else ""
+
+    def published_ids(self, instance_id: int) -> tuple[int, ...] | None:
+        return self._published.get(instance_id)
+
+    def _next_revision(self) -> int:
+        self._revision = max(self._revision + 1, int(self._clock() * 1_000_000))
+        return self._revision
+
+    async def _refresh(self, event: int, views: list[common_pb2.Instance]) -> None:
+        if self._client is None:
+            return
+        try:
+            await self._client.refresh(event, views, self._next_revision())
+        except PeerCallError as exc:
+            raise PublishError(str(exc)) from None
+
+    async def add(self, view: common_pb2.Instance) -> None:
+        """Publishes (or replaces) one instance's serving view."""
+        async with self._lock:
+            if not view.endpoints:
+                raise PublishError(f"instance {view.id}: serving view has no routable endpoint")
+            await self._refresh(coordinator_pb2.REFRESH_EVENT_ADD, [view])
+            self._published[view.id] = tuple(e.id for e in view.endpoints)
+            log.info("instance=%d published endpoints %s", view.id, list(self._published[view.id]))
+
+    async def drain(self, topology: common_pb2.Instance) -> tuple[int, ...] | None:
+        """DEL of exactly the currently published view; returns the ids drained (None: nothing was)."""
+        async with self._lock:
+            ids = self._published.get(topology.id)
+            if ids is None:
+                return None
+            view = common_pb2.Instance()
+            view.CopyFrom(topology)
+            del view.endpoints[:]
+            view.endpoints.extend(e for e in topology.endpoints if e.id in ids)
+            await self._refresh(coordinator_pb2.REFRESH_EVENT_DEL, [view])
+            del self._published[topology.id]
+            log.info("instance=%d drained endpoints %s", topology.id, list(ids))
+            return ids
+
+    async def set_all(self, compute_views: Callable[[], Iterable[common_pb2.Instance]]) -> list[int]:
+        """Replaces everything the Coordinator routes to with exactly the views computed under the
+        publication lock (so no drain can slip between computing and sending); returns their ids."""
+        async with self._lock:
+            listed = [v for v in compute_views() if v.endpoints]
+            await self._refresh(coordinator_pb2.REFRESH_EVENT_SET, listed)
+            self._published = {v.id: tuple(e.id for e in v.endpoints) for v in listed}
+            return [v.id for v in listed]

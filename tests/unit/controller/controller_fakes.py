@@ -1,0 +1,244 @@
+"""In-memory doubles of the Controller's PEERS (NodeManagers with their engines, the Coordinator),
+so the strategy and FaultManager logic can be exercised with a manual clock. The parts under test
+(strategies, FaultManager, runtime, projection, persistence glue) are the real ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2
+from motor.common.config import ControllerConfig, load_config
+from motor.controller.clients import PeerCallError
+from motor.controller.clock import ManualClock
+from motor.controller.core import ControllerCore
+from motor.controller.store import MemoryRuntimeStore
+
+HEALTHY, UNHEALTHY, DEAD = common_pb2.ENGINE_HEALTH_HEALTHY, common_pb2.ENGINE_HEALTH_UNHEALTHY, common_pb2.ENGINE_HEALTH_DEAD
+NONE, RECOVERING, FAILED = common_pb2.FT_STATE_UNSPECIFIED, common_pb2.FT_STATE_RECOVERING, common_pb2.FT_STATE_FAILED
+
+
+@dataclass
+class Engine:
+    rank: int
+    status: int = HEALTHY
+    ft_state: int = NONE
+    ft_error: str = ""
+    last_request_id: str = ""
+    # Status polls after apply before the engine reports healthy; None = never recovers by itself.
+    recover_after_polls: int | None = 1
+    fail_on_apply: str = ""
+    polls_since_apply: int = -1
+
+    def proto(self) -> common_pb2.EngineFtStatus:
+        return common_pb2.EngineFtStatus(id=self.rank, status=self.status, ft_state=self.ft_state, ft_error=self.ft_error,
+                                         last_ft_request_id=self.last_request_id)
+
+
+@dataclass
+class FakeCluster:
+    """Pods (NodeManager address → ranks) and their engines, with a record of every call."""
+
+    pods: dict[str, tuple[int, ...]]
+    engines: dict[int, Engine] = field(default_factory=dict)
+    calls: list[tuple] = field(default_factory=list)
+    guard_holder: dict[str, str] = field(default_factory=dict)
+    retired: dict[str, set[int]] = field(default_factory=dict)
+    fail: dict[tuple[str, str], grpc.StatusCode] = field(default_factory=dict)
+    apply_refused: set[int] = field(default_factory=set)
+    # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
+    on_status: Callable[[int], None] | None = None
+    status_polls: int = 0
+
+    def __post_init__(self) -> None:
+        for ranks in self.pods.values():
+            for r in ranks:
+                self.engines.setdefault(r, Engine(r))
+
+    def set(self, rank: int, status: int, ft_state: int = NONE) -> None:
+        self.engines[rank].status, self.engines[rank].ft_state = status, ft_state
+
+    def named(self, name: str) -> list[tuple]:
+        return [c for c in self.calls if c[0] == name]
+
+    def _maybe_fail(self, name: str, address: str) -> None:
+        code = self.fail.get((name, address)) or self.fail.get((name, "*"))
+        if code is not None:
+            raise PeerCallError(name, address, code, f"injected {code.name}")
+
+
+class FakeNodeManagerClient:
+    def __init__(self, cluster: FakeCluster, address: str) -> None:
+        self.cluster, self.address = cluster, address
+
+    async def guard(self, instance_id, request_id, lease_sec):
+        c = self.cluster
+        c.calls.append(("guard", self.address, request_id, lease_sec))
+        c._maybe_fail("guard", self.address)
+        holder = c.guard_holder.get(self.address)
+        if holder and holder != request_id:
+            raise PeerCallError("guard", self.address, grpc.StatusCode.FAILED_PRECONDITION, f"held by {holder}")
+        c.guard_holder[self.address] = request_id
+        return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
+
+    async def status(self, instance_id, request_id, endpoint_ids):
+        c = self.cluster
+        c.status_polls += 1
+        if c.on_status is not None:
+            c.on_status(c.status_polls)
+        c.calls.append(("status", self.address, tuple(endpoint_ids)))
+        c._maybe_fail("status", self.address)
+        out = []
+        for r in endpoint_ids:
+            eng = c.engines[r]
+            if eng.polls_since_apply >= 0:
+                eng.polls_since_apply += 1
+                if eng.fail_on_apply:
+                    eng.status, eng.ft_state, eng.ft_error = UNHEALTHY, FAILED, eng.fail_on_apply
+                elif eng.recover_after_polls is not None and eng.polls_since_apply > eng.recover_after_polls:
+                    eng.status, eng.ft_state = HEALTHY, NONE
+                    eng.polls_since_apply = -1
+            out.append(eng.proto())
+        return out
+
+    async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids):
+        c = self.cluster
+        c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids)))
+        c._maybe_fail("apply", self.address)
+        results = []
+        for r in endpoint_ids:
+            accepted = r not in c.apply_refused
+            results.append(node_manager_pb2.EngineApplyResult(
+                endpoint_id=r, accepted=accepted, http_status=202 if accepted else 400, engine_request_id=request_id,
+                request_body='{"instruction": "scale_down"}', message="" if accepted else "Invalid instruction"))
+            if accepted:
+                eng = c.engines[r]
+                eng.status, eng.ft_state, eng.last_request_id, eng.polls_since_apply = UNHEALTHY, RECOVERING, request_id, 0
+        return node_manager_pb2.ApplyResponse(accepted=all(x.accepted for x in results), results=results,
+                                              dp_store_port=29600 + master_rank)
+
+    async def finalize(self, instance_id, request_id, commit, retired_ids):
+        c = self.cluster
+        c.calls.append(("finalize", self.address, request_id, commit, tuple(retired_ids)))
+        c._maybe_fail("finalize" if commit else "abort", self.address)
+        if c.guard_holder.get(self.address) != request_id:
+            raise PeerCallError("finalize", self.address, grpc.StatusCode.FAILED_PRECONDITION, "stale")
+        del c.guard_holder[self.address]
+        if commit:
+            c.retired.setdefault(self.address, set()).update(retired_ids)
+        return node_manager_pb2.FinalizeResponse(retired_ids=sorted(c.retired.get(self.address, ())), guard_released=True)
+
+    async def stop_engines(self, instance_id, request_id, timeout_sec):
+        self.cluster.calls.append(("stop_engines", self.address))
+        self.cluster._maybe_fail("stop_engines", self.address)
+        return node_manager_pb2.StopEnginesResponse(stopped_ids=list(self.cluster.pods[self.address]))
+
+    async def start_engines(self, instance_id, request_id, master_ip, master_port, timeout_sec):
+        c = self.cluster
+        c.calls.append(("start_engines", self.address, master_ip))
+        c._maybe_fail("start_engines", self.address)
+        for r in c.pods[self.address]:
+            c.engines[r] = Engine(r)
+        c.retired.pop(self.address, None)
+        return node_manager_pb2.StartEnginesResponse()
+
+    async def stop_pod(self, request_id, reason):
+        self.cluster.calls.append(("stop_pod", self.address))
+        self.cluster._maybe_fail("stop_pod", self.address)
+        return node_manager_pb2.StopPodResponse(accepted=True)
+
+
+class FakeNodeManagers:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    def get(self, address: str) -> FakeNodeManagerClient:
+        return FakeNodeManagerClient(self.cluster, address)
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeCoordinator:
+    """Records publications; keeps the Coordinator's view to check DEL identity like the real one."""
+
+    address = "coordinator:1"
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[int, list[int]]]] = []
+        self.view: dict[int, list[int]] = {}
+        self.down = False
+
+    async def refresh(self, event, instances, revision):
+        name = {1: "ADD", 2: "DEL", 3: "SET"}[event]
+        ids = {i.id: sorted(e.id for e in i.endpoints) for i in instances}
+        self.events.append((name, ids))
+        if self.down:
+            raise PeerCallError(f"refresh:{name.lower()}", self.address, grpc.StatusCode.UNAVAILABLE, "down")
+        if name == "DEL":
+            for iid, eps in ids.items():
+                if self.view.get(iid) != eps:
+                    raise PeerCallError("refresh:del", self.address, grpc.StatusCode.FAILED_PRECONDITION, "identity")
+            for iid in ids:
+                del self.view[iid]
+        elif name == "ADD":
+            self.view.update(ids)
+        else:
+            self.view = dict(ids)
+        return revision
+
+    async def close(self) -> None:
+        pass
+
+
+def make_config(**ft) -> ControllerConfig:
+    overrides = [("fault_tolerance_config.enable_dp_scale_down", True)]
+    overrides += [(f"fault_tolerance_config.{k}", v) for k, v in ft.items()]
+    return load_config(ControllerConfig, None, overrides)
+
+
+def make_core(cluster: FakeCluster, config: ControllerConfig | None = None, coordinator: FakeCoordinator | None = None,
+              store: MemoryRuntimeStore | None = None, fast_recovery=None) -> tuple[ControllerCore, ManualClock]:
+    clock = ManualClock()
+    core = ControllerCore(config or make_config(), store or MemoryRuntimeStore(), clock, fast_recovery)
+    core.nodemanagers = FakeNodeManagers(cluster)  # type: ignore[assignment]
+    core.deps.nodemanagers = core.nodemanagers  # type: ignore[assignment]
+    if coordinator is not None:
+        core.pusher._client = coordinator  # type: ignore[assignment]
+    return core, clock
+
+
+def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, capability: bool = True,
+                     redundant: int = 8) -> controller_pb2.RegisterRequest:
+    pod_ip = address.split(":")[0]
+    dp_size = sum(len(r) for r in cluster.pods.values())
+    req = controller_pb2.RegisterRequest(instance_id=instance_id, role=common_pb2.ROLE_UNION, model="m", dp_size=dp_size)
+    req.pod.pod_ip, req.pod.node_manager_address = pod_ip, address
+    req.pod.endpoint_ids.extend(cluster.pods[address])
+    for r in cluster.pods[address]:
+        req.endpoints.add(id=r, ip=pod_ip, business_port=8000 + r, mgmt_port=8000 + r)
+    if capability:
+        req.ft_capability.CopyFrom(common_pb2.FtCapability(
+            engine_ft_enabled=True, scale_down_supported=True, external_lb=True, auto_recovery=False,
+            enable_eplb=True, num_redundant_experts=redundant))
+    return req
+
+
+async def assemble(core: ControllerCore, cluster: FakeCluster, instance_id: int = 7, **kwargs) -> None:
+    for address in cluster.pods:
+        await core.register(register_request(cluster, address, instance_id, **kwargs))
+
+
+def two_pods() -> FakeCluster:
+    return FakeCluster(pods={"127.0.0.2:1": (0, 1), "127.0.0.3:1": (2, 3)})
+
+
+def heartbeat_all(core: ControllerCore, cluster: FakeCluster, instance_id: int = 7, dead: set[int] = frozenset()) -> None:
+    """Every pod reports its expected ranks alive, except `dead` ones (their processes are gone)."""
+    for seq, (address, ranks) in enumerate(cluster.pods.items()):
+        committed = core.runtimes.get(instance_id).dead_committed
+        alive = [r for r in ranks if r not in committed and r not in dead]
+        core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip=address.split(":")[0], instance_id=instance_id,
+                                                       alive_endpoint_ids=alive, seq=seq))

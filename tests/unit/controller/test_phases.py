@@ -1,0 +1,160 @@
+"""FtPhase transitions (RFC §3.1), the runtime store, serving projection and can_serve."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from motor.controller.fault_tolerance.dp_scale_down import (
+    INTERRUPTED_PHASES,
+    TRANSACTION_PHASES,
+    EvidenceKind,
+    FaultNormalizer,
+    FtPhase,
+    FtRuntimeStore,
+    Health,
+    IllegalTransitionError,
+    can_serve,
+    serving_ranks,
+    transition,
+)
+
+P = FtPhase
+LEGAL = {
+    (P.NORMAL, P.DECIDING),
+    (P.NORMAL, P.RECONFIGURING),
+    (P.DECIDING, P.WAITING_ENGINE_FAULT),
+    (P.DECIDING, P.SCALING_DOWN),
+    (P.DECIDING, P.RECONFIGURING),
+    (P.WAITING_ENGINE_FAULT, P.SCALING_DOWN),
+    (P.WAITING_ENGINE_FAULT, P.RECONFIGURING),
+    (P.SCALING_DOWN, P.POST_SCALE_CLEANUP),
+    (P.SCALING_DOWN, P.RECONFIGURING),
+    (P.POST_SCALE_CLEANUP, P.SCALED_DOWN_RUNNING),
+    (P.POST_SCALE_CLEANUP, P.RECONFIGURING),
+    (P.SCALED_DOWN_RUNNING, P.DECIDING),
+    (P.SCALED_DOWN_RUNNING, P.RECONFIGURING),
+    (P.RECONFIGURING, P.NORMAL),
+    (P.RECONFIGURING, P.RECONFIGURING),
+}
+
+
+@pytest.mark.parametrize(("src", "dst"), list(itertools.product(FtPhase, FtPhase)))
+def test_every_transition_is_exactly_as_drawn(src: FtPhase, dst: FtPhase) -> None:
+    if (src, dst) in LEGAL:
+        assert transition(src, dst) is dst
+    else:
+        with pytest.raises(IllegalTransitionError, match=f"{src} -> {dst}"):
+            transition(src, dst)
+
+
+def test_transaction_window_and_restart_rule() -> None:
+    assert TRANSACTION_PHASES == {P.DECIDING, P.WAITING_ENGINE_FAULT, P.SCALING_DOWN, P.POST_SCALE_CLEANUP}
+    assert P.RECONFIGURING not in TRANSACTION_PHASES
+    assert P.SCALED_DOWN_RUNNING not in TRANSACTION_PHASES
+    for phase in INTERRUPTED_PHASES:
+        assert P.RECONFIGURING in {dst for (src, dst) in LEGAL if src is phase}
+
+
+@pytest.mark.parametrize(
+    ("phase", "published", "expected"),
+    [(p, pub, p in (P.NORMAL, P.SCALED_DOWN_RUNNING) and pub) for p in FtPhase for pub in (True, False)],
+)
+def test_can_serve_only_when_servable_and_published(phase: FtPhase, published: bool, expected: bool) -> None:
+    assert can_serve(phase, published) is expected
+
+
+def test_serving_excludes_committed_and_pending() -> None:
+    assert serving_ranks([0, 1, 2, 3], [1], [3]) == [0, 2]
+    assert serving_ranks([0, 1, 2, 3], [], []) == [0, 1, 2, 3]
+
+
+def test_consecutive_rounds_keep_original_ids() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    rt = store.create(7, [0, 1, 2, 3], "instance_reconfiguration")
+    assert rt.phase is P.NORMAL
+    for phase in (P.DECIDING, P.SCALING_DOWN, P.POST_SCALE_CLEANUP):
+        store.set_phase(7, phase)
+    store.begin_round(7, "r1", [1])
+    assert rt.alive_dp_ranks == [0, 2, 3] and rt.pending_removed_ranks == {1}
+    store.commit_round(7, [1])
+    store.set_phase(7, P.SCALED_DOWN_RUNNING)
+    assert rt.alive_dp_ranks == [0, 2, 3] and rt.dead_committed == {1} and not rt.pending_removed_ranks
+    for phase in (P.DECIDING, P.WAITING_ENGINE_FAULT, P.SCALING_DOWN, P.POST_SCALE_CLEANUP):
+        store.set_phase(7, phase)
+    store.begin_round(7, "r2", [3])
+    store.commit_round(7, [3])
+    store.set_phase(7, P.SCALED_DOWN_RUNNING)
+    assert rt.alive_dp_ranks == [0, 2]
+    assert rt.dead_committed == {1, 3}
+    assert rt.original_dp_ranks == (0, 1, 2, 3)
+    assert rt.as_dict()["alive_dp_ranks"] == [0, 2]
+
+
+def test_generation_moves_with_persisted_changes_only() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    rt = store.create(1, [0, 1], "f")
+    g = rt.generation
+    store.set_gate(1, rt.gate)
+    store.record_engine_status(1, 0, {"status": "healthy"})
+    store.set_published(1, True)
+    assert rt.generation == g
+    store.set_phase(1, P.DECIDING)
+    assert rt.generation == g + 1
+
+
+def test_commit_refuses_foreign_or_total_removal() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    store.create(1, [0, 1], "f")
+    with pytest.raises(ValueError, match="not original ranks"):
+        store.commit_round(1, [5])
+    with pytest.raises(ValueError, match="every rank"):
+        store.commit_round(1, [0, 1])
+
+
+def test_pending_cannot_overlap_committed() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    store.create(1, [0, 1, 2], "f", dead_committed=[2])
+    with pytest.raises(ValueError, match="overlaps"):
+        store.set_pending(1, [2])
+
+
+def test_feature_off_reads_disabled_whatever_runs() -> None:
+    store = FtRuntimeStore(scale_down_enabled=False)
+    rt = store.create(1, [0, 1], "f")
+    assert rt.phase is P.DISABLED
+    store.set_phase(1, P.RECONFIGURING)
+    assert rt.phase is P.DISABLED
+    assert rt.as_dict()["phase"] == "DISABLED"
+
+
+def test_clear_history_after_rebuild() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    rt = store.create(1, [0, 1, 2], "f", dead_committed=[1])
+    store.clear_history(1)
+    assert rt.alive_dp_ranks == [0, 1, 2]
+
+
+def test_rfc_json_shape() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    rt = store.create(7, [0, 1, 2, 3], "instance_reconfiguration", dead_committed=[1], phase=P.SCALED_DOWN_RUNNING)
+    store.set_published(7, True)
+    body = rt.as_dict()
+    for key in ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks",
+                "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error",
+                "can_serve"):
+        assert key in body
+    assert body["gate"] == {"allowed": True, "reason_codes": []}
+    assert body["can_serve"] is True and body["last_error"] is None
+
+
+def test_normalizer_maps_to_original_rank_and_filters_committed() -> None:
+    norm = FaultNormalizer([0, 1, 2, 3])
+    ev = norm.normalize(2, EvidenceKind.ENGINE_DEAD, "exit 9", 5.0, dead_committed=[1])
+    assert ev is not None and ev.rank == 2 and ev.health is Health.DEAD
+    assert norm.normalize(1, EvidenceKind.DEAD, "", 5.0, dead_committed=[1]) is None
+    assert norm.normalize(0, EvidenceKind.RECOVERED, "", 5.0, []).health is Health.HEALTHY
+    assert norm.normalize(0, EvidenceKind.PROTOCOL_ERROR, "", 5.0, []).health is Health.PROTOCOL_ERROR
+    with pytest.raises(ValueError, match="endpoint id 9 is not an original DP rank"):
+        norm.normalize(9, EvidenceKind.DEAD, "", 5.0, [])

@@ -1,0 +1,481 @@
+"""DpScaleDownStrategy and FaultManager against in-memory NodeManager/Coordinator peers and a
+manual clock: the RFC §5 round, absorption, failure paths, fallback, preemption and restart rules."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from controller_fakes import (
+    DEAD,
+    UNHEALTHY,
+    FakeCluster,
+    FakeCoordinator,
+    assemble,
+    heartbeat_all,
+    make_config,
+    make_core,
+    register_request,
+    two_pods,
+)
+
+from motor.controller.fault_tolerance.dp_scale_down import EvidenceKind, FtPhase, ScaleDownContext
+from motor.controller.fault_tolerance.strategy.base import Outcome, Priority, Strategy
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.controller.store import MemoryRuntimeStore
+
+
+def ctx(core, dead, unhealthy, iid=7) -> ScaleDownContext:
+    rt = core.runtimes.get(iid)
+    return ScaleDownContext(iid, rt.original_dp_ranks, rt.dead_committed, frozenset(dead), frozenset(unhealthy),
+                            rt.fallback_strategy, core.clock.wall())
+
+
+async def run_round(core, dead, unhealthy) -> tuple[DpScaleDownStrategy, Outcome]:
+    strategy = DpScaleDownStrategy(core.deps, ctx(core, dead, unhealthy))
+    return strategy, await strategy.run()
+
+
+async def test_ordinary_rank_round_commits_once_and_publishes_survivors() -> None:
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    assert coord.view == {7: [0, 1, 2, 3]}
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.SCALED_DOWN_RUNNING and rt.dead_committed == {1} and rt.alive_dp_ranks == [0, 2, 3]
+    assert rt.serving_published and rt.can_serve and rt.last_error is None
+    applies = cluster.named("apply")
+    assert len(applies) == 2  # one per pod with survivors, one call each
+    assert {a[2] for a in applies} == {strategy.request_id}
+    assert all(a[3] == (1,) and a[4] == "127.0.0.2" and a[5] == 0 for a in applies)
+    assert sorted(r for a in applies for r in a[6]) == [0, 2, 3]
+    assert [c[0] for c in cluster.calls if c[0] in ("guard",)] == ["guard", "guard"]
+    commits = {c[1]: c[4] for c in cluster.named("finalize") if c[3]}
+    assert commits == {"127.0.0.2:1": (1,), "127.0.0.3:1": ()}
+    assert [e[0] for e in coord.events] == ["ADD", "DEL", "ADD"]
+    assert coord.view == {7: [0, 2, 3]}
+    phases = [e.name for e in strategy.txn.events if e.kind == "phase"]
+    assert phases == ["DECIDING", "SCALING_DOWN", "POST_SCALE_CLEANUP", "SCALED_DOWN_RUNNING"]
+    assert not cluster.guard_holder  # every guard released
+
+
+async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> None:
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    cluster.set(3, DEAD)
+    for r in (0, 2):
+        cluster.set(r, UNHEALTHY)
+    strategy, outcome = await run_round(core, {3}, {0, 2})
+    assert outcome.succeeded, outcome.detail
+    rt = core.runtimes.get(7)
+    assert rt.alive_dp_ranks == [0, 2] and rt.dead_committed == {1, 3}
+    second = [a for a in cluster.named("apply") if a[2] == strategy.request_id]
+    assert all(a[3] == (1, 3) for a in second)
+    # The drain of round two deletes exactly what round one published; the SET keeps 1 and 3 out.
+    assert coord.events[-2] == ("DEL", {7: [0, 2, 3]})
+    assert coord.view == {7: [0, 2]}
+    await core.publish_all()
+    assert coord.events[-1] == ("SET", {7: [0, 2]})
+
+
+async def test_rank0_round_picks_new_master() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(0, DEAD)
+    for r in (1, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    _, outcome = await run_round(core, {0}, {1, 2, 3})
+    assert outcome.succeeded
+    assert {(a[4], a[5]) for a in cluster.named("apply")} == {("127.0.0.2", 1)}
+
+
+async def test_late_dead_survivor_is_absorbed_into_the_same_round() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    cluster.set(2, DEAD)  # died after the FaultManager froze its snapshot
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    assert core.runtimes.get(7).dead_committed == {1, 2}
+    applies = cluster.named("apply")
+    assert all(a[3] == (1, 2) for a in applies) and sorted(r for a in applies for r in a[6]) == [0, 3]
+    assert any(e.name == "absorb" for e in strategy.txn.events)
+
+
+async def test_absorption_that_leaves_no_survivor_fails_to_fallback() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, DEAD)
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "no survivor" in outcome.detail
+    assert not cluster.named("apply")
+    assert all(not c[3] for c in cluster.named("finalize"))  # aborts only
+
+
+async def test_waits_while_survivors_healthy_then_times_out_without_apply() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "not apply-ready within 30s" in outcome.detail
+    assert not cluster.named("apply")
+    assert FtPhase.WAITING_ENGINE_FAULT in [e.name for e in strategy.txn.events if e.kind == "phase"]
+    assert clock.monotonic() >= 30.0
+    assert {c[1] for c in cluster.named("finalize") if not c[3]} == set(cluster.pods)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda c: c.fail.update({("apply", "127.0.0.3:1"): grpc.StatusCode.UNAVAILABLE}), "apply not accepted"),
+        (lambda c: c.apply_refused.add(2), "apply not accepted by 127.0.0.3:1"),
+        (lambda c: setattr(c.engines[2], "fail_on_apply", "insufficient redundancy"), "insufficient redundancy"),
+        (lambda c: setattr(c.engines[2], "recover_after_polls", None), "not healthy within 30s after apply"),
+    ],
+)
+async def test_engine_failure_paths_abort_and_fall_back(setup, message) -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    setup(cluster)
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and message in outcome.detail
+    assert outcome.fallback == "instance_reconfiguration"
+    rt = core.runtimes.get(7)
+    assert rt.dead_committed == frozenset() and message in (rt.last_error or "")
+    assert len({a[1] for a in cluster.named("apply")}) <= 2 and len(cluster.named("apply")) <= 2  # never retried
+    assert all(not c[3] for c in cluster.named("finalize"))
+    assert not cluster.guard_holder
+
+
+async def test_status_query_error_fails_the_round() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    cluster.fail[("status", "127.0.0.3:1")] = grpc.StatusCode.FAILED_PRECONDITION
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "status to 127.0.0.3:1 failed" in outcome.detail
+
+
+async def test_gate_refusal_records_reasons_and_sends_nothing() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster, redundant=0)
+    cluster.set(1, DEAD)
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "EXPERT_REDUNDANCY_REQUIRED" in outcome.detail
+    assert core.runtimes.get(7).gate.reason_codes == ("EXPERT_REDUNDANCY_REQUIRED",)
+    assert not cluster.calls
+
+
+async def test_guard_conflict_fails_and_aborts_only_its_own() -> None:
+    cluster = two_pods()
+    cluster.guard_holder["127.0.0.3:1"] = "someone-else"
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "held by someone-else" in outcome.detail
+    assert cluster.guard_holder == {"127.0.0.3:1": "someone-else"}  # the other transaction keeps its guard
+
+
+async def test_post_commit_publish_failure_keeps_result_and_set_converges() -> None:
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+
+    def coordinator_dies(poll: int) -> None:
+        coord.down = poll >= 2  # after the drain
+
+    cluster.on_status = coordinator_dies
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.SCALED_DOWN_RUNNING and rt.dead_committed == {1}
+    assert not rt.serving_published and not rt.can_serve and "publish failed" in rt.last_error
+    assert len(cluster.named("apply")) == 2
+    coord.down = False
+    await core.publish_all()
+    assert rt.serving_published and rt.can_serve and rt.last_error is None
+    assert coord.view == {7: [0, 2, 3]}
+
+
+@pytest.mark.parametrize("scale_up", [False, True])
+async def test_emptied_pod_stopped_once_only_with_scale_up(scale_up: bool) -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster, make_config(enable_dp_scale_up=scale_up))
+    await assemble(core, cluster)
+    cluster.set(0, DEAD)
+    cluster.set(1, DEAD)
+    cluster.set(2, UNHEALTHY)
+    cluster.set(3, UNHEALTHY)
+    cluster.fail[("stop_pod", "*")] = grpc.StatusCode.UNAVAILABLE
+    _, outcome = await run_round(core, {0, 1}, {2, 3})
+    assert outcome.succeeded  # a failed stop never changes the result
+    assert [c[1] for c in cluster.named("stop_pod")] == (["127.0.0.2:1"] if scale_up else [])
+
+
+async def test_partly_emptied_pod_is_not_stopped() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster, make_config(enable_dp_scale_up=True))
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    assert not cluster.named("stop_pod")
+
+
+async def test_dedupe_committed_candidates() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    calls = len(cluster.calls)
+    strategy = DpScaleDownStrategy(core.deps, ScaleDownContext(7, (0, 1, 2, 3), frozenset(), frozenset({1}),
+                                                               frozenset({0, 2, 3}), "instance_reconfiguration", 0.0))
+    outcome = await strategy.run()
+    assert outcome.succeeded and "already committed" in outcome.detail and len(cluster.calls) == calls
+
+
+# ---- FaultManager ----------------------------------------------------------------------------------
+
+
+async def settle(core, rounds: int = 50) -> None:
+    for _ in range(rounds):
+        await core.faults.evaluate_all()
+        await asyncio.sleep(0)
+        running = [core.faults.running(r.instance_id) for r in core.runtimes.all()]
+        if not any(running):
+            return
+        for s in running:
+            if s is not None:
+                await asyncio.sleep(0)
+    raise AssertionError("strategies did not settle")
+
+
+async def drain_tasks(core) -> None:
+    for _ in range(200):
+        if not any(core.faults.running(r.instance_id) for r in core.runtimes.all()):
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("strategy still running")
+
+
+async def test_fault_manager_complete_snapshot_runs_scale_down() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None  # incomplete: waits
+    for r in (0, 2, 3):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "peer failed", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert isinstance(core.faults.running(7), DpScaleDownStrategy)
+    await drain_tasks(core)
+    assert core.runtimes.get(7).dead_committed == {1}
+    assert not core.faults.evidence(7)  # superseded by the round's final observation
+
+
+async def test_fault_manager_idle_death_times_out_to_reconfiguration() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_software(7, 1, EvidenceKind.ENGINE_DEAD, "exit -9", core.clock.wall())
+    for _ in range(59):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster, dead={1})
+        await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not cluster.calls
+    clock.advance(1.0)
+    heartbeat_all(core, cluster, dead={1})
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    names = [c[0] for c in cluster.calls]
+    assert "apply" not in names and "guard" not in names
+    assert names.count("stop_engines") == 2 and names.count("start_engines") == 2
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.NORMAL and rt.alive_dp_ranks == [0, 1, 2, 3]
+
+
+async def test_fault_manager_failed_round_falls_back_to_reconfiguration() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    cluster.apply_refused.add(0)
+    for r, kind in ((1, EvidenceKind.DEAD), (0, EvidenceKind.UNHEALTHY), (2, EvidenceKind.UNHEALTHY), (3, EvidenceKind.UNHEALTHY)):
+        core.faults.report_software(7, r, kind, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    names = [c[0] for c in cluster.calls]
+    assert names.count("apply") == 2
+    assert names.index("start_engines") > names.index("apply")
+    txns = core.timelines.transactions(7)
+    assert [t.strategy for t in txns] == ["dp_scale_down", "instance_reconfiguration"]
+    assert txns[0].outcome.startswith("failed") and txns[1].outcome == "succeeded"
+    assert core.runtimes.get(7).phase is FtPhase.NORMAL
+
+
+class FakeFastRecovery:
+    """A fast-recovery plug-in whose applicability and result the test decides."""
+
+    def __init__(self, applicable: bool, succeeds: bool) -> None:
+        self.applicable, self.succeeds, self.started = applicable, succeeds, 0
+        self.release = asyncio.Event()
+
+    def is_applicable(self, instance_id, unhealthy) -> bool:
+        return self.applicable
+
+    def create(self, deps, instance_id) -> Strategy:
+        plugin = self
+
+        class _Fast(Strategy):
+            name = "fast_recovery"
+            priority = Priority.FAST_RECOVERY
+
+            async def execute(self) -> Outcome:
+                plugin.started += 1
+                await plugin.release.wait()
+                return Outcome(plugin.succeeds, "fast recovery " + ("ok" if plugin.succeeds else "failed"))
+
+        return _Fast(deps, instance_id)
+
+
+@pytest.mark.parametrize("succeeds", [True, False])
+async def test_fast_recovery_is_not_preempted_and_its_failure_goes_to_reconfiguration(succeeds: bool) -> None:
+    cluster = two_pods()
+    fast = FakeFastRecovery(applicable=True, succeeds=succeeds)
+    core, _ = make_core(cluster, fast_recovery=fast)
+    await assemble(core, cluster)
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    await asyncio.sleep(0)
+    assert fast.started == 1
+    # A DEAD arriving now would make a complete U+D, but fast recovery is never preempted by scale-down.
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7).name == "fast_recovery"
+    assert not await core.faults.preempt_and_start(7, DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3})))
+    fast.release.set()
+    await drain_tasks(core)
+    names = [c[0] for c in cluster.calls]
+    assert "apply" not in names and "guard" not in names
+    assert ("start_engines" in names) is (not succeeds)
+
+
+async def test_preemption_waits_for_abort_before_the_next_strategy() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)  # survivors stay healthy: the round keeps polling
+    strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
+    assert await core.faults.preempt_and_start(7, strategy)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert cluster.named("guard")
+    fast = FakeFastRecovery(applicable=True, succeeds=True)
+    fast.release.set()
+    assert await core.faults.preempt_and_start(7, fast.create(core.deps, 7))
+    assert strategy.is_finished()
+    aborts = cluster.named("finalize")
+    assert len(aborts) == 2 and all(not c[3] for c in aborts)
+    assert not cluster.guard_holder
+    await drain_tasks(core)
+
+
+async def test_partial_loss_suppressed_in_transaction_window_not_when_running() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.runtimes.set_phase(7, FtPhase.DECIDING)
+    core.faults.observe_heartbeat(7, {2, 3}, {2})
+    clock.advance(11.0)
+    assert core.faults._partial_loss(7, FtPhase.DECIDING, frozenset(), clock.monotonic()) == ""
+    assert "ranks [3] missing" in core.faults._partial_loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset(), clock.monotonic())
+    assert core.faults._partial_loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), clock.monotonic()) == ""
+
+
+async def test_restart_during_scaling_down_becomes_reconfiguring_without_apply() -> None:
+    cluster = two_pods()
+    store = MemoryRuntimeStore()
+    core, _ = make_core(cluster, store=store)
+    await assemble(core, cluster)
+    for phase in (FtPhase.DECIDING, FtPhase.SCALING_DOWN):
+        core.runtimes.set_phase(7, phase)
+        await core.persister.persist(7)
+    # A new controller on the same store.
+    fresh = FakeCluster(pods=dict(cluster.pods))
+    core2, _ = make_core(fresh, store=store)
+    await core2.persister.restore(core2.clock)
+    rt = core2.runtimes.get(7)
+    assert rt.phase is FtPhase.RECONFIGURING and "restarted during SCALING_DOWN" in rt.last_error
+    await core2.faults.evaluate_all()
+    await drain_tasks(core2)
+    names = [c[0] for c in fresh.calls]
+    assert "apply" not in names and names.count("start_engines") == 2
+    assert core2.runtimes.get(7).phase is FtPhase.NORMAL
+    persisted = await store.load_all()
+    assert persisted[0].phase == "NORMAL" and persisted[0].dead_committed == ()
+
+
+async def test_retired_ranks_unknown_to_controller_force_fallback() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    req = register_request(cluster, "127.0.0.2:1")
+    req.retired_ids.append(1)
+    await core.register(req)
+    assert core.runtimes.get(7).phase is FtPhase.RECONFIGURING
+
+
+async def test_stale_writer_cannot_overwrite() -> None:
+    cluster = two_pods()
+    store = MemoryRuntimeStore()
+    core_a, _ = make_core(cluster, store=store)
+    core_b, _ = make_core(FakeCluster(pods=dict(cluster.pods)), store=store)
+    await assemble(core_a, cluster)
+    await core_b.persister.restore(core_b.clock)
+    core_b.runtimes.set_phase(7, FtPhase.DECIDING)
+    await core_b.persister.persist(7)
+    core_a.runtimes.set_phase(7, FtPhase.RECONFIGURING)
+    from motor.controller.store import StaleWriteError
+
+    with pytest.raises(StaleWriteError):
+        await core_a.persister.persist(7)
