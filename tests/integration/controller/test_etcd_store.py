@@ -1,0 +1,460 @@
+"""Runtime store against a real etcd server (started once per session by the `etcd_endpoint` fixture).
+
+The CAS semantic suite runs against both backends, so the in-memory default cannot drift from etcd.
+etcd-only tests cover what a single process cannot show: concurrent writers on separate
+connections, a restarted controller (a fresh store object), unreachable and silent endpoints,
+corrupt data written by someone else, and key-prefix isolation. Every test uses its own prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import aetcd
+import pytest
+
+from motor.common.config import StoreConfig
+from motor.controller.store import (
+    EtcdRuntimeStore,
+    MemoryRuntimeStore,
+    PersistedInstance,
+    RuntimeStore,
+    StaleWriteError,
+    StoreError,
+    encode_record,
+    open_runtime_store,
+)
+from motor.launch.etcd import astart_etcd
+from motor.launch.ports import free_port
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.etcd]
+
+StoreFactory = Callable[[], RuntimeStore]
+
+
+def record(instance_id: int = 1, generation: int = 0, **changes: object) -> PersistedInstance:
+    base = PersistedInstance(
+        instance_id=instance_id,
+        phase="NORMAL",
+        generation=generation,
+        original_dp_ranks=(0, 1, 2, 3),
+        dead_committed=(),
+        fallback_strategy="instance_reconfiguration",
+        topology=bytes(range(256)),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/motor-test/{uuid.uuid4().hex}"
+
+
+def etcd_store(endpoint: str, prefix: str, timeout_sec: float = 5.0) -> EtcdRuntimeStore:
+    store = open_runtime_store(StoreConfig(etcd_endpoints=[endpoint], key_prefix=prefix,
+                                           request_timeout_sec=timeout_sec))
+    assert isinstance(store, EtcdRuntimeStore)
+    return store
+
+
+@pytest.fixture
+async def stores() -> AsyncIterator[list[RuntimeStore]]:
+    """Collects stores a test opens and closes them at the end."""
+    opened: list[RuntimeStore] = []
+    yield opened
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture(params=["memory", "etcd"])
+def new_store(request: pytest.FixtureRequest, prefix: str, stores: list[RuntimeStore]) -> StoreFactory:
+    """Opens stores of one backend that share state (etcd: same prefix; memory: same object)."""
+    if request.param == "memory":
+        shared = MemoryRuntimeStore()
+        stores.append(shared)
+        return lambda: shared
+    endpoint = request.getfixturevalue("etcd_endpoint")
+
+    def make() -> RuntimeStore:
+        store = etcd_store(endpoint, prefix)
+        stores.append(store)
+        return store
+
+    return make
+
+
+@pytest.fixture
+async def raw_etcd(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
+    """A plain client, to write what no store would (corruption, foreign keys)."""
+    host, port = etcd_endpoint.rsplit(":", 1)
+    client = aetcd.Client(host=host, port=int(port), timeout=5)
+    yield client
+    await client.close()
+
+
+# ---- the semantic suite, both backends ----------------------------------------------------------
+
+
+async def test_first_write_needs_no_record(new_store: StoreFactory) -> None:
+    store = new_store()
+    await store.put(record(generation=0), None)
+    assert await store.load_all() == [record(generation=0)]
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=0, phase="DECIDING"), None)
+    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, None, 0)
+    assert "instance 1: stale put refused: expected no record, stored generation 0" in str(err.value)
+
+
+async def test_expected_generation_without_record_is_stale(new_store: StoreFactory) -> None:
+    store = new_store()
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=4), 3)
+    assert (err.value.expected_generation, err.value.actual_generation) == (3, None)
+    assert await store.load_all() == []
+
+
+async def test_stale_generation_refused_newer_state_kept(new_store: StoreFactory) -> None:
+    store = new_store()
+    await store.put(record(generation=0), None)
+    await store.put(record(generation=1, phase="DECIDING"), 0)
+    await store.put(record(generation=2, phase="SCALING_DOWN", dead_committed=(3,)), 1)
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=1, phase="RECONFIGURING"), 0)
+    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, 0, 2)
+    assert "expected generation 0, stored generation 2" in str(err.value)
+    assert await store.load_all() == [record(generation=2, phase="SCALING_DOWN", dead_committed=(3,))]
+
+
+async def test_load_all_returns_latest_per_instance(new_store: StoreFactory) -> None:
+    store = new_store()
+    # 1 and 10 share a key prefix in etcd: neither may shadow or delete the other.
+    for iid in (10, 1, 2):
+        await store.put(record(iid, 0), None)
+    await store.put(record(1, 1, phase="DECIDING"), 0)
+    await store.put(record(10, 1, topology=b""), 0)
+    assert await store.load_all() == [record(1, 1, phase="DECIDING"), record(2, 0), record(10, 1, topology=b"")]
+    await store.delete(1, 1)
+    assert [r.instance_id for r in await store.load_all()] == [2, 10]
+
+
+async def test_delete_is_compare_and_set(new_store: StoreFactory) -> None:
+    store = new_store()
+    await store.put(record(generation=0), None)
+    await store.put(record(generation=1), 0)
+    with pytest.raises(StaleWriteError) as err:
+        await store.delete(1, 0)
+    assert (err.value.expected_generation, err.value.actual_generation) == (0, 1)
+    assert "stale delete" in str(err.value)
+    await store.delete(1, 1)
+    assert await store.load_all() == []
+    with pytest.raises(StaleWriteError) as err:
+        await store.delete(1, 1)
+    assert err.value.actual_generation is None
+    await store.put(record(generation=0), None)
+    assert await store.load_all() == [record(generation=0)]
+
+
+async def test_second_store_sees_and_competes_with_first(new_store: StoreFactory) -> None:
+    first, second = new_store(), new_store()
+    await first.put(record(generation=0), None)
+    (seen,) = await second.load_all()
+    await second.put(dataclasses.replace(seen, generation=1, phase="RECONFIGURING"), seen.generation)
+    with pytest.raises(StaleWriteError) as err:
+        await first.put(record(generation=1, phase="DECIDING"), 0)
+    assert err.value.actual_generation == 1
+    assert [r.phase for r in await first.load_all()] == ["RECONFIGURING"]
+
+
+async def test_concurrent_writers_same_expected_generation_exactly_one_wins(new_store: StoreFactory) -> None:
+    # Separate store objects: on etcd each has its own gRPC channel, so the race is real.
+    writers = [new_store() for _ in range(4)]
+    await writers[0].put(record(generation=0), None)
+    for generation in range(1, 11):
+        results = await asyncio.gather(
+            *(w.put(record(generation=generation, phase=f"writer{i}"), generation - 1)
+              for i, w in enumerate(writers)),
+            return_exceptions=True,
+        )
+        winners = [i for i, r in enumerate(results) if r is None]
+        assert len(winners) == 1, results
+        for r in results:
+            if r is not None:
+                assert isinstance(r, StaleWriteError), r
+                assert (r.expected_generation, r.actual_generation) == (generation - 1, generation)
+        assert await writers[-1].load_all() == [record(generation=generation, phase=f"writer{winners[0]}")]
+
+
+async def test_closed_store_refuses_calls(new_store: StoreFactory) -> None:
+    store = new_store()
+    await store.put(record(), None)
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.load_all()
+
+
+# ---- etcd only ---------------------------------------------------------------------------------------
+
+
+async def test_restarted_controller_reads_what_the_old_one_wrote(etcd_endpoint: str, prefix: str) -> None:
+    old = etcd_store(etcd_endpoint, prefix)
+    await old.put(record(3, 0), None)
+    await old.put(record(3, 1, phase="SCALED_DOWN_RUNNING", dead_committed=(2,)), 0)
+    await old.close()
+
+    fresh = etcd_store(etcd_endpoint, prefix)
+    try:
+        assert await fresh.load_all() == [record(3, 1, phase="SCALED_DOWN_RUNNING", dead_committed=(2,))]
+        assert await fresh.load(3) == record(3, 1, phase="SCALED_DOWN_RUNNING", dead_committed=(2,))
+        # It can go on from the generation it read, without any state of its own.
+        await fresh.put(record(3, 2, phase="RECONFIGURING", dead_committed=(2,)), 1)
+    finally:
+        await fresh.close()
+
+
+async def test_description_names_endpoint_and_prefix(etcd_endpoint: str, prefix: str) -> None:
+    store = etcd_store(etcd_endpoint, prefix)
+    assert store.description == f"etcd {etcd_endpoint} prefix {prefix}"
+    await store.close()
+
+
+async def test_layout_is_record_json_and_generation_key(etcd_endpoint: str, prefix: str,
+                                                        raw_etcd: aetcd.Client) -> None:
+    store = etcd_store(etcd_endpoint, prefix)
+    try:
+        await store.put(record(5, 0), None)
+        await store.put(record(5, 7), 0)
+    finally:
+        await store.close()
+    rec = await raw_etcd.get(f"{prefix}/instances/5".encode())
+    gen = await raw_etcd.get(f"{prefix}/instances/5/generation".encode())
+    assert rec is not None and rec.value == encode_record(record(5, 7))
+    assert gen is not None and gen.value == b"7"
+
+
+async def test_unreachable_endpoint_fails_within_deadline(prefix: str) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    store = etcd_store(closed, prefix, timeout_sec=2.0)
+    try:
+        for call in (store.load_all, lambda: store.put(record(), None), lambda: store.delete(1, 0)):
+            started = time.monotonic()
+            with pytest.raises(StoreError) as err:
+                await call()
+            assert time.monotonic() - started < 2.0 + 1.0
+            assert closed in str(err.value) and f"{prefix}/instances/" in str(err.value)
+            assert not isinstance(err.value, StaleWriteError)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """A TCP port that accepts connections and never answers (a hung etcd)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+async def test_silent_endpoint_times_out_at_request_timeout(silent_listener: str, prefix: str) -> None:
+    store = etcd_store(silent_listener, prefix, timeout_sec=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError) as err:
+            await store.put(record(), None)
+        elapsed_sec = time.monotonic() - started
+        assert 0.4 < elapsed_sec < 0.5 + 1.5
+        assert silent_listener in str(err.value) and f"{prefix}/instances/1" in str(err.value)
+    finally:
+        await store.close()
+
+
+async def test_endpoints_tried_in_order(etcd_endpoint: str, prefix: str,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    store = EtcdRuntimeStore([dead, etcd_endpoint], key_prefix=prefix, request_timeout_sec=5.0)
+    try:
+        await store.put(record(), None)
+        assert await store.load_all() == [record()]
+    finally:
+        await store.close()
+    assert f"etcd endpoint {dead} unusable" in caplog.text
+
+
+async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix: str) -> None:
+    # A dedicated server: this test freezes and stops it under a connected store.
+    server = await astart_etcd(tmp_path)
+    store = etcd_store(server.endpoint, prefix, timeout_sec=1.0)
+    try:
+        await store.put(record(generation=0), None)
+
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            # Two calls on the same connection: both fail, neither cancels the other's RPC.
+            put_error, load_error = await asyncio.gather(
+                store.put(record(generation=1), 0), store.load_all(), return_exceptions=True)
+            assert time.monotonic() - started < 1.0 + 1.0
+            assert isinstance(put_error, StoreError) and not isinstance(put_error, StaleWriteError), put_error
+            assert isinstance(load_error, StoreError), load_error
+            message = str(put_error)
+            assert server.endpoint in message and "timed out" in message and "outcome unknown" in message
+            assert "outcome unknown" not in str(load_error)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+
+        # The frozen server may still apply the write it had buffered: re-read, then go on from there.
+        reread = await store.load(1)
+        assert reread is not None and reread.generation in (0, 1)
+        await store.put(record(generation=reread.generation + 1), reread.generation)
+
+        await server.astop()
+        started = time.monotonic()
+        with pytest.raises(StoreError) as err:
+            await store.put(record(generation=9), reread.generation + 1)
+        assert time.monotonic() - started < 1.0 + 1.0
+        assert server.endpoint in str(err.value)
+        assert not isinstance(err.value, StaleWriteError)
+    finally:
+        await store.close()
+        await server.astop()
+
+
+async def test_close_during_a_call_fails_that_call_with_store_error(tmp_path: Path, prefix: str) -> None:
+    server = await astart_etcd(tmp_path)
+    store = etcd_store(server.endpoint, prefix, timeout_sec=5.0)
+    try:
+        await store.put(record(generation=0), None)
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            pending = asyncio.create_task(store.load_all())
+            await asyncio.sleep(0.2)
+            await store.close()
+            with pytest.raises(StoreError, match="connection closed during the call"):
+                await asyncio.wait_for(pending, 2.0)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        with pytest.raises(StoreError, match="closed"):
+            await store.load_all()
+    finally:
+        await store.close()
+        await server.astop()
+
+
+async def _put_raw(client: aetcd.Client, key: str, value: bytes) -> None:
+    await client.put(key.encode(), value)
+
+
+CORRUPTIONS: dict[str, Callable[[aetcd.Client, str], Awaitable[str]]] = {}
+
+
+def corruption(fn: Callable[[aetcd.Client, str], Awaitable[str]]) -> Callable[[aetcd.Client, str], Awaitable[str]]:
+    CORRUPTIONS[fn.__name__] = fn
+    return fn
+
+
+@corruption
+async def not_json(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/4", b"{not json")
+    await _put_raw(client, f"{prefix}/instances/4/generation", b"0")
+    return f"{prefix}/instances/4"
+
+
+@corruption
+async def record_of_another_instance(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/4", encode_record(record(5, 0)))
+    await _put_raw(client, f"{prefix}/instances/4/generation", b"0")
+    return f"{prefix}/instances/4"
+
+
+@corruption
+async def generation_disagrees(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/4", encode_record(record(4, 2)))
+    await _put_raw(client, f"{prefix}/instances/4/generation", b"3")
+    return f"{prefix}/instances/4/generation"
+
+
+@corruption
+async def generation_not_a_number(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/4", encode_record(record(4, 2)))
+    await _put_raw(client, f"{prefix}/instances/4/generation", b"two")
+    return f"{prefix}/instances/4/generation"
+
+
+@corruption
+async def record_without_generation(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/4", encode_record(record(4, 2)))
+    return f"{prefix}/instances/4"
+
+
+@corruption
+async def foreign_key(client: aetcd.Client, prefix: str) -> str:
+    await _put_raw(client, f"{prefix}/instances/notes", b"hello")
+    return f"{prefix}/instances/notes"
+
+
+@pytest.mark.parametrize("corrupt", sorted(CORRUPTIONS))
+async def test_unreadable_state_fails_closed_naming_the_key(corrupt: str, etcd_endpoint: str, prefix: str,
+                                                            raw_etcd: aetcd.Client) -> None:
+    store = etcd_store(etcd_endpoint, prefix)
+    try:
+        await store.put(record(1, 0), None)  # a good record does not hide a bad one
+        key = await CORRUPTIONS[corrupt](raw_etcd, prefix)
+        with pytest.raises(StoreError) as err:
+            await store.load_all()
+        assert repr(key) in str(err.value)
+        assert not isinstance(err.value, StaleWriteError)
+    finally:
+        await store.close()
+
+
+async def test_load_of_corrupt_record_names_the_key(etcd_endpoint: str, prefix: str,
+                                                    raw_etcd: aetcd.Client) -> None:
+    key = await not_json(raw_etcd, prefix)
+    store = etcd_store(etcd_endpoint, prefix)
+    try:
+        with pytest.raises(StoreError, match="not JSON") as err:
+            await store.load(4)
+        assert repr(key) in str(err.value)
+    finally:
+        await store.close()
+
+
+async def test_cas_on_half_written_state_is_an_error_not_a_lost_race(etcd_endpoint: str, prefix: str,
+                                                                     raw_etcd: aetcd.Client) -> None:
+    await _put_raw(raw_etcd, f"{prefix}/instances/4/generation", b"0")
+    store = etcd_store(etcd_endpoint, prefix)
+    try:
+        with pytest.raises(StoreError, match="corrupt runtime state for instance 4") as err:
+            await store.put(record(4, 1), 0)
+        assert not isinstance(err.value, StaleWriteError)
+    finally:
+        await store.close()
+
+
+async def test_key_prefixes_are_isolated(etcd_endpoint: str, prefix: str) -> None:
+    # "/x" and "/x2": the second's keys are not under the first's range, and vice versa.
+    a = etcd_store(etcd_endpoint, prefix)
+    b = etcd_store(etcd_endpoint, prefix + "2")
+    try:
+        await a.put(record(1, 0, phase="A"), None)
+        await b.put(record(1, 0, phase="B"), None)  # same id, no conflict
+        await b.put(record(2, 0, phase="B"), None)
+        await a.put(record(1, 1, phase="A"), 0)
+        assert await a.load_all() == [record(1, 1, phase="A")]
+        assert await b.load_all() == [record(1, 0, phase="B"), record(2, 0, phase="B")]
+        await b.delete(1, 0)
+        assert await a.load_all() == [record(1, 1, phase="A")]
+    finally:
+        await a.close()
+        await b.close()

@@ -1,0 +1,280 @@
+"""MemoryRuntimeStore: compare-and-set on generation, the record codec, and the store factory.
+
+The same semantic suite also runs against a real etcd in
+tests/integration/controller/test_etcd_store.py; this file adds what needs no server: a model-based
+check of every interleaving of two writers, codec edge cases and the factory's choice and log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from motor.common.config import StoreConfig
+from motor.controller.store import (
+    EtcdRuntimeStore,
+    MemoryRuntimeStore,
+    PersistedInstance,
+    StaleWriteError,
+    StoreError,
+    decode_record,
+    encode_record,
+    open_runtime_store,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def record(instance_id: int = 1, generation: int = 0, **changes: object) -> PersistedInstance:
+    base = PersistedInstance(
+        instance_id=instance_id,
+        phase="NORMAL",
+        generation=generation,
+        original_dp_ranks=(0, 1, 2, 3),
+        dead_committed=(),
+        fallback_strategy="instance_reconfiguration",
+        topology=b"\x08\x01\x12\x00\xff",
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+async def test_first_write_needs_no_record() -> None:
+    store = MemoryRuntimeStore()
+    await store.put(record(generation=0), None)
+    assert await store.load_all() == [record(generation=0)]
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=0, phase="DECIDING"), None)
+    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, None, 0)
+    assert "instance 1" in str(err.value) and "expected no record" in str(err.value)
+    assert "stored generation 0" in str(err.value)
+
+
+async def test_write_with_expected_generation_but_no_record_is_stale() -> None:
+    store = MemoryRuntimeStore()
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=4), 3)
+    assert (err.value.expected_generation, err.value.actual_generation) == (3, None)
+    assert "expected generation 3, stored no record" in str(err.value)
+    assert await store.load_all() == []
+
+
+async def test_stale_generation_refused_and_newer_state_kept() -> None:
+    store = MemoryRuntimeStore()
+    await store.put(record(generation=0), None)
+    await store.put(record(generation=1, phase="DECIDING"), 0)
+    await store.put(record(generation=2, phase="SCALING_DOWN"), 1)
+    with pytest.raises(StaleWriteError) as err:
+        await store.put(record(generation=1, phase="RECONFIGURING"), 0)
+    assert (err.value.expected_generation, err.value.actual_generation) == (0, 2)
+    assert "expected generation 0, stored generation 2" in str(err.value)
+    assert await store.load_all() == [record(generation=2, phase="SCALING_DOWN")]
+
+
+async def test_load_all_returns_latest_of_each_instance_sorted() -> None:
+    store = MemoryRuntimeStore()
+    for iid in (12, 3, 7):
+        await store.put(record(iid, 0), None)
+    await store.put(record(7, 1, dead_committed=(2,)), 0)
+    assert [(r.instance_id, r.generation) for r in await store.load_all()] == [(3, 0), (7, 1), (12, 0)]
+    assert (await store.load(7)) == record(7, 1, dead_committed=(2,))
+    assert await store.load(99) is None
+
+
+async def test_delete_is_compare_and_set() -> None:
+    store = MemoryRuntimeStore()
+    await store.put(record(generation=0), None)
+    await store.put(record(generation=1), 0)
+    with pytest.raises(StaleWriteError) as err:
+        await store.delete(1, 0)
+    assert (err.value.expected_generation, err.value.actual_generation) == (0, 1)
+    await store.delete(1, 1)
+    assert await store.load_all() == []
+    with pytest.raises(StaleWriteError) as err:
+        await store.delete(1, 1)
+    assert err.value.actual_generation is None
+    # After a delete the instance starts afresh.
+    await store.put(record(generation=0), None)
+
+
+async def test_records_come_back_normalized_and_equal() -> None:
+    store = MemoryRuntimeStore()
+    # Lists in, tuples out: both backends hand back what the codec decodes.
+    await store.put(record(original_dp_ranks=[0, 1], dead_committed=[1], topology=bytearray(b"\x00")), None)  # type: ignore[arg-type]
+    (got,) = await store.load_all()
+    assert got == record(original_dp_ranks=(0, 1), dead_committed=(1,), topology=b"\x00")
+
+
+@pytest.mark.parametrize("bad", [
+    {"generation": -1}, {"generation": True}, {"instance_id": -2}, {"phase": 3},
+    {"original_dp_ranks": "0,1"}, {"dead_committed": (1.5,)}, {"topology": "not bytes"},
+])
+async def test_invalid_record_is_a_caller_error(bad: dict[str, object]) -> None:
+    store = MemoryRuntimeStore()
+    with pytest.raises(ValueError):
+        await store.put(record(**bad), None)
+    assert await store.load_all() == []
+
+
+async def test_generation_going_back_or_bad_expected_is_a_caller_error() -> None:
+    store = MemoryRuntimeStore()
+    await store.put(record(generation=0), None)
+    await store.put(record(generation=5), 0)
+    with pytest.raises(ValueError, match="go back"):
+        await store.put(record(generation=4), 5)
+    with pytest.raises(ValueError, match="expected_generation"):
+        await store.put(record(generation=6), -1)
+    with pytest.raises(ValueError, match="expected_generation"):
+        await store.delete(1, None)  # type: ignore[arg-type]
+
+
+async def test_closed_store_refuses_calls() -> None:
+    store = MemoryRuntimeStore()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.load_all()
+    with pytest.raises(StoreError, match="closed"):
+        await store.put(record(), None)
+
+
+async def test_concurrent_writers_with_same_expected_generation_one_wins() -> None:
+    store = MemoryRuntimeStore()
+    await store.put(record(generation=0), None)
+    results = await asyncio.gather(
+        *(store.put(record(generation=1, phase=f"W{i}"), 0) for i in range(8)), return_exceptions=True)
+    winners = [i for i, r in enumerate(results) if r is None]
+    assert len(winners) == 1
+    assert all(isinstance(r, StaleWriteError) for r in results if r is not None)
+    assert (await store.load_all())[0].phase == f"W{winners[0]}"
+
+
+# ---- model-based: two writers interleaving puts, deletes and re-reads ----------------------------
+
+OPS = st.lists(
+    st.tuples(st.sampled_from([0, 1]), st.sampled_from(["put", "delete", "reload"]), st.sampled_from([1, 2])),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_two_writers_interleaving_matches_model(ops: list[tuple[int, str, int]]) -> None:
+    asyncio.run(_run_interleaving(ops))
+
+
+async def _run_interleaving(ops: list[tuple[int, str, int]]) -> None:
+    store = MemoryRuntimeStore()
+    truth: dict[int, PersistedInstance] = {}
+    # What each writer last saw of each instance (None: believes there is no record).
+    seen: list[dict[int, int | None]] = [{}, {}]
+    for step, (writer, op, iid) in enumerate(ops):
+        view = seen[writer]
+        expected = view.get(iid)
+        actual = truth[iid].generation if iid in truth else None
+        if op == "reload":
+            view.clear()
+            view.update({r.instance_id: r.generation for r in await store.load_all()})
+        elif op == "put":
+            new = record(iid, 0 if expected is None else expected + 1, phase=f"w{writer}s{step}")
+            if expected == actual:
+                await store.put(new, expected)
+                truth[iid] = new
+                view[iid] = new.generation
+            else:
+                with pytest.raises(StaleWriteError) as err:
+                    await store.put(new, expected)
+                assert (err.value.expected_generation, err.value.actual_generation) == (expected, actual)
+                view[iid] = actual
+        elif expected is not None:  # delete needs a generation
+            if expected == actual:
+                await store.delete(iid, expected)
+                del truth[iid]
+                view[iid] = None
+            else:
+                with pytest.raises(StaleWriteError):
+                    await store.delete(iid, expected)
+                view[iid] = actual
+        assert await store.load_all() == [truth[i] for i in sorted(truth)]
+
+
+# ---- codec -----------------------------------------------------------------------------------------
+
+
+def test_codec_round_trip_is_canonical_json_with_base64_topology() -> None:
+    rec = record(7, 3, dead_committed=(1, 2), topology=bytes(range(256)))
+    data = encode_record(rec)
+    doc = json.loads(data)
+    assert doc["instance_id"] == 7 and doc["generation"] == 3 and doc["schema_version"] == 1
+    assert isinstance(doc["topology_b64"], str)
+    assert decode_record(data, key="k") == rec
+    assert encode_record(decode_record(data, key="k")) == data
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"{not json", "not JSON"),
+    (b"\xff\xfe", "not JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b"{}", "schema_version"),
+])
+def test_decode_refuses_garbage_naming_the_key(data: bytes, reason: str) -> None:
+    with pytest.raises(StoreError, match=reason) as err:
+        decode_record(data, key="/motor/v1/instances/9")
+    assert "'/motor/v1/instances/9'" in str(err.value)
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("generation", "3", "generation"),
+    ("generation", -1, "generation"),
+    ("original_dp_ranks", [0, "1"], "original_dp_ranks"),
+    ("topology_b64", "%%%", "base64"),
+    ("phase", None, "phase"),
+    ("extra", 1, "unknown fields"),
+])
+def test_decode_refuses_bad_fields(field: str, value: object, reason: str) -> None:
+    doc = json.loads(encode_record(record()))
+    doc[field] = value
+    with pytest.raises(StoreError, match=reason):
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+
+
+def test_decode_refuses_missing_field() -> None:
+    doc = json.loads(encode_record(record()))
+    del doc["dead_committed"]
+    with pytest.raises(StoreError, match=r"missing fields \['dead_committed'\]"):
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+
+
+# ---- factory ---------------------------------------------------------------------------------------
+
+
+def test_factory_without_endpoints_is_memory_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="motor.controller.store"):
+        store = open_runtime_store(StoreConfig())
+    assert isinstance(store, MemoryRuntimeStore)
+    assert store.description == "in-memory (state is lost on restart)"
+    assert "no etcd endpoints configured: using in-memory store; state is lost on restart" in caplog.text
+
+
+def test_factory_with_endpoints_is_etcd_and_connects_lazily() -> None:
+    store = open_runtime_store(StoreConfig(etcd_endpoints=["127.0.0.1:2379", "127.0.0.2:2379"], key_prefix="/m"))
+    assert isinstance(store, EtcdRuntimeStore)
+    assert store.description == "etcd 127.0.0.1:2379,127.0.0.2:2379 prefix /m"
+    assert store.record_key(4) == "/m/instances/4"
+    assert store.generation_key(4) == "/m/instances/4/generation"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"endpoints": []}, "at least one endpoint"),
+    ({"endpoints": "127.0.0.1:2379"}, "list"),
+    ({"endpoints": ["localhost"]}, "host:port"),
+    ({"endpoints": ["127.0.0.1:2379"], "key_prefix": "motor/"}, "key_prefix"),
+    ({"endpoints": ["127.0.0.1:2379"], "request_timeout_sec": 0}, "request_timeout_sec"),
+])
+def test_etcd_store_refuses_bad_arguments(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        EtcdRuntimeStore(**kwargs)  # type: ignore[arg-type]
