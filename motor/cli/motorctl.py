@@ -1,0 +1,211 @@
+"""motorctl: look at and poke a Motor deployment.
+
+  motorctl status [--json]            the RFC §7 runtime of every instance
+  motorctl watch [--count N]          phase changes as they happen
+  motorctl timeline INSTANCE          the last recovery transactions, stage by stage
+  motorctl instances                  what the Coordinator routes to
+  motorctl inject URL FAULT [k=v...]  an engine fault through the reference engine's admin route
+
+Synchronous gRPC; addresses from --controller / --coordinator or MOTOR_CONTROLLER /
+MOTOR_COORDINATOR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import grpc
+from google.protobuf import json_format
+
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+
+ChannelFactory = Callable[[str], grpc.Channel]
+RPC_TIMEOUT_SEC = 10.0
+
+
+def _phase(value: int) -> str:
+    return controller_pb2.FtPhase.Name(value).removeprefix("FT_PHASE_")
+
+
+def runtime_json(rt: controller_pb2.InstanceFtRuntime) -> dict[str, Any]:
+    """The RFC §7 JSON shape (enum prefixes dropped, every field present)."""
+    body = json_format.MessageToDict(rt, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    body["phase"] = _phase(rt.phase)
+    body["gate"] = {
+        "allowed": rt.gate.allowed,
+        "reason_codes": [controller_pb2.GateReason.Name(c).removeprefix("GATE_REASON_") for c in rt.gate.reason_codes],
+    }
+    body["instance_id"] = rt.instance_id
+    body["generation"] = rt.generation
+    body["last_error"] = rt.last_error if rt.HasField("last_error") else None
+    return body
+
+
+def _ranks(values: Sequence[int]) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
+def status_table(resp: controller_pb2.GetFaultToleranceStatusResponse) -> str:
+    header = ("INSTANCE", "PHASE", "ALIVE", "DEAD_COMMITTED", "PENDING", "PUBLISHED", "CAN_SERVE", "GATE", "REQUEST_ID", "LAST_ERROR")
+    rows = [header]
+    for rt in resp.instances:
+        gate = "ok" if rt.gate.allowed else ",".join(controller_pb2.GateReason.Name(c).removeprefix("GATE_REASON_") for c in rt.gate.reason_codes)
+        rows.append((
+            str(rt.instance_id), _phase(rt.phase), _ranks(rt.alive_dp_ranks), _ranks(rt.dead_committed),
+            _ranks(rt.pending_removed_ranks), "yes" if rt.serving_published else "no", "yes" if rt.can_serve else "no",
+            gate, rt.request_id or "-", rt.last_error if rt.HasField("last_error") else "-",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _clock(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
+
+
+def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse) -> str:
+    lines = []
+    for txn in resp.transactions:
+        took = f"{txn.ended_at_unix_sec - txn.started_at_unix_sec:.3f}s" if txn.ended_at_unix_sec else "running"
+        lines.append(f"instance {instance_id} {txn.strategy} request_id={txn.request_id or '-'} {txn.outcome} ({took})")
+        for e in txn.events:
+            offset = e.at_unix_sec - txn.started_at_unix_sec
+            parts = [f"  +{offset:8.3f}s", f"{e.kind:<8}", e.name]
+            if e.target:
+                parts.append(f"-> {e.target}")
+            if e.kind == "call":
+                parts.append(f"[{e.outcome}, {e.duration_sec * 1000:.1f} ms]")
+            if e.detail:
+                parts.append(e.detail)
+            lines.append(" ".join(parts))
+    return "\n".join(lines) if lines else f"instance {instance_id}: no transactions yet"
+
+
+def instances_text(resp: coordinator_pb2.ListInstancesResponse) -> str:
+    lines = [f"revision {resp.revision}"]
+    for p in resp.instances:
+        eps = ", ".join(f"{e.id}@{e.ip}:{e.business_port}" for e in sorted(p.instance.endpoints, key=lambda e: e.id))
+        state = "paused" if p.paused else "routing"
+        lines.append(f"instance {p.instance.id} model={p.instance.model} {state}: {eps}")
+    return "\n".join(lines)
+
+
+def _parse_params(items: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"motorctl: parameter {item!r} is not KEY=VALUE")
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+def inject(url: str, fault: str, params: dict[str, Any], timeout_sec: float = 10.0) -> dict[str, Any]:
+    body = json.dumps({"fault": fault, **params}).encode()
+    req = urllib.request.Request(url.rstrip("/") + "/motor/admin/inject", data=body,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_sec) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise SystemExit(f"motorctl: {url} refused fault {fault!r}: HTTP {exc.code} {exc.read().decode(errors='replace')}") from None
+    except (urllib.error.URLError, ConnectionError) as exc:
+        if fault == "kill_process":
+            return {"fault": fault, "note": f"engine went away as asked: {exc}"}
+        raise SystemExit(f"motorctl: cannot reach {url}: {exc}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="motorctl", description="Look at and poke a Motor deployment.")
+    parser.add_argument("--controller", default=os.environ.get("MOTOR_CONTROLLER", "127.0.0.1:50051"))
+    parser.add_argument("--coordinator", default=os.environ.get("MOTOR_COORDINATOR", "127.0.0.1:50052"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="fault-tolerance runtime of every instance")
+    status.add_argument("--json", action="store_true", help="raw RFC §7 JSON")
+    status.add_argument("instance_ids", nargs="*", type=int)
+    watch = sub.add_parser("watch", help="phase changes as they happen")
+    watch.add_argument("--count", type=int, default=0, help="stop after N changes (0: until interrupted)")
+    watch.add_argument("instance_ids", nargs="*", type=int)
+    tl = sub.add_parser("timeline", help="last transactions of an instance, stage by stage")
+    tl.add_argument("instance_id", type=int)
+    tl.add_argument("--limit", type=int, default=0)
+    tl.add_argument("--json", action="store_true")
+    sub.add_parser("instances", help="what the Coordinator routes to")
+    inj = sub.add_parser("inject", help="engine fault through the reference engine's admin route")
+    inj.add_argument("engine_url", help="e.g. http://127.0.0.2:8001")
+    inj.add_argument("fault", help="kill_process, executor_death, hang_status, unhealthy, fail_next_apply, ...")
+    inj.add_argument("params", nargs="*", help="KEY=VALUE (JSON values)")
+    return parser
+
+
+def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
+        channel_factory: ChannelFactory = grpc.insecure_channel) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "status":
+            with channel_factory(args.controller) as ch:
+                resp = controller_pb2_grpc.ControllerStub(ch).GetFaultToleranceStatus(
+                    controller_pb2.GetFaultToleranceStatusRequest(instance_ids=args.instance_ids), timeout=RPC_TIMEOUT_SEC)
+            print(json.dumps({"instances": [runtime_json(r) for r in resp.instances]}, indent=2) if args.json
+                  else status_table(resp), file=out)
+        elif args.command == "watch":
+            with channel_factory(args.controller) as ch:
+                stream = controller_pb2_grpc.ControllerStub(ch).WatchFaultToleranceStatus(
+                    controller_pb2.WatchFaultToleranceStatusRequest(instance_ids=args.instance_ids))
+                last: dict[int, tuple[int, tuple[int, ...]]] = {}
+                seen = 0
+                for change in stream:
+                    rt = change.runtime
+                    key = (rt.phase, tuple(rt.alive_dp_ranks))
+                    if last.get(rt.instance_id) == key:
+                        continue
+                    last[rt.instance_id] = key
+                    print(f"{_clock(change.changed_at_unix_sec)} instance {rt.instance_id} {_phase(rt.phase)} "
+                          f"alive={_ranks(rt.alive_dp_ranks)} dead_committed={_ranks(rt.dead_committed)}", file=out, flush=True)
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        stream.cancel()
+                        break
+        elif args.command == "timeline":
+            with channel_factory(args.controller) as ch:
+                resp = controller_pb2_grpc.ControllerStub(ch).GetTimeline(
+                    controller_pb2.GetTimelineRequest(instance_id=args.instance_id, limit=args.limit), timeout=RPC_TIMEOUT_SEC)
+            print(json_format.MessageToJson(resp, preserving_proto_field_name=True) if args.json
+                  else timeline_text(args.instance_id, resp), file=out)
+        elif args.command == "instances":
+            with channel_factory(args.coordinator) as ch:
+                resp = coordinator_pb2_grpc.CoordinatorStub(ch).ListInstances(
+                    coordinator_pb2.ListInstancesRequest(), timeout=RPC_TIMEOUT_SEC)
+            print(instances_text(resp), file=out)
+        elif args.command == "inject":
+            print(json.dumps(inject(args.engine_url, args.fault, _parse_params(args.params))), file=out)
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code == grpc.StatusCode.CANCELLED and args.command == "watch":
+            return 0
+        print(f"motorctl {args.command}: {code.name if code else 'ERROR'}: {details}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
