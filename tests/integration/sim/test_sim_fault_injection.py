@@ -21,6 +21,8 @@ from motor.launch.process import read_json_file
 from motor.sim.client import SimClient, wait_until
 from motor.sim.cluster import SimCluster
 
+pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
+
 HOSTS = ["127.0.0.1", "127.0.0.2"]
 PREFIX = "/fault_tolerance"
 RECOVERY_TIMEOUT_SEC = 4.0

@@ -19,6 +19,8 @@ from motor.launch.process import (
     stop_process_group,
 )
 
+pytestmark = pytest.mark.timeout(60)  # per test, module fixtures included
+
 
 def py(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]

@@ -19,6 +19,8 @@ from motor.sim.client import SimClient, wait_until
 from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import expected_completion
 
+pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
+
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STATUS_WAIT_SEC = 20.0

@@ -13,6 +13,8 @@ from motor.launch.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.sim.toy_model import expected_completion
 
+pytestmark = pytest.mark.timeout(90)  # per test, module fixtures included
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from motor.sim.ft_state import ApplyBodyError, Instruction, parse_apply_body
 
+pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included
+
 
 def body(**fields: object) -> bytes:
     return json.dumps(fields).encode()

@@ -4,6 +4,8 @@ import pytest
 
 from motor.sim.config import parse_config
 
+pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included
+
 BASE = ["--dp-size", "4", "--dp-rank", "1", "--num-experts", "4", "--num-redundant-experts", "4"]
 
 

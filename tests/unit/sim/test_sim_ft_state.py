@@ -15,6 +15,8 @@ from motor.sim.ft_state import (
 )
 from motor.sim.placement import initial_placement, replace_after_scale_down
 
+pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included
+
 PLACEMENT = initial_placement(4, 4, 4)  # {0: (0, 2), 1: (0, 2), 2: (1, 3), 3: (1, 3)}
 CTX = GroupContext(rank=2, dp_size=4, members=(0, 1, 2, 3), removed=(), master_ip="127.0.0.1", master_port=5000)
 

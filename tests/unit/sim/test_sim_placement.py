@@ -14,6 +14,8 @@ from motor.sim.placement import (
     slots_per_rank,
 )
 
+pytestmark = pytest.mark.timeout(60)  # per test, module fixtures included
+
 
 def check_invariants(p, ranks: list[int]) -> None:
     assert p.ranks == sorted(ranks)

@@ -10,6 +10,8 @@ from motor.sim.injection import InjectionError, InjectionState, parse_inject_bod
 from motor.sim.openai_api import ApiError, parse_chat, parse_completion
 from motor.sim.toy_model import expected_completion, prompt_seed, token_id, token_text
 
+pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included
+
 
 def test_completion_defaults_and_prompt_forms() -> None:
     req = parse_completion({"prompt": "hi"}, "m", 100)

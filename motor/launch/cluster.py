@@ -1,0 +1,358 @@
+"""The local cluster: controller, coordinator, NodeManagers on distinct loopback IPs and their
+reference engines, as real processes on this machine.
+
+`motor demo`, the e2e tests and the benchmarks all start clusters through `LocalCluster`. Every
+process logs to a file in the run directory; everything is torn down by pid (process groups, and the
+engines the NodeManagers started, found as their descendants) even when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from motor.launch.ports import free_port
+from motor.launch.process import ManagedProcess, start_process
+
+log = logging.getLogger(__name__)
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class ClusterSpec:
+    """What to start. Pods get 127.0.0.2, .3, ... and `ranks_per_pod` consecutive ranks each."""
+
+    dp_size: int = 4
+    ranks_per_pod: int = 2
+    instance_id: int = 1
+    model: str = "motor-sim"
+    enable_dp_scale_down: bool = True
+    enable_dp_scale_up: bool = False
+    enable_fault_tolerance: bool = True
+    num_experts: int = 8
+    num_redundant_experts: int = 8
+    per_token_latency_sec: float = 0.005
+    collective_timeout_sec: float = 5.0
+    engine_recovery_timeout_sec: float = 30.0
+    model_load_sec: float = 0.0
+    etcd_endpoints: list[str] = field(default_factory=list)
+    # Extra dotted overrides, e.g. {"fault_tolerance_config.software_status_collection_timeout_sec": 8}.
+    controller_overrides: dict[str, Any] = field(default_factory=dict)
+    nodemanager_overrides: dict[str, Any] = field(default_factory=dict)
+    coordinator_overrides: dict[str, Any] = field(default_factory=dict)
+    # FtCapability the NodeManagers report (the gate's input).
+    capability: dict[str, Any] = field(default_factory=dict)
+    first_pod_ip: int = 2
+
+    def pods(self) -> list[tuple[str, list[int]]]:
+        if self.dp_size % self.ranks_per_pod:
+            raise ValueError(f"dp_size {self.dp_size} is not a multiple of ranks_per_pod {self.ranks_per_pod}")
+        return [
+            (f"127.0.0.{self.first_pod_ip + i}", list(range(i * self.ranks_per_pod, (i + 1) * self.ranks_per_pod)))
+            for i in range(self.dp_size // self.ranks_per_pod)
+        ]
+
+    def fault_tolerance(self) -> dict[str, Any]:
+        return {
+            "enable_fault_tolerance": self.enable_fault_tolerance,
+            "enable_dp_scale_down": self.enable_dp_scale_down,
+            "enable_dp_scale_up": self.enable_dp_scale_up,
+        }
+
+
+@dataclass
+class ServiceProc:
+    name: str
+    proc: ManagedProcess
+    info: dict[str, Any]
+    config_path: Path
+    argv: list[str]
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        data = data.setdefault(key, {})
+    data[keys[-1]] = value
+
+
+class LocalCluster:
+    def __init__(self, spec: ClusterSpec, run_dir: Path) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.coordinator: ServiceProc | None = None
+        self.controller: ServiceProc | None = None
+        self.nodemanagers: dict[str, ServiceProc] = {}
+        self._engine_pids: set[int] = set()
+        self.dp_master_port = free_port("127.0.0.2")
+        self.dp_store_port_base = 30000 + (os.getpid() * 7) % 20000
+
+    # ---- start -------------------------------------------------------------------------------
+
+    def _start_service(self, name: str, script: str, config: dict[str, Any], ready_keys: list[str],
+                       timeout_sec: float = 60.0) -> ServiceProc:
+        config_path = self.run_dir / f"{name}.config.json"
+        config_path.write_text(json.dumps(config, indent=2))
+        ready = self.run_dir / f"{name}.ready.json"
+        ready.unlink(missing_ok=True)
+        argv = [str(BIN / script), "--config", str(config_path), "--ready-file", str(ready)]
+        proc = start_process(argv, log_path=self.run_dir / f"{name}.log", name=name)
+        info = proc.wait_ready_file(ready, timeout_sec, required_keys=ready_keys)
+        log.info("%s ready: %s", name, info)
+        return ServiceProc(name, proc, info, config_path, argv)
+
+    def start(self, ready_timeout_sec: float = 180.0) -> LocalCluster:
+        try:
+            self._start(ready_timeout_sec)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, ready_timeout_sec: float) -> None:
+        spec = self.spec
+        coord_cfg: dict[str, Any] = {"server": {"host": "127.0.0.1", "port": 0}, "http": {"host": "127.0.0.1", "port": 0}}
+        for key, value in spec.coordinator_overrides.items():
+            _set(coord_cfg, key, value)
+        self.coordinator = self._start_service("coordinator", "motor-coordinator", coord_cfg, ["grpc_port", "http_port"])
+        self.controller = self._start_service("controller", "motor-controller", self.controller_config(), ["grpc_port", "http_port"])
+        for pod_ip, ranks in spec.pods():
+            name = f"nodemanager-{pod_ip}"
+            self.nodemanagers[pod_ip] = self._start_service(
+                name, "motor-nodemanager", self.nodemanager_config(pod_ip, ranks), ["grpc_port"], ready_timeout_sec
+            )
+        self.wait_serving(ready_timeout_sec)
+
+    def controller_config(self) -> dict[str, Any]:
+        spec = self.spec
+        assert self.coordinator is not None
+        cfg: dict[str, Any] = {
+            "server": {"host": "127.0.0.1", "port": 0},
+            "status_http": {"host": "127.0.0.1", "port": 0},
+            "coordinator_address": f"127.0.0.1:{self.coordinator.info['grpc_port']}",
+            "fault_tolerance_config": spec.fault_tolerance(),
+            "heartbeat_interval_sec": 1.0,
+            "heartbeat_timeout_sec": 6.0,
+            "publish_interval_sec": 3.0,
+            "reconfiguration_timeout_sec": 120.0,
+        }
+        if spec.etcd_endpoints:
+            cfg["store"] = {"etcd_endpoints": spec.etcd_endpoints, "key_prefix": f"/motor-{self.run_dir.name}"}
+        for key, value in spec.controller_overrides.items():
+            _set(cfg, key, value)
+        return cfg
+
+    def nodemanager_config(self, pod_ip: str, ranks: list[int]) -> dict[str, Any]:
+        spec = self.spec
+        assert self.controller is not None
+        cap = {
+            "engine_ft_enabled": True, "scale_down_supported": True, "external_lb": True, "auto_recovery": False,
+            "enable_eplb": True, "num_redundant_experts": spec.num_redundant_experts, **spec.capability,
+        }
+        cfg: dict[str, Any] = {
+            "server": {"host": pod_ip, "port": 0},
+            "pod_ip": pod_ip,
+            "node_name": f"node-{pod_ip}",
+            "controller_address": f"127.0.0.1:{self.controller.info['grpc_port']}",
+            "instance_id": spec.instance_id,
+            "model": spec.model,
+            "dp_size": spec.dp_size,
+            "engines": [{"dp_rank": r, "device_infos": [{"device_id": f"Ascend910-{r % spec.ranks_per_pod}"}]} for r in ranks],
+            "dp_master_ip": spec.pods()[0][0],
+            "dp_master_port": self.dp_master_port,
+            "dp_store_port_base": self.dp_store_port_base,
+            "ft_capability": cap,
+            "fault_tolerance_config": {k: v for k, v in spec.fault_tolerance().items()},
+            "heartbeat_interval_sec": 1.0,
+            "log_dir": str(self.run_dir / f"engines-{pod_ip}"),
+            "engine_extra_args": [
+                "--num-experts", str(spec.num_experts),
+                "--num-redundant-experts", str(spec.num_redundant_experts),
+                "--per-token-latency-sec", str(spec.per_token_latency_sec),
+                "--collective-timeout-sec", str(spec.collective_timeout_sec),
+                "--engine-recovery-timeout-sec", str(spec.engine_recovery_timeout_sec),
+                "--model-load-sec", str(spec.model_load_sec),
+                "--enable-fault-injection",
+            ],
+        }
+        for key, value in spec.nodemanager_overrides.items():
+            _set(cfg, key, value)
+        return cfg
+
+    # ---- observe -----------------------------------------------------------------------------
+
+    @property
+    def coordinator_http(self) -> str:
+        assert self.coordinator is not None
+        return f"http://127.0.0.1:{self.coordinator.info['http_port']}"
+
+    @property
+    def controller_http(self) -> str:
+        assert self.controller is not None
+        return f"http://127.0.0.1:{self.controller.info['http_port']}"
+
+    @property
+    def controller_address(self) -> str:
+        assert self.controller is not None
+        return f"127.0.0.1:{self.controller.info['grpc_port']}"
+
+    @property
+    def coordinator_address(self) -> str:
+        assert self.coordinator is not None
+        return f"127.0.0.1:{self.coordinator.info['grpc_port']}"
+
+    def runtime(self, timeout_sec: float = 5.0) -> dict[str, Any] | None:
+        """The instance's RFC §7 runtime from the controller's JSON page, or None when not there yet."""
+        url = f"{self.controller_http}/controller/fault_tolerance/status?instance_id={self.spec.instance_id}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+                return json.load(resp)["instances"][0]
+        except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError):
+            return None
+
+    def timeline(self, timeout_sec: float = 5.0) -> list[dict[str, Any]]:
+        url = f"{self.controller_http}/controller/fault_tolerance/timeline?instance_id={self.spec.instance_id}"
+        with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+            return json.load(resp)["transactions"]
+
+    def published(self, timeout_sec: float = 5.0) -> dict[int, list[int]]:
+        """Instance id → endpoint ids the Coordinator routes to (its own answer, via gRPC)."""
+        with grpc.insecure_channel(self.coordinator_address) as channel:
+            resp = coordinator_pb2_grpc.CoordinatorStub(channel).ListInstances(
+                coordinator_pb2.ListInstancesRequest(), timeout=timeout_sec)
+        return {p.instance.id: sorted(e.id for e in p.instance.endpoints) for p in resp.instances}
+
+    def controller_status(self, timeout_sec: float = 5.0) -> controller_pb2.GetFaultToleranceStatusResponse:
+        with grpc.insecure_channel(self.controller_address) as channel:
+            return controller_pb2_grpc.ControllerStub(channel).GetFaultToleranceStatus(
+                controller_pb2.GetFaultToleranceStatusRequest(), timeout=timeout_sec)
+
+    def wait_until(self, predicate, timeout_sec: float, what: str, poll_sec: float = 0.2) -> dict[str, Any]:
+        """Polls the runtime until `predicate(runtime)` holds; the error names what was awaited."""
+        deadline = time.monotonic() + timeout_sec
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            last = self.runtime()
+            if last is not None and predicate(last):
+                return last
+            time.sleep(poll_sec)
+        raise TimeoutError(f"{what} not reached within {timeout_sec:g}s; last runtime: {json.dumps(last)}")
+
+    def wait_serving(self, timeout_sec: float, alive: list[int] | None = None) -> dict[str, Any]:
+        def ok(rt: dict[str, Any]) -> bool:
+            if not rt["serving_published"]:
+                return False
+            if rt["phase"] not in ("NORMAL", "SCALED_DOWN_RUNNING", "DISABLED"):
+                return False
+            return alive is None or rt["alive_dp_ranks"] == alive
+        rt = self.wait_until(ok, timeout_sec, f"instance {self.spec.instance_id} serving ranks {alive or 'all'}")
+        self._collect_engine_pids()
+        return rt
+
+    def _check_alive(self) -> None:
+        for svc in self.services():
+            if svc.name.startswith("nodemanager") and getattr(svc, "expected_exit", False):
+                continue
+            code = svc.proc.returncode
+            if code is not None and not getattr(svc, "expected_exit", False):
+                raise RuntimeError(f"{svc.name} exited with {code}; log tail:\n{svc.proc.log_tail()}")
+
+    def services(self) -> list[ServiceProc]:
+        return [s for s in (self.coordinator, self.controller, *self.nodemanagers.values()) if s is not None]
+
+    def _collect_engine_pids(self) -> None:
+        for svc in self.nodemanagers.values():
+            try:
+                for child in psutil.Process(svc.proc.pid).children(recursive=True):
+                    self._engine_pids.add(child.pid)
+            except psutil.Error:
+                pass
+
+    # ---- act ---------------------------------------------------------------------------------
+
+    def kill_controller(self) -> None:
+        """SIGKILL, as a crash."""
+        assert self.controller is not None
+        self.controller.proc.kill()
+
+    def restart_controller(self, timeout_sec: float = 60.0) -> None:
+        assert self.controller is not None
+        self.controller.proc.stop(grace_sec=5)
+        ready = self.run_dir / "controller.ready.json"
+        ready.unlink(missing_ok=True)
+        # Same config and ports would race the old socket; the NodeManagers know the controller by
+        # address, so the restarted one keeps it.
+        cfg = json.loads(self.controller.config_path.read_text())
+        cfg["server"]["port"] = self.controller.info["grpc_port"]
+        cfg["status_http"]["port"] = self.controller.info["http_port"]
+        self.controller.config_path.write_text(json.dumps(cfg, indent=2))
+        proc = start_process(self.controller.argv, log_path=self.run_dir / "controller.log", name="controller")
+        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "http_port"])
+        self.controller = ServiceProc("controller", proc, info, self.controller.config_path, self.controller.argv)
+
+    def engine_url(self, rank: int) -> str:
+        """The HTTP base URL of a rank's engine, from the Coordinator-independent NodeManager view."""
+        pod_ip = next(ip for ip, ranks in self.spec.pods() if rank in ranks)
+        ready = self._engine_ready(pod_ip, rank)
+        return f"http://{pod_ip}:{ready['port']}"
+
+    def _engine_ready(self, pod_ip: str, rank: int) -> dict[str, Any]:
+        engine_dir = self.run_dir / f"engines-{pod_ip}"
+        for path in sorted(engine_dir.glob(f"*{rank}*.ready.json")):
+            data = json.loads(path.read_text())
+            if data.get("dp_rank") == rank:
+                return data
+        raise FileNotFoundError(f"no ready file for rank {rank} under {engine_dir}")
+
+    def inject(self, rank: int, fault: str, **params: Any) -> dict[str, Any]:
+        body = json.dumps({"fault": fault, **params}).encode()
+        req = urllib.request.Request(f"{self.engine_url(rank)}/motor/admin/inject", data=body,
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return json.load(resp)
+        except (urllib.error.URLError, ConnectionError) as exc:
+            if fault == "kill_process":
+                return {"fault": fault, "rank": rank, "note": f"connection closed: {exc}"}
+            raise
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._collect_engine_pids()
+        for svc in reversed(self.services()):
+            try:
+                svc.proc.stop(grace_sec=10)
+            except Exception as exc:  # noqa: BLE001 - keep tearing the rest down
+                log.warning("stopping %s failed: %s", svc.name, exc)
+        for pid in sorted(self._engine_pids):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
