@@ -11,7 +11,7 @@ from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.dp_scale_down import INTERRUPTED_PHASES, FtPhase, FtRuntimeStore
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
 from motor.controller.instances import InstanceRegistry
-from motor.controller.store import PersistedInstance, RuntimeStore
+from motor.controller.store import PersistedInstance, RuntimeStore, StaleWriteError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,25 @@ class RuntimePersister:
         expected = self._written.get(instance_id)
         if expected == runtime.generation:
             return
-        await self._store.put(
-            PersistedInstance(
-                instance_id=instance_id,
-                phase=str(runtime.phase),
-                generation=runtime.generation,
-                original_dp_ranks=runtime.original_dp_ranks,
-                dead_committed=tuple(sorted(runtime.dead_committed)),
-                fallback_strategy=runtime.fallback_strategy,
-                topology=record.topology().SerializeToString(deterministic=True),
-            ),
-            expected,
+        record_to_write = PersistedInstance(
+            instance_id=instance_id,
+            phase=str(runtime.phase),
+            generation=runtime.generation,
+            original_dp_ranks=runtime.original_dp_ranks,
+            dead_committed=tuple(sorted(runtime.dead_committed)),
+            fallback_strategy=runtime.fallback_strategy,
+            topology=record.topology().SerializeToString(deterministic=True),
         )
+        try:
+            await self._store.put(record_to_write, expected)
+        except StaleWriteError:
+            raise
+        except StoreError as exc:
+            # A write that timed out may still have landed; re-read so the next CAS expects the truth.
+            stored = await self._store.load(instance_id)
+            if stored is None or stored.generation != runtime.generation:
+                raise exc
+            log.info("instance=%d write of generation %d landed despite the error", instance_id, runtime.generation)
         self._written[instance_id] = runtime.generation
 
     async def restore(self, clock: Clock) -> list[int]:

@@ -88,6 +88,8 @@ class RuntimeStore(Protocol):
 
     async def load_all(self) -> list[PersistedInstance]: ...
 
+    async def load(self, instance_id: int) -> PersistedInstance | None: ...
+
     async def put(self, record: PersistedInstance, expected_generation: int | None) -> None:
         """Writes `record` if the stored generation equals `expected_generation` (None: no record yet)."""
 
