@@ -1,23 +1,53 @@
-"""motor-nodemanager: the per-pod agent that supervises local engines and proxies their FT API."""
+"""motor-nodemanager: the per-pod agent that supervises local engines and proxies their FT API.
+
+Serves motor.v1.NodeManager and motor.v1.NodeManagerFaultTolerance (health + reflection), launches
+the local engines, registers with the Controller once they are ready and heartbeats. Exit status:
+0 after SIGTERM/SIGINT or StopPod, 3 when every engine died with exit_when_all_engines_dead, 2 on a
+refused configuration.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gen.motor.v1 import node_manager_pb2_grpc
 from motor.common.config import NodeManagerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from nodemanager.agent import NodeManagerAgent
+from nodemanager.ft_service import FtServicer
+from nodemanager.lifecycle_service import LifecycleServicer
+
+log = logging.getLogger("nodemanager.main")
+
+# Lets the answer of StopPod leave before the process starts to stop.
+_EXIT_DELAY_SEC = 0.2
+
+ExitRequest = Callable[[int, str], None]
+
+
+def _signal_self(code: int, reason: str) -> None:
+    log.warning("exiting with status %d: %s", code, reason)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class NodeManagerService:
-    def __init__(self, config: NodeManagerConfig) -> None:
+    """The service object run_service drives: start() → {"grpc_port": ...}, stop()."""
+
+    def __init__(self, config: NodeManagerConfig, exit_request: ExitRequest | None = None) -> None:
         self.config = config
-        lifecycle = node_manager_pb2_grpc.NodeManagerServicer()
-        ft = node_manager_pb2_grpc.NodeManagerFaultToleranceServicer()
+        self.exit_code: int | None = None
+        self._exit_request = exit_request or _signal_self
+        self.agent = NodeManagerAgent(config, exit_hook=self._request_exit)
+        ft = FtServicer(self.agent.proxy)
+        lifecycle = LifecycleServicer(self.agent)
         self._grpc = GrpcServer(
             config.server,
             [
@@ -30,23 +60,46 @@ class NodeManagerService:
                     lambda server: node_manager_pb2_grpc.add_NodeManagerFaultToleranceServicer_to_server(ft, server),
                 ),
             ],
-            f"nodemanager pod={config.pod_ip}",
+            f"nodemanager instance={config.instance_id} pod={config.pod_ip}",
         )
 
+    def _request_exit(self, code: int, reason: str) -> None:
+        if self.exit_code is not None:
+            return
+        self.exit_code = code
+        asyncio.get_running_loop().call_later(_EXIT_DELAY_SEC, self._exit_request, code, reason)
+
+    @property
+    def grpc_port(self) -> int | None:
+        return self._grpc.port
+
     async def start(self) -> dict[str, Any]:
-        return {"grpc_port": await self._grpc.start()}
+        port = await self._grpc.start()
+        host = self.config.server.host
+        if host in ("0.0.0.0", "::", ""):
+            host = self.config.pod_ip
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        await self.agent.start(address)
+        return {"grpc_port": port, "log_dir": str(self.agent.log_dir)}
 
     async def stop(self) -> None:
         await self._grpc.stop()
+        await self.agent.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_arg_parser("motor-nodemanager", __doc__ or "")
+    built: list[NodeManagerService] = []
 
     def build(args: argparse.Namespace) -> NodeManagerService:
-        return NodeManagerService(config_from_args(NodeManagerConfig, args))
+        service = NodeManagerService(config_from_args(NodeManagerConfig, args))
+        built.append(service)
+        return service
 
-    return run_service("motor-nodemanager", build, parser, argv)
+    rc = run_service("motor-nodemanager", build, parser, argv)
+    if rc == 0 and built and built[0].exit_code:
+        return built[0].exit_code
+    return rc
 
 
 if __name__ == "__main__":

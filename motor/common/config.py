@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 PositiveSec = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=0, le=65535)]
@@ -185,6 +186,8 @@ class ControllerConfig(_Model):
     fault_tolerance_config: FaultToleranceConfig = FaultToleranceConfig()
     # host:port of the Coordinator's gRPC server; none means nothing is published.
     coordinator_address: str | None = None
+    # Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.
+    coordinator_management_key: str | None = None
     client_tls: ClientTlsConfig | None = None
     heartbeat_interval_sec: PositiveSec = 2.0
     # A pod silent this long is considered lost (partial-loss handling).
@@ -224,6 +227,25 @@ class CoordinatorConfig(_Model):
     # Other endpoints tried when one fails before its first byte.
     max_retries: Annotated[int, Field(ge=0, le=16)] = 2
     retry_after_sec: Annotated[int, Field(ge=1, le=3600)] = 1
+    # An endpoint that failed a request before its first byte gets no new request for this long
+    # (0: never skipped).
+    endpoint_cooldown_sec: Annotated[float, Field(ge=0, le=3600)] = 2.0
+
+    @field_validator("management_key")
+    @classmethod
+    def _check_management_key(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("management_key is blank; omit it to leave management open")
+        return value
+
+    @model_validator(mode="after")
+    def _check_upstream_timeouts(self) -> CoordinatorConfig:
+        if self.upstream_connect_timeout_sec > self.upstream_timeout_sec:
+            raise ValueError(
+                f"upstream_connect_timeout_sec={self.upstream_connect_timeout_sec:g} exceeds "
+                f"upstream_timeout_sec={self.upstream_timeout_sec:g}"
+            )
+        return self
 
 
 class DeviceInfoConfig(_Model):
@@ -280,6 +302,21 @@ class NodeManagerConfig(_Model):
     engine_ready_timeout_sec: PositiveSec = 300.0
     engine_stop_grace_sec: PositiveSec = 10.0
     heartbeat_interval_sec: PositiveSec = 2.0
+    # Appended to every engine's argv; the same {placeholders} as engine_command are filled in.
+    engine_extra_args: list[str] = []
+    # Directory of the engines' log files (rank<r>.log, appended); none: a fresh temporary directory.
+    log_dir: str | None = None
+    # When every non-retired local engine has died, the NodeManager exits (status 3) so the
+    # orchestrator recreates the pod. Frozen while a scale-down guard is live.
+    exit_when_all_engines_dead: bool = False
+    # Deadline of one Register / Heartbeat / ReportSoftwareFault call to the Controller.
+    controller_request_timeout_sec: PositiveSec = 5.0
+    # Upper bound of the backoff between Register attempts (registration is retried forever).
+    controller_retry_max_backoff_sec: PositiveSec = 5.0
+    # Fault reports waiting for delivery; when full the oldest waiting report is dropped (logged).
+    fault_report_queue_size: Annotated[int, Field(ge=1, le=65536)] = 1024
+    # Delivery attempts of one fault report (each with the controller deadline) before it is dropped.
+    fault_report_attempts: Annotated[int, Field(ge=1, le=10)] = 3
 
     @field_validator("pod_ip", "dp_master_ip")
     @classmethod
@@ -303,6 +340,29 @@ class NodeManagerConfig(_Model):
             raise ValueError(f"engine_ft_api_prefix {value!r} must start with '/' and not end with '/'")
         return value
 
+    @field_validator("log_dir")
+    @classmethod
+    def _check_log_dir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\0" in value):
+            raise ValueError(f"log_dir {value!r} is blank")
+        return value
+
+    @field_validator("engine_command", "engine_extra_args")
+    @classmethod
+    def _check_command(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is None:
+            return value
+        if info.field_name == "engine_command" and not value:
+            raise ValueError("engine_command=[] : give the engine's argv, or leave it unset for motor-engine-sim")
+        for item in value:
+            unknown = _template_fields(item) - ENGINE_COMMAND_PLACEHOLDERS
+            if unknown:
+                raise ValueError(
+                    f"{info.field_name} item {item!r} uses unknown placeholders {sorted(unknown)}; known: "
+                    + ", ".join("{" + name + "}" for name in sorted(ENGINE_COMMAND_PLACEHOLDERS))
+                )
+        return value
+
     @model_validator(mode="after")
     def _check_topology(self) -> NodeManagerConfig:
         if not self.engines:
@@ -318,7 +378,26 @@ class NodeManagerConfig(_Model):
             raise ValueError(
                 f"dp_store_port_base={self.dp_store_port_base} + dp_size-1 = {top} exceeds port 65535"
             )
+        if self.dp_master_port == 0 and len(ranks) != self.dp_size:
+            raise ValueError(
+                f"dp_master_port=0 (pick a free port at launch) needs every rank on this pod, but it hosts "
+                f"{sorted(ranks)} of dp_size={self.dp_size}"
+            )
         return self
+
+
+# Placeholders NodeManagerConfig.engine_command / engine_extra_args may use (str.format fields).
+ENGINE_COMMAND_PLACEHOLDERS = frozenset(
+    {"dp_rank", "dp_size", "host", "port", "dp_master_ip", "dp_master_port", "ft_api_prefix", "model",
+     "num_redundant_experts"}
+)
+
+
+def _template_fields(item: str) -> set[str]:
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(item) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"{item!r} is not a valid template ({exc}); write literal braces as {{{{ }}}}") from None
 
 
 def parse_host_port(value: str) -> tuple[str, int]:

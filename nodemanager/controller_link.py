@@ -1,0 +1,141 @@
+"""Registration with the Controller and the heartbeat loop.
+
+Registration starts once the initial launch of the local engines has ended (every engine ready, or
+failed) and is retried forever with capped exponential backoff (each attempt has a deadline; a
+refusal, ``accepted=false``, is retried too). The heartbeat then runs every
+``heartbeat_interval_sec`` (the Controller's value when it hands one > 0 down) with the alive
+endpoint set; ``known=false`` makes the pod register again. Heartbeat failures are logged (once per
+outage) and the next period simply tries again: the NodeManager never crashes because the
+Controller is down. Every NodeManagerFtConfig the Controller sends is handed to ``on_config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
+
+from gen.motor.v1 import controller_pb2
+from nodemanager.controller_client import ControllerClient, rpc_error_text
+
+log = logging.getLogger("nodemanager.controller_link")
+
+
+class RegistrationRefused(Exception):
+    pass
+
+
+class ControllerLink:
+    def __init__(
+        self,
+        client: ControllerClient,
+        *,
+        instance_id: int,
+        pod_ip: str,
+        build_register: Callable[[], controller_pb2.RegisterRequest],
+        alive_ids: Callable[[], list[int]],
+        on_config: Callable[[controller_pb2.NodeManagerFtConfig, str], None],
+        heartbeat_interval_sec: float,
+        max_backoff_sec: float,
+    ) -> None:
+        self._client = client
+        self._instance = instance_id
+        self._pod_ip = pod_ip
+        self._build_register = build_register
+        self._alive_ids = alive_ids
+        self._on_config = on_config
+        self.heartbeat_interval_sec = heartbeat_interval_sec
+        self._max_backoff = max_backoff_sec
+        self._poke = asyncio.Event()
+        self._seq = 0
+        self._heartbeat_failing = False
+        self.registrations = 0
+        self.registered = asyncio.Event()
+        self.last_alive: list[int] | None = None
+
+    def poke(self) -> None:
+        """Send the next heartbeat now (the alive set changed)."""
+        self._poke.set()
+
+    def adopt_interval(self, interval_sec: float) -> None:
+        if interval_sec > 0 and math.isfinite(interval_sec) and interval_sec != self.heartbeat_interval_sec:
+            log.info("instance=%d heartbeat interval %gs -> %gs (from controller)", self._instance,
+                     self.heartbeat_interval_sec, interval_sec)
+            self.heartbeat_interval_sec = interval_sec
+
+    def _apply_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
+        self.adopt_interval(cfg.heartbeat_interval_sec)
+        self._on_config(cfg, source)
+
+    async def register(self) -> None:
+        """Registers, retrying forever (cancellation ends it)."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning("instance=%d pod=%s register attempt %d at %s failed: %s; retrying in %.1fs",
+                        self._instance, self._pod_ip, state.attempt_number, self._client.address,
+                        rpc_error_text(exc) if exc else "?", state.upcoming_sleep)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=0.2, max=self._max_backoff) + wait_random(0, 0.1),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                req = self._build_register()
+                resp = await self._client.register(req)
+                if not resp.accepted:
+                    raise RegistrationRefused(f"controller refused the registration: {resp.message}")
+        self.registrations += 1
+        log.info("instance=%d pod=%s registered with %s: endpoints=%s retired=%s (%s)", self._instance,
+                 self._pod_ip, self._client.address, [e.id for e in req.endpoints], list(req.retired_ids),
+                 resp.message or "accepted")
+        if resp.HasField("config"):
+            self._apply_config(resp.config, "register")
+        self.registered.set()
+
+    async def run(self, launched: asyncio.Event) -> None:
+        await launched.wait()
+        await self.register()
+        while True:
+            await self.heartbeat_once()
+            self._poke.clear()
+            try:
+                await asyncio.wait_for(self._poke.wait(), timeout=self.heartbeat_interval_sec)
+            except TimeoutError:
+                pass
+
+    async def heartbeat_once(self) -> None:
+        self._seq += 1
+        alive = self._alive_ids()
+        req = controller_pb2.HeartbeatRequest(
+            pod_ip=self._pod_ip, instance_id=self._instance, alive_endpoint_ids=alive, seq=self._seq
+        )
+        try:
+            resp = await self._client.heartbeat(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the controller may be down; try again next period
+            if not self._heartbeat_failing:
+                log.warning("instance=%d pod=%s heartbeat seq=%d to %s failed: %s (logged once per outage)",
+                            self._instance, self._pod_ip, self._seq, self._client.address, rpc_error_text(exc))
+            self._heartbeat_failing = True
+            return
+        if self._heartbeat_failing:
+            log.info("instance=%d pod=%s heartbeat to %s works again (seq=%d)", self._instance, self._pod_ip,
+                     self._client.address, self._seq)
+            self._heartbeat_failing = False
+        if alive != self.last_alive:
+            log.info("instance=%d pod=%s heartbeat alive endpoints %s", self._instance, self._pod_ip, alive)
+            self.last_alive = alive
+        if resp.HasField("config"):
+            self._apply_config(resp.config, "heartbeat")
+        if not resp.known:
+            log.warning("instance=%d pod=%s controller does not know this pod; registering again",
+                        self._instance, self._pod_ip)
+            await self.register()

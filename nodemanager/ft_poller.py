@@ -1,0 +1,172 @@
+"""EngineFtManager: polls each local engine's FT status and turns changes into fault evidence.
+
+Polling of an engine starts only after its first readiness (``watch``) and stops when it is
+stopped on purpose, retired or dead (``unwatch``); a relaunch starts a fresh watch with fresh
+dedupe state. Every ``engine_status_poll_interval_sec`` (fixed rate, one task per engine so a hung
+engine never delays the others) the status is read with the same identity-checked bridge the
+Status RPC uses, bounded by ``engine_request_timeout_sec``:
+
+* ``unhealthy`` → UNHEALTHY, ``dead`` → DEAD; the first timeout or connection failure at run time
+  is DEAD evidence too; an identity-contract violation or malformed answer → PROTOCOL_ERROR;
+* each is reported when the endpoint's reported state changes to it (never again while it
+  persists); a return to ``healthy`` after a report sends RECOVERED once and re-arms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gen.motor.v1 import controller_pb2
+from nodemanager.engine_http import (
+    EngineAddress,
+    EngineHttpClient,
+    EngineProtocolError,
+    EngineStatusEntry,
+    EngineTimeout,
+    EngineUnreachable,
+)
+
+log = logging.getLogger("nodemanager.ft_poller")
+
+UNHEALTHY = controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY
+DEAD = controller_pb2.SOFTWARE_FAULT_KIND_DEAD
+ENGINE_DEAD = controller_pb2.SOFTWARE_FAULT_KIND_ENGINE_DEAD
+PROTOCOL_ERROR = controller_pb2.SOFTWARE_FAULT_KIND_PROTOCOL_ERROR
+RECOVERED = controller_pb2.SOFTWARE_FAULT_KIND_RECOVERED
+HEALTHY_OBSERVATION = 0  # not a report kind: the engine said healthy
+
+
+def kind_name(kind: int) -> str:
+    return "HEALTHY" if kind == HEALTHY_OBSERVATION else controller_pb2.SoftwareFaultKind.Name(kind).removeprefix(
+        "SOFTWARE_FAULT_KIND_")
+
+
+@dataclass(frozen=True)
+class FaultReport:
+    endpoint_id: int
+    kind: int  # controller_pb2.SoftwareFaultKind
+    evidence: str
+    status: EngineStatusEntry | None = None
+    observed_at_unix_sec: float = 0.0
+
+
+class FaultDeduper:
+    """Per endpoint: which fault kind was last reported (pure)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}
+
+    def observe(self, endpoint_id: int, observation: int) -> int | None:
+        """The kind to report for this observation, or None when nothing changed."""
+        last = self._last.get(endpoint_id)
+        if observation == HEALTHY_OBSERVATION:
+            if last is None:
+                return None
+            del self._last[endpoint_id]
+            return RECOVERED
+        if observation == last:
+            return None
+        self._last[endpoint_id] = observation
+        return observation
+
+    def reset(self, endpoint_id: int) -> None:
+        self._last.pop(endpoint_id, None)
+
+    def last(self, endpoint_id: int) -> int | None:
+        return self._last.get(endpoint_id)
+
+
+def classify(entry: EngineStatusEntry) -> int:
+    if entry.status == "dead":
+        return DEAD
+    if entry.status == "unhealthy":
+        return UNHEALTHY
+    return HEALTHY_OBSERVATION
+
+
+class EngineFtManager:
+    def __init__(
+        self,
+        http: EngineHttpClient,
+        *,
+        interval_sec: float,
+        timeout_sec: float,
+        address_of: Callable[[int], EngineAddress | None],
+        report: Callable[[FaultReport], None],
+        instance_id: int,
+    ) -> None:
+        self._http = http
+        self._interval = interval_sec
+        self._timeout = timeout_sec
+        self._address_of = address_of
+        self._report = report
+        self._instance = instance_id
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.dedupe = FaultDeduper()
+        self.polls = 0
+
+    @property
+    def watched(self) -> list[int]:
+        return sorted(i for i, t in self._tasks.items() if not t.done())
+
+    def watch(self, endpoint_id: int) -> None:
+        """(Re)starts polling the engine (a new run: fresh dedupe state)."""
+        self.unwatch(endpoint_id)
+        self.dedupe.reset(endpoint_id)
+        self._tasks[endpoint_id] = asyncio.create_task(self._loop(endpoint_id), name=f"ft-poll-rank{endpoint_id}")
+        log.info("instance=%d rank=%d FT status polling started (every %gs)", self._instance, endpoint_id, self._interval)
+
+    def unwatch(self, endpoint_id: int) -> None:
+        task = self._tasks.pop(endpoint_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+            log.info("instance=%d rank=%d FT status polling stopped", self._instance, endpoint_id)
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(self, endpoint_id: int) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            try:
+                await self.poll_once(endpoint_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a bug in one poll must not end polling
+                log.exception("instance=%d rank=%d FT status poll failed unexpectedly", self._instance, endpoint_id)
+            next_at += self._interval
+            now = loop.time()
+            if next_at < now:  # overran (a hung engine): skip the missed ticks, keep the rate
+                next_at = now + self._interval - ((now - next_at) % self._interval)
+            await asyncio.sleep(next_at - now)
+
+    async def poll_once(self, endpoint_id: int) -> int | None:
+        """One read → the kind reported, if any."""
+        addr = self._address_of(endpoint_id)
+        if addr is None:
+            return None
+        self.polls += 1
+        entry: EngineStatusEntry | None = None
+        try:
+            entry = await self._http.read_status(addr, self._timeout)
+            observation = classify(entry)
+            evidence = entry.describe()
+        except (EngineTimeout, EngineUnreachable) as exc:
+            observation, evidence = DEAD, str(exc)
+        except EngineProtocolError as exc:
+            observation, evidence = PROTOCOL_ERROR, str(exc)
+        kind = self.dedupe.observe(endpoint_id, observation)
+        if kind is None:
+            return None
+        log.warning("instance=%d rank=%d FT status %s: %s", self._instance, endpoint_id, kind_name(kind), evidence)
+        self._report(FaultReport(endpoint_id, kind, evidence, entry, time.time()))
+        return kind

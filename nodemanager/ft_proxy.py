@@ -1,0 +1,236 @@
+"""The pod's FT proxy (RFC §6, "EngineFtService"): guard, status, apply, finalize as plain functions.
+
+The servicer in ``ft_service`` only adapts requests to these calls; every refusal is a typed
+``NodeManagerError`` naming the offending value. When the proxy is off, every call raises
+``ProxyDisabled`` and nothing else happens.
+
+* guard: ``request_id`` + ``lease_sec`` ∈ (0, 3600] (see ``guard``); freezes self-restart paths.
+* status: no guard needed; local, routable, not retired ids; engines read concurrently, each bounded
+  by ``engine_request_timeout_sec`` (and the caller's deadline); entries in request order; any
+  failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
+  malformed → FAILED_PRECONDITION.
+* apply: only scale_down, by the live guard holder, never twice for one request_id; one POST per
+  target engine, concurrently, same request_id, ``dp_store_port = dp_store_port_base +
+  dp_master_rank``; accepted only when every engine answered 202. Never retried.
+* finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
+  and releases the guard; abort releases the guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gen.motor.v1 import node_manager_pb2
+from motor.common.config import NodeManagerConfig
+from nodemanager.endpoints import check_endpoint_ids, check_instance
+from nodemanager.engine_http import (
+    ApplyOutcome,
+    EngineCallError,
+    EngineHttpClient,
+    EngineProtocolError,
+    EngineStatusEntry,
+    EngineTimeout,
+    EngineUnreachable,
+    build_scale_down_body,
+)
+from nodemanager.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NodeManagerError,
+    ProxyDisabled,
+    Unavailable,
+)
+from nodemanager.guard import ForwardedApplies, GuardGrant, GuardState, check_request_id
+from nodemanager.pod_state import PodState
+from nodemanager.supervisor import ProcessSupervisor
+
+log = logging.getLogger("nodemanager.ft_proxy")
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    accepted: bool
+    outcomes: list[ApplyOutcome]
+    dp_store_port: int
+
+
+@dataclass(frozen=True)
+class FinalizeResult:
+    retired_ids: list[int]
+    guard_released: bool
+    newly_retired: list[int]
+
+
+def _engine_error(exc: EngineCallError) -> NodeManagerError:
+    if isinstance(exc, EngineTimeout):
+        return DeadlineExceeded(str(exc))
+    if isinstance(exc, EngineUnreachable):
+        return Unavailable(str(exc))
+    if isinstance(exc, EngineProtocolError):
+        return FailedPrecondition(str(exc))
+    return Unavailable(str(exc))
+
+
+class FtProxy:
+    def __init__(
+        self,
+        config: NodeManagerConfig,
+        state: PodState,
+        supervisor: ProcessSupervisor,
+        http: EngineHttpClient,
+        guard: GuardState,
+        *,
+        on_commit: Callable[[list[int], str], None],
+    ) -> None:
+        self._config = config
+        self._state = state
+        self._supervisor = supervisor
+        self._http = http
+        self.guard_state = guard
+        self.applies = ForwardedApplies()
+        self._on_commit = on_commit
+        self._instance = config.instance_id
+
+    def _require_enabled(self) -> None:
+        if not self._state.proxy_enabled:
+            raise ProxyDisabled()
+
+    def _routable_ids(self, ids: list[int], field: str = "endpoint_ids") -> list[int]:
+        return check_endpoint_ids(
+            ids, local=self._supervisor.ids, headless=self._supervisor.headless_ids,
+            retired=self._state.retired, field=field,
+        )
+
+    # -- guard ------------------------------------------------------------------------------
+    def guard(self, request_id: str, lease_sec: float, instance_id: int) -> GuardGrant:
+        self._require_enabled()
+        check_request_id(request_id)
+        check_instance(instance_id, self._instance)
+        grant = self.guard_state.acquire(request_id, lease_sec)
+        if grant.replaced_expired:
+            log.warning("instance=%d request_id=%s guard taken over from expired request_id=%s", self._instance,
+                        request_id, grant.replaced_expired)
+        log.info("instance=%d request_id=%s guard %s: lease %.1fs (self-restart frozen)", self._instance,
+                 request_id, "renewed" if grant.renewed else "granted", grant.lease_remaining_sec)
+        return grant
+
+    # -- status -----------------------------------------------------------------------------
+    async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
+                     timeout_sec: float | None = None) -> list[EngineStatusEntry]:
+        self._require_enabled()
+        check_instance(instance_id, self._instance)
+        ids = self._routable_ids(endpoint_ids)
+
+        async def read(i: int) -> EngineStatusEntry:
+            addr = self._supervisor.address(i)
+            if addr is None:
+                raise EngineUnreachable(i, "engine has not been launched (no port yet)")
+            return await self._http.read_status(addr, timeout_sec)
+
+        results = await asyncio.gather(*(read(i) for i in ids), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in errors:
+            if not isinstance(r, EngineCallError):
+                raise r
+        if errors:
+            first = _engine_error(errors[0])  # type: ignore[arg-type]
+            if len(errors) > 1:
+                first = type(first)(f"{first}; also: " + "; ".join(str(e) for e in errors[1:]))
+            log.warning("instance=%d request_id=%s status of %s failed: %s", self._instance, request_id or "-",
+                        ids, first)
+            raise first
+        return [r for r in results if isinstance(r, EngineStatusEntry)]
+
+    # -- apply ------------------------------------------------------------------------------
+    def _check_apply(self, instance_id: int, request_id: str, instruction: int, removed: list[int],
+                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int]) -> list[int]:
+        check_request_id(request_id)
+        check_instance(instance_id, self._instance)
+        if instruction != node_manager_pb2.INSTRUCTION_SCALE_DOWN:
+            name = node_manager_pb2.Instruction.Name(instruction) if instruction in node_manager_pb2.Instruction.values() \
+                else str(instruction)
+            raise InvalidArgument(f"instruction {name} is not supported; only INSTRUCTION_SCALE_DOWN is")
+        dp_size = self._config.dp_size
+        if not removed:
+            raise InvalidArgument("removed_dp_ranks [] is empty; it lists the cumulative removed original ranks")
+        bad = [r for r in removed if not 0 <= r < dp_size]
+        if bad:
+            raise InvalidArgument(f"removed_dp_ranks {bad} are not original ranks 0..{dp_size - 1}")
+        repeated = sorted({r for r in removed if removed.count(r) > 1})
+        if repeated:
+            raise InvalidArgument(f"removed_dp_ranks {removed} repeat ranks {repeated}")
+        forgotten = sorted(self._state.retired - set(removed))
+        if forgotten:
+            raise InvalidArgument(
+                f"removed_dp_ranks {sorted(removed)} is not cumulative: it omits this pod's retired ranks {forgotten}"
+            )
+        try:
+            ipaddress.ip_address(dp_master_ip)
+        except ValueError:
+            raise InvalidArgument(f"dp_master_ip {dp_master_ip!r} is not an IP address") from None
+        if not 0 <= dp_master_rank < dp_size:
+            raise InvalidArgument(f"dp_master_rank {dp_master_rank} is not an original rank 0..{dp_size - 1}")
+        if dp_master_rank in removed:
+            raise InvalidArgument(f"dp_master_rank {dp_master_rank} is in removed_dp_ranks {sorted(removed)}")
+        ids = self._routable_ids(endpoint_ids)
+        removed_targets = [i for i in ids if i in removed]
+        if removed_targets:
+            raise InvalidArgument(f"endpoint_ids {removed_targets} are in removed_dp_ranks {sorted(removed)}")
+        return ids
+
+    async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
+                    dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
+                    timeout_sec: float | None = None) -> ApplyResult:
+        self._require_enabled()
+        ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
+                                dp_master_rank, list(endpoint_ids))
+        self.guard_state.require_live(request_id, "apply")
+        self.applies.claim(request_id)
+        store_port = self._config.dp_store_port_base + dp_master_rank
+        body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
+        log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
+                 body)
+
+        async def send(i: int) -> ApplyOutcome:
+            addr = self._supervisor.address(i)
+            if addr is None:
+                return ApplyOutcome(i, False, 0, "", "engine has not been launched (no port yet)", body)
+            return await self._http.apply(addr, body, timeout_sec)
+
+        outcomes = list(await asyncio.gather(*(send(i) for i in ids)))
+        for o in outcomes:
+            log.log(logging.INFO if o.accepted else logging.ERROR,
+                    "instance=%d rank=%d request_id=%s apply %s: HTTP %d engine_request_id=%r %s (%.3fs)",
+                    self._instance, o.endpoint_id, request_id, "accepted" if o.accepted else "NOT accepted",
+                    o.http_status, o.engine_request_id, o.message, o.elapsed_sec)
+        return ApplyResult(all(o.accepted for o in outcomes), outcomes, store_port)
+
+    # -- finalize ---------------------------------------------------------------------------
+    def finalize(self, *, instance_id: int, request_id: str, commit: bool, retired_ids: list[int]) -> FinalizeResult:
+        self._require_enabled()
+        check_request_id(request_id)
+        check_instance(instance_id, self._instance)
+        ids = list(retired_ids)
+        if commit:
+            check_endpoint_ids(ids, local=self._supervisor.ids, field="retired_ids", allow_empty=True,
+                               allow_headless=True, allow_retired=True)
+        self.guard_state.require_holder(request_id, "finalize")
+        if not commit:
+            if ids:
+                log.warning("instance=%d request_id=%s finalize(abort) ignores retired_ids %s", self._instance,
+                            request_id, ids)
+            self.guard_state.release(request_id)
+            log.info("instance=%d request_id=%s finalize(abort): guard released", self._instance, request_id)
+            return FinalizeResult(sorted(self._state.retired), True, [])
+        new = self._state.retire(ids)
+        self.guard_state.release(request_id)
+        log.info("instance=%d request_id=%s finalize(commit): retired %s (newly %s), cumulative %s; guard released",
+                 self._instance, request_id, sorted(ids), new, sorted(self._state.retired))
+        if new:
+            self._on_commit(new, request_id)
+        return FinalizeResult(sorted(self._state.retired), True, new)

@@ -1,0 +1,74 @@
+"""gRPC servicer of motor.v1.NodeManagerFaultTolerance: adapts requests to ``FtProxy`` calls.
+
+Status mapping (see ``nodemanager.rpc``): proxy off → UNIMPLEMENTED; bad input → INVALID_ARGUMENT;
+guard conflict, stale apply/finalize, identity or malformed engine status → FAILED_PRECONDITION;
+apply forwarded before → ALREADY_EXISTS; engine unreachable → UNAVAILABLE; engine timeout →
+DEADLINE_EXCEEDED.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from nodemanager.ft_proxy import FtProxy
+from nodemanager.rpc import rpc_method
+
+# Kept back from the caller's deadline so an engine timeout is reported before the call expires.
+_DEADLINE_MARGIN_SEC = 0.1
+
+
+def engine_timeout(context: grpc.aio.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return max(0.01, remaining - _DEADLINE_MARGIN_SEC)
+
+
+class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
+    def __init__(self, proxy: FtProxy) -> None:
+        self._proxy = proxy
+
+    @rpc_method("Guard")
+    async def Guard(self, request: node_manager_pb2.GuardRequest, context: grpc.aio.ServicerContext
+                    ) -> node_manager_pb2.GuardResponse:
+        grant = self._proxy.guard(request.request_id, request.lease_sec, request.instance_id)
+        return node_manager_pb2.GuardResponse(
+            request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed
+        )
+
+    @rpc_method("Status")
+    async def Status(self, request: node_manager_pb2.StatusRequest, context: grpc.aio.ServicerContext
+                     ) -> node_manager_pb2.StatusResponse:
+        entries = await self._proxy.status(request.instance_id, list(request.endpoint_ids), request.request_id,
+                                           engine_timeout(context))
+        return node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in entries])
+
+    @rpc_method("Apply")
+    async def Apply(self, request: node_manager_pb2.ApplyRequest, context: grpc.aio.ServicerContext
+                    ) -> node_manager_pb2.ApplyResponse:
+        result = await self._proxy.apply(
+            instance_id=request.instance_id, request_id=request.request_id, instruction=request.instruction,
+            removed_dp_ranks=list(request.removed_dp_ranks), dp_master_ip=request.dp_master_ip,
+            dp_master_rank=request.dp_master_rank, endpoint_ids=list(request.endpoint_ids),
+            timeout_sec=engine_timeout(context),
+        )
+        return node_manager_pb2.ApplyResponse(
+            accepted=result.accepted,
+            dp_store_port=result.dp_store_port,
+            results=[
+                node_manager_pb2.EngineApplyResult(
+                    endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,
+                    engine_request_id=o.engine_request_id, message=o.message, request_body=o.request_body,
+                    elapsed_sec=o.elapsed_sec,
+                )
+                for o in result.outcomes
+            ],
+        )
+
+    @rpc_method("Finalize")
+    async def Finalize(self, request: node_manager_pb2.FinalizeRequest, context: grpc.aio.ServicerContext
+                       ) -> node_manager_pb2.FinalizeResponse:
+        result = self._proxy.finalize(instance_id=request.instance_id, request_id=request.request_id,
+                                      commit=request.commit, retired_ids=list(request.retired_ids))
+        return node_manager_pb2.FinalizeResponse(retired_ids=result.retired_ids, guard_released=result.guard_released)

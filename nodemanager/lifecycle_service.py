@@ -1,0 +1,68 @@
+"""gRPC servicer of motor.v1.NodeManager (engine lifecycle, pod stop, describe): adapts requests to
+``NodeManagerAgent`` calls; errors map to status codes through ``nodemanager.rpc``."""
+
+from __future__ import annotations
+
+import grpc
+
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from nodemanager.agent import NodeManagerAgent
+from nodemanager.ft_service import engine_timeout
+from nodemanager.rpc import rpc_method
+
+
+class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
+    def __init__(self, agent: NodeManagerAgent) -> None:
+        self._agent = agent
+
+    @rpc_method("StartEngines")
+    async def StartEngines(self, request: node_manager_pb2.StartEnginesRequest, context: grpc.aio.ServicerContext
+                           ) -> node_manager_pb2.StartEnginesResponse:
+        endpoints = await self._agent.start_engines(
+            instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
+            dp_master_port=request.dp_master_port, endpoint_ids=list(request.endpoint_ids),
+            timeout_sec=engine_timeout(context),
+        )
+        return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in endpoints])
+
+    @rpc_method("StopEngines")
+    async def StopEngines(self, request: node_manager_pb2.StopEnginesRequest, context: grpc.aio.ServicerContext
+                          ) -> node_manager_pb2.StopEnginesResponse:
+        stopped = await self._agent.stop_engines(
+            instance_id=request.instance_id, request_id=request.request_id, grace_sec=request.grace_sec,
+            endpoint_ids=list(request.endpoint_ids),
+        )
+        return node_manager_pb2.StopEnginesResponse(stopped_ids=stopped)
+
+    @rpc_method("RelaunchEngines")
+    async def RelaunchEngines(self, request: node_manager_pb2.RelaunchEnginesRequest,
+                              context: grpc.aio.ServicerContext) -> node_manager_pb2.RelaunchEnginesResponse:
+        endpoints = await self._agent.relaunch_engines(
+            instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
+            dp_master_port=request.dp_master_port, grace_sec=request.grace_sec, timeout_sec=engine_timeout(context),
+        )
+        return node_manager_pb2.RelaunchEnginesResponse(endpoints=[e.to_pb() for e in endpoints])
+
+    @rpc_method("StopPod")
+    async def StopPod(self, request: node_manager_pb2.StopPodRequest, context: grpc.aio.ServicerContext
+                      ) -> node_manager_pb2.StopPodResponse:
+        self._agent.stop_pod(request.request_id, request.reason)
+        return node_manager_pb2.StopPodResponse(accepted=True)
+
+    @rpc_method("DescribePod")
+    async def DescribePod(self, request: node_manager_pb2.DescribePodRequest, context: grpc.aio.ServicerContext
+                          ) -> node_manager_pb2.DescribePodResponse:
+        agent = self._agent
+        holder = agent.guard.live_holder()
+        return node_manager_pb2.DescribePodResponse(
+            pod=agent.pod_pb(),
+            instance_id=agent.config.instance_id,
+            engines=[
+                node_manager_pb2.EngineProcess(endpoint=v.endpoint.to_pb(), pid=v.pid, running=v.running,
+                                               exit_code=v.exit_code, retired=v.retired)
+                for v in agent.describe()
+            ],
+            ft_proxy_enabled=agent.state.proxy_enabled,
+            guard_request_id=holder or "",
+            guard_remaining_sec=agent.guard.remaining_sec() if holder else 0.0,
+        )

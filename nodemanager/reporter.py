@@ -1,0 +1,121 @@
+"""FaultReporter: delivers fault evidence to the Controller without ever blocking the pollers.
+
+Reports go into a bounded queue (``fault_report_queue_size``; when full, the oldest waiting report
+is dropped and logged) and one worker sends them in order, each with the controller deadline and at
+most ``fault_report_attempts`` attempts. Reports about retired endpoints are dropped, both when
+submitted and when sent (a commit may land in between).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+
+from gen.motor.v1 import controller_pb2
+from nodemanager.controller_client import ControllerClient, rpc_error_text
+from nodemanager.ft_poller import FaultReport, kind_name
+
+log = logging.getLogger("nodemanager.reporter")
+
+_BACKOFF_SEC = (0.2, 0.5, 1.0, 2.0)
+
+
+class FaultReporter:
+    def __init__(
+        self,
+        client: ControllerClient,
+        *,
+        pod_ip: str,
+        instance_id: int,
+        queue_size: int,
+        attempts: int,
+        is_retired: Callable[[int], bool],
+    ) -> None:
+        self._client = client
+        self._pod_ip = pod_ip
+        self._instance = instance_id
+        self._attempts = attempts
+        self._is_retired = is_retired
+        self._queue: collections.deque[FaultReport] = collections.deque(maxlen=queue_size)
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+        self.lost = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="fault-reporter")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def submit(self, report: FaultReport) -> None:
+        if self._is_retired(report.endpoint_id):
+            log.info("instance=%d rank=%d %s not reported: endpoint is retired", self._instance,
+                     report.endpoint_id, kind_name(report.kind))
+            return
+        if len(self._queue) == self._queue.maxlen:
+            dropped = self._queue[0]
+            self.lost += 1
+            log.error("instance=%d rank=%d fault report %s dropped: queue full (%d waiting)", self._instance,
+                      dropped.endpoint_id, kind_name(dropped.kind), len(self._queue))
+        self._queue.append(report)
+        self._wakeup.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def _request(self, report: FaultReport) -> controller_pb2.ReportSoftwareFaultRequest:
+        req = controller_pb2.ReportSoftwareFaultRequest(
+            pod_ip=self._pod_ip,
+            instance_id=self._instance,
+            endpoint_id=report.endpoint_id,
+            kind=report.kind,  # type: ignore[arg-type]
+            evidence=report.evidence,
+            observed_at_unix_sec=report.observed_at_unix_sec,
+        )
+        if report.status is not None:
+            req.status.CopyFrom(report.status.to_pb())
+        return req
+
+    async def _run(self) -> None:
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            report = self._queue.popleft()
+            if self._is_retired(report.endpoint_id):
+                continue
+            await self._deliver(report)
+
+    async def _deliver(self, report: FaultReport) -> None:
+        req = self._request(report)
+        for attempt in range(1, self._attempts + 1):
+            try:
+                resp = await self._client.report_software_fault(req)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - transport or server error: bounded retry
+                if attempt == self._attempts:
+                    self.lost += 1
+                    log.error("instance=%d rank=%d fault report %s lost after %d attempts: %s", self._instance,
+                              report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
+                    return
+                log.warning("instance=%d rank=%d fault report %s attempt %d failed: %s", self._instance,
+                            report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
+                await asyncio.sleep(_BACKOFF_SEC[min(attempt - 1, len(_BACKOFF_SEC) - 1)])
+                continue
+            self.sent += 1
+            if resp.accepted:
+                log.info("instance=%d rank=%d fault report %s delivered", self._instance, report.endpoint_id,
+                         kind_name(report.kind))
+            else:
+                log.warning("instance=%d rank=%d fault report %s not recorded by the controller: %s",
+                            self._instance, report.endpoint_id, kind_name(report.kind), resp.message)
+            return

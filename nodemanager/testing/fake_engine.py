@@ -1,0 +1,184 @@
+"""A light fake engine: the FT HTTP API of one or many DP ranks in one small aiohttp process.
+
+For NodeManager tests (identity violations, garbage, hangs, apply answers) and the polling
+benchmark (many engines without many torch processes). One port per rank, each rank with its own
+switchable behaviour:
+
+  python -m nodemanager.testing.fake_engine --host 127.0.0.2 --port 8001 --dp-rank 1
+  python -m nodemanager.testing.fake_engine --host 127.0.0.1 --ports 9001,9002 --ranks 0,1
+
+Routes per port: ``GET /health``; ``GET {prefix}/status``; ``POST {prefix}/apply``;
+``POST /fake/control`` ``{"status_mode"?, "apply_mode"?, "status"?, "ft_state"?, "fault_info"?,
+"hang_sec"?}`` → the new control state; ``GET /fake/applies`` → every apply received
+(``{"body", "content_type"}``); ``POST /fake/exit`` ``{"code"}`` exits the process.
+
+status_mode: ok | wrong_id | duplicate | extra | empty | garbage | bad_status | http500 | hang |
+not_object. apply_mode: accept | accept_server_id | reject_str | reject_list | hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+STATUS_MODES = ("ok", "wrong_id", "duplicate", "extra", "empty", "garbage", "bad_status", "http500", "hang",
+                "not_object")
+APPLY_MODES = ("accept", "accept_server_id", "reject_str", "reject_list", "hang")
+
+
+@dataclass
+class RankState:
+    rank: int
+    status_mode: str = "ok"
+    apply_mode: str = "accept"
+    status: str = "healthy"
+    ft_state: str | None = None
+    fault_info: str | None = None
+    last_ft_request_id: str | None = None
+    hang_sec: float = 3600.0
+    applies: list[dict[str, Any]] = field(default_factory=list)
+
+    def entry(self, rank: int | None = None) -> dict[str, Any]:
+        e: dict[str, Any] = {"id": self.rank if rank is None else rank, "status": self.status}
+        for key in ("ft_state", "fault_info", "last_ft_request_id"):
+            value = getattr(self, key)
+            if value is not None:
+                e[key] = value
+        return e
+
+    def control(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("rank", "status_mode", "apply_mode", "status", "ft_state",
+                                              "fault_info", "last_ft_request_id", "hang_sec")}
+
+
+def build_app(state: RankState, prefix: str) -> web.Application:
+    app = web.Application()
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def status(_: web.Request) -> web.Response:
+        mode = state.status_mode
+        doc: Any
+        if mode == "hang":
+            await asyncio.sleep(state.hang_sec)
+            mode = "ok"
+        if mode == "garbage":
+            return web.Response(text="<html>not json", content_type="text/html")
+        if mode == "http500":
+            return web.Response(status=500, text="internal error")
+        if mode == "not_object":
+            return web.json_response([1, 2])
+        engines = {
+            "ok": [state.entry()],
+            "wrong_id": [state.entry(state.rank + 100)],
+            "duplicate": [state.entry(), state.entry()],
+            "extra": [state.entry(), state.entry(state.rank + 50)],
+            "empty": [],
+            "bad_status": [{**state.entry(), "status": "zombie"}],
+        }[mode]
+        doc = {"schema_version": 1, "total_engines": len(engines), "engines": engines}
+        return web.json_response(doc)
+
+    async def apply(request: web.Request) -> web.Response:
+        raw = await request.text()
+        state.applies.append({"body": raw, "content_type": request.headers.get("Content-Type", "")})
+        mode = state.apply_mode
+        if mode == "hang":
+            await asyncio.sleep(state.hang_sec)
+        if mode == "reject_str":
+            return web.json_response({"detail": "Invalid instruction"}, status=400)
+        if mode == "reject_list":
+            return web.json_response(
+                {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]}, status=400
+            )
+        try:
+            rid = json.loads(raw).get("request_id")
+        except (ValueError, AttributeError):
+            return web.json_response({"detail": "body is not a JSON object"}, status=400)
+        if mode == "accept_server_id":
+            rid = uuid.uuid4().hex
+        state.last_ft_request_id = rid
+        return web.json_response({"message": "accepted", "request_id": rid}, status=202)
+
+    async def control(request: web.Request) -> web.Response:
+        body = await request.json()
+        for key, value in body.items():
+            if key == "status_mode" and value not in STATUS_MODES:
+                return web.json_response({"detail": f"unknown status_mode {value!r}"}, status=400)
+            if key == "apply_mode" and value not in APPLY_MODES:
+                return web.json_response({"detail": f"unknown apply_mode {value!r}"}, status=400)
+            if not hasattr(state, key) or key in ("rank", "applies"):
+                return web.json_response({"detail": f"unknown key {key!r}"}, status=400)
+            setattr(state, key, value)
+        return web.json_response(state.control())
+
+    async def applies(_: web.Request) -> web.Response:
+        return web.json_response(state.applies)
+
+    async def exit_now(request: web.Request) -> web.Response:
+        code = int((await request.json()).get("code", 1))
+        asyncio.get_running_loop().call_later(0.05, os._exit, code)
+        return web.json_response({"exiting": code})
+
+    app.router.add_get("/health", health)
+    app.router.add_get(f"{prefix}/status", status)
+    app.router.add_post(f"{prefix}/apply", apply)
+    app.router.add_post("/fake/control", control)
+    app.router.add_get("/fake/applies", applies)
+    app.router.add_post("/fake/exit", exit_now)
+    return app
+
+
+async def serve(host: str, ports: list[int], ranks: list[int], prefix: str, status_mode: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runners = []
+    try:
+        for port, rank in zip(ports, ranks):
+            runner = web.AppRunner(build_app(RankState(rank, status_mode=status_mode), prefix), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, port).start()
+            runners.append(runner)
+        print(f"fake engine serving ranks {ranks} on {host} ports {ports}", flush=True)
+        await stop.wait()
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="fake-engine")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int)
+    p.add_argument("--dp-rank", type=int)
+    p.add_argument("--ports", help="comma-separated ports (many ranks in one process)")
+    p.add_argument("--ranks", help="comma-separated ranks, one per port")
+    p.add_argument("--ft-api-prefix", default="/v1/fault_tolerance")
+    p.add_argument("--status-mode", default="ok", choices=STATUS_MODES)
+    args, _unknown = p.parse_known_args(argv)  # tolerate engine flags meant for a real engine
+    if args.ports:
+        ports = [int(x) for x in args.ports.split(",")]
+        ranks = [int(x) for x in args.ranks.split(",")] if args.ranks else list(range(len(ports)))
+    else:
+        ports, ranks = [args.port], [args.dp_rank]
+    if len(ports) != len(ranks) or None in ports or None in ranks:
+        p.error("give --port and --dp-rank, or --ports with as many --ranks")
+    asyncio.run(serve(args.host, ports, ranks, args.ft_api_prefix, args.status_mode))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
