@@ -1,8 +1,14 @@
-"""motor-coordinator: routes inference to the serving view the Controller publishes."""
+"""motor-coordinator: routes inference to the serving view the Controller publishes.
+
+gRPC `motor.v1.Coordinator` (Refresh / ListInstances, health, reflection) on server.host:port;
+OpenAI-compatible HTTP (/v1/completions, /v1/chat/completions, /v1/models, /health,
+/coordinator/instances) on http.host:port. The ready file carries grpc_port and http_port.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -11,12 +17,25 @@ from gen.motor.v1 import coordinator_pb2_grpc
 from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from motor.coordinator.engine_client import EngineClient
+from motor.coordinator.http_api import HttpFront, build_app
+from motor.coordinator.proxy import InferenceProxy
+from motor.coordinator.routing import RoutingTable
+from motor.coordinator.servicer import CoordinatorServicer
+
+log = logging.getLogger(__name__)
 
 
 class CoordinatorService:
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
-        servicer = coordinator_pb2_grpc.CoordinatorServicer()
+        self.table = RoutingTable(cooldown_sec=config.endpoint_cooldown_sec)
+        self.engine_client = EngineClient(config.upstream_connect_timeout_sec, config.upstream_timeout_sec)
+        self.proxy = InferenceProxy(
+            self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec
+        )
+        self.servicer = CoordinatorServicer(self.table, config.management_key)
+        servicer = self.servicer
         self._grpc = GrpcServer(
             config.server,
             [
@@ -27,19 +46,42 @@ class CoordinatorService:
             ],
             "coordinator",
         )
+        self._http = HttpFront(config.http, build_app(self.table, self.proxy), config.server.shutdown_grace_sec)
+        self.grpc_port: int | None = None
+        self.http_port: int | None = None
 
     async def start(self) -> dict[str, Any]:
-        return {"grpc_port": await self._grpc.start()}
+        await self.engine_client.start()
+        self.http_port = await self._http.start()
+        self.grpc_port = await self._grpc.start()
+        log.info("coordinator management key %s; max_retries=%d retry_after_sec=%d endpoint_cooldown_sec=%g",
+                 "required" if self.config.management_key else "off", self.config.max_retries,
+                 self.config.retry_after_sec, self.config.endpoint_cooldown_sec)
+        return {"grpc_port": self.grpc_port, "http_port": self.http_port}
 
     async def stop(self) -> None:
-        await self._grpc.stop()
+        """Idempotent, and safe after a partial start."""
+        try:
+            await self._grpc.stop()
+        finally:
+            try:
+                await self._http.stop()
+            finally:
+                await self.engine_client.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_arg_parser("motor-coordinator", __doc__ or "")
+    parser.add_argument("--http-host", help="HTTP bind address (overrides http.host)")
+    parser.add_argument("--http-port", type=int, help="HTTP port, 0 for a free one (overrides http.port)")
 
     def build(args: argparse.Namespace) -> CoordinatorService:
-        return CoordinatorService(config_from_args(CoordinatorConfig, args))
+        extra: list[tuple[str, Any]] = []
+        if args.http_host is not None:
+            extra.append(("http.host", args.http_host))
+        if args.http_port is not None:
+            extra.append(("http.port", args.http_port))
+        return CoordinatorService(config_from_args(CoordinatorConfig, args, extra))
 
     return run_service("motor-coordinator", build, parser, argv)
 

@@ -23,7 +23,14 @@ from typing import Any
 import grpc
 import psutil
 
-from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from gen.motor.v1 import (
+    controller_pb2,
+    controller_pb2_grpc,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    node_manager_pb2,
+    node_manager_pb2_grpc,
+)
 from motor.launch.ports import free_port
 from motor.launch.process import ManagedProcess, start_process
 
@@ -307,18 +314,15 @@ class LocalCluster:
         self.controller = ServiceProc("controller", proc, info, self.controller.config_path, self.controller.argv)
 
     def engine_url(self, rank: int) -> str:
-        """The HTTP base URL of a rank's engine, from the Coordinator-independent NodeManager view."""
+        """The HTTP base URL of a rank's engine, as its NodeManager describes it."""
         pod_ip = next(ip for ip, ranks in self.spec.pods() if rank in ranks)
-        ready = self._engine_ready(pod_ip, rank)
-        return f"http://{pod_ip}:{ready['port']}"
-
-    def _engine_ready(self, pod_ip: str, rank: int) -> dict[str, Any]:
-        engine_dir = self.run_dir / f"engines-{pod_ip}"
-        for path in sorted(engine_dir.glob(f"*{rank}*.ready.json")):
-            data = json.loads(path.read_text())
-            if data.get("dp_rank") == rank:
-                return data
-        raise FileNotFoundError(f"no ready file for rank {rank} under {engine_dir}")
+        svc = self.nodemanagers[pod_ip]
+        with grpc.insecure_channel(f"{pod_ip}:{svc.info['grpc_port']}") as channel:
+            pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
+        for engine in pod.engines:
+            if engine.endpoint.id == rank:
+                return f"http://{engine.endpoint.ip}:{engine.endpoint.business_port}"
+        raise KeyError(f"pod {pod_ip} does not describe rank {rank}")
 
     def inject(self, rank: int, fault: str, **params: Any) -> dict[str, Any]:
         body = json.dumps({"fault": fault, **params}).encode()

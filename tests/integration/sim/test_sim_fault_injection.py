@@ -177,6 +177,8 @@ def test_slow_rebuild(clients: list[SimClient]) -> None:
 
 
 def test_store_host_dies_while_idle_then_scale_down_to_one_rank(clients: list[SimClient]) -> None:
+    # A response is sent before the wave's closing all-reduce: wait until the wave is over.
+    wait_until(lambda: not any(c.admin_state()["wave"]["active"] for c in clients), 10, what="no wave active")
     assert clients[0].inject("executor_death").status == 200  # rank 0 hosts the DP store
     wait_entry(clients[0], lambda e: e["status"] == "dead", "rank 0 dead")
     time.sleep(2.0)  # idle: rank 1's store polls fail, which must not make it unhealthy

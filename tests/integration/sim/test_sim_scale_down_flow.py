@@ -67,6 +67,11 @@ def wait_entries(clients: list[SimClient], ranks: list[int], pred, what: str) ->
     return seen
 
 
+def wait_idle(clients: list[SimClient], ranks: list[int]) -> None:
+    """A response is sent before the wave's closing all-reduce: wait until every wave is over."""
+    wait_until(lambda: not any(clients[r].admin_state()["wave"]["active"] for r in ranks), 10, what="no wave active")
+
+
 def healthy_clean(e: dict[str, Any]) -> bool:
     return e["status"] == "healthy" and "ft_state" not in e
 
@@ -177,6 +182,7 @@ def test_apply_on_healthy_rank_is_rejected_in_status(clients: list[SimClient]) -
 
 
 def test_idle_executor_death_leaves_survivors_healthy(clients: list[SimClient]) -> None:
+    wait_idle(clients, [0, 1, 2, 3])
     assert clients[1].inject("executor_death").status == 200
     wait_entries(clients, [1], lambda e: e["status"] == "dead", "rank 1 dead")
     dead = clients[1].entry()

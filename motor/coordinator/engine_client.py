@@ -1,0 +1,88 @@
+"""The Coordinator's only client of the engines' OpenAI-compatible HTTP API.
+
+One pooled aiohttp session; every request is bounded by the connect timeout and by a total
+timeout (first byte and body included). A failure to get a response (connection refused or reset,
+timeout, malformed reply) is raised as ``UpstreamError`` so the caller can decide whether a retry
+is still possible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import aiohttp
+
+from motor.coordinator.routing import Route
+
+
+class UpstreamError(Exception):
+    """No usable response from the engine; ``reason`` is one short phrase for logs and errors."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def describe_client_error(exc: BaseException) -> str:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return f"timeout ({type(exc).__name__})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"connect error: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "engine closed the connection"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def base_url(route: Route) -> str:
+    host = f"[{route.ip}]" if ":" in route.ip else route.ip
+    return f"http://{host}:{route.port}"
+
+
+class EngineClient:
+    def __init__(self, connect_timeout_sec: float, total_timeout_sec: float) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=total_timeout_sec, connect=connect_timeout_sec)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is None:
+            # No connection cap: every in-flight request (long streams included) gets its own.
+            connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+            # The body is passed through as the engine sent it, Content-Encoding included.
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, auto_decompress=False, raise_for_status=False
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    @asynccontextmanager
+    async def post(
+        self, route: Route, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """POST ``body`` to ``path`` of the routed engine; yields the response once headers arrived.
+
+        Raises UpstreamError when no response headers arrive. Errors while reading the body
+        surface from the response's own methods (aiohttp.ClientError / TimeoutError). Leaving the
+        block early (client gone, cancellation) closes the connection, which aborts the engine's
+        request.
+        """
+        if self._session is None:
+            raise RuntimeError("EngineClient.start() was not called")
+        try:
+            resp = await self._session.post(base_url(route) + path, data=body, headers=dict(headers))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise UpstreamError(describe_client_error(exc)) from exc
+        completed = False
+        try:
+            yield resp
+            completed = True
+        finally:
+            if completed and resp.content.is_eof():
+                resp.release()
+            else:
+                resp.close()

@@ -1,0 +1,119 @@
+"""The Coordinator's HTTP front: OpenAI-compatible inference plus two read-only pages.
+
+Routes:
+  POST /v1/completions, POST /v1/chat/completions  forwarded by InferenceProxy (streaming or not)
+  GET  /v1/models                                  union of the published models (OpenAI list)
+  GET  /health                                     200 while the process serves
+  GET  /coordinator/instances                      JSON view of what is published, for humans
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from motor.common.config import HttpListenConfig
+from motor.coordinator.proxy import InferenceProxy
+from motor.coordinator.routing import RoutingTable, TableSnapshot
+
+log = logging.getLogger(__name__)
+
+# Prompts can be long; the engines have their own limits.
+MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024
+
+
+def snapshot_json(snapshot: TableSnapshot) -> dict[str, Any]:
+    return {
+        "revision": snapshot.revision,
+        "instances": [
+            {
+                "id": view.spec.id,
+                "model": view.spec.model,
+                "role": view.spec.role,
+                "dp_size": view.spec.dp_size,
+                "paused": view.paused,
+                "outstanding_requests": sum(e.outstanding for e in view.endpoints),
+                "endpoints": [
+                    {
+                        "id": e.spec.id,
+                        "ip": e.spec.ip,
+                        "business_port": e.spec.business_port,
+                        "mgmt_port": e.spec.mgmt_port,
+                        "headless": e.spec.headless,
+                        "outstanding_requests": e.outstanding,
+                        "cooling_down": e.cooling_down,
+                    }
+                    for e in view.endpoints
+                ],
+            }
+            for view in snapshot.instances
+        ],
+    }
+
+
+def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], float] = time.monotonic) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES)
+    started = int(time.time())
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await proxy.handle(request, "/v1/completions")
+
+    async def chat_completions(request: web.Request) -> web.StreamResponse:
+        return await proxy.handle(request, "/v1/chat/completions")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({
+            "object": "list",
+            "data": [{"id": m, "object": "model", "created": started, "owned_by": "motor"} for m in table.models()],
+        })
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(status=200, text="ok")
+
+    async def instances(_: web.Request) -> web.Response:
+        return web.json_response(snapshot_json(table.snapshot(clock())))
+
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/coordinator/instances", instances)
+    return app
+
+
+class HttpFront:
+    """Runs the app; start() returns the bound port. A client that disconnects cancels its handler
+    (and so its upstream request)."""
+
+    def __init__(self, config: HttpListenConfig, app: web.Application, shutdown_timeout_sec: float) -> None:
+        self._config = config
+        self._app = app
+        self._shutdown_timeout_sec = shutdown_timeout_sec
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self) -> int:
+        runner = web.AppRunner(self._app, access_log=None, handler_cancellation=True,
+                               shutdown_timeout=self._shutdown_timeout_sec)
+        await runner.setup()
+        site = web.TCPSite(runner, self._config.host, self._config.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(f"coordinator: cannot bind HTTP server to {self._config.host}:{self._config.port}: "
+                          f"{exc.strerror or exc}") from None
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+        log.info("coordinator HTTP serving on http://%s:%d", self._config.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            log.info("coordinator HTTP server stopped")

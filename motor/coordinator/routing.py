@@ -1,0 +1,387 @@
+"""The Coordinator's routing table: what is published, what may take traffic, and where the next
+request goes. Pure: no I/O, no clock of its own (callers pass monotonic ``now``), no protobuf.
+
+Publication (``refresh``) follows the Coordinator contract (protos/motor/v1/coordinator.proto):
+
+* ADD publishes each given instance, replacing the view of an instance already published (its
+  paused flag is kept). An instance with zero endpoints is refused.
+* DEL withdraws each given instance; each must equal what is published (same instance id and
+  exactly the same endpoint id set), else FAILED_PRECONDITION naming the instance and both id sets.
+* SET replaces the whole published set (instances not listed are withdrawn; paused flags of
+  instances that stay are kept).
+* PAUSE / RESUME toggle routing of published instances; an unknown instance is NOT_FOUND.
+* The revision must be greater than the last acknowledged one, else FAILED_PRECONDITION.
+
+A refused refresh changes nothing (all-or-nothing across the request) and does not consume its
+revision. Validation failures are INVALID_ARGUMENT and name the offending value.
+
+Selection (``pick``): among published, not-paused instances serving the requested model, the
+routable endpoints (not headless, not excluded for this request, not cooling down after a recent
+failure) are ordered by (outstanding requests, original DP rank); remaining ties rotate round robin
+across instances. Outstanding requests are counted per (instance id, original rank) and survive
+withdrawal and re-publication, so in-flight requests to a withdrawn endpoint are released normally.
+
+No route is UNKNOWN_MODEL (HTTP 404) only when instances are published but none serves the model
+and none ever did since start; a model withdrawn for a while (the drain of a scale-down), paused
+instances, nothing published at all, or every endpoint busy failing are UNAVAILABLE (HTTP 503).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MIN_PORT = 1
+MAX_PORT = 65535
+
+EndpointKey = tuple[int, int]
+"""(instance id, original DP rank): the identity of one routable endpoint."""
+
+
+class RefreshEvent(str, enum.Enum):
+    ADD = "ADD"
+    DEL = "DEL"
+    SET = "SET"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
+
+
+class RefreshErrorCode(str, enum.Enum):
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    NOT_FOUND = "NOT_FOUND"
+
+
+class RefreshError(Exception):
+    """A refused refresh; nothing changed. ``message`` names the offending value."""
+
+    def __init__(self, code: RefreshErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    id: int
+    ip: str
+    business_port: int
+    mgmt_port: int = 0
+    headless: bool = False
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    id: int
+    model: str
+    endpoints: tuple[EndpointSpec, ...]
+    role: str = ""
+    dp_size: int = 0
+    # The publisher's own representation (the servicer keeps the proto here to echo it back).
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def endpoint_ids(self) -> list[int]:
+        return sorted(e.id for e in self.endpoints)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One chosen endpoint for one attempt of one request."""
+
+    instance_id: int
+    rank: int
+    ip: str
+    port: int
+    model: str
+
+    @property
+    def key(self) -> EndpointKey:
+        return (self.instance_id, self.rank)
+
+    @property
+    def label(self) -> str:
+        """``<instance_id>/<rank>``: the X-Motor-Endpoint header value."""
+        return f"{self.instance_id}/{self.rank}"
+
+
+class NoRouteKind(str, enum.Enum):
+    UNKNOWN_MODEL = "UNKNOWN_MODEL"  # no published instance serves the model (HTTP 404)
+    UNAVAILABLE = "UNAVAILABLE"  # published, but nothing can take the request now (HTTP 503)
+
+
+@dataclass(frozen=True)
+class NoRoute:
+    kind: NoRouteKind
+    message: str
+
+
+@dataclass(frozen=True)
+class EndpointState:
+    spec: EndpointSpec
+    outstanding: int
+    cooling_down: bool
+
+
+@dataclass(frozen=True)
+class PublishedView:
+    spec: InstanceSpec
+    paused: bool
+    endpoints: tuple[EndpointState, ...]
+
+    @property
+    def outstanding(self) -> dict[int, int]:
+        return {e.spec.id: e.outstanding for e in self.endpoints}
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    revision: int
+    instances: tuple[PublishedView, ...]
+
+
+def _ids(values: Iterable[int]) -> str:
+    return "[" + ", ".join(str(v) for v in sorted(values)) + "]"
+
+
+def _invalid(message: str) -> RefreshError:
+    return RefreshError(RefreshErrorCode.INVALID_ARGUMENT, message)
+
+
+def _check_endpoint_ids(instance: InstanceSpec) -> None:
+    seen: set[int] = set()
+    for ep in instance.endpoints:
+        if ep.id < 0:
+            raise _invalid(f"instance {instance.id}: endpoint id {ep.id} is negative (ids are original DP ranks)")
+        if ep.id in seen:
+            raise _invalid(f"instance {instance.id}: endpoint id {ep.id} appears more than once")
+        seen.add(ep.id)
+
+
+def validate_published_instance(instance: InstanceSpec) -> None:
+    """The checks of a view to publish (ADD/SET); raises INVALID_ARGUMENT naming the value."""
+    if not instance.endpoints:
+        raise _invalid(f"instance {instance.id} has no endpoints; a published view needs at least one")
+    _check_endpoint_ids(instance)
+    for ep in instance.endpoints:
+        if not ep.ip or ep.ip != ep.ip.strip() or any(ch.isspace() for ch in ep.ip):
+            raise _invalid(f"instance {instance.id} endpoint {ep.id}: ip {ep.ip!r} is empty or has spaces")
+        # A headless rank has no API of its own: it is never routed to, so its port is not used.
+        if not ep.headless and not MIN_PORT <= ep.business_port <= MAX_PORT:
+            raise _invalid(
+                f"instance {instance.id} endpoint {ep.id}: business_port {ep.business_port} "
+                f"not in {MIN_PORT}..{MAX_PORT}"
+            )
+        if not 0 <= ep.mgmt_port <= MAX_PORT:
+            raise _invalid(
+                f"instance {instance.id} endpoint {ep.id}: mgmt_port {ep.mgmt_port} not in 0..{MAX_PORT}"
+            )
+
+
+class RoutingTable:
+    """Published serving views, pause flags, revision, endpoint selection and outstanding counts."""
+
+    def __init__(self, cooldown_sec: float = 2.0) -> None:
+        if cooldown_sec < 0:
+            raise ValueError(f"cooldown_sec={cooldown_sec!r} must be >= 0")
+        self.cooldown_sec = cooldown_sec
+        self._revision = 0
+        self._instances: dict[int, InstanceSpec] = {}
+        self._paused: set[int] = set()
+        self._outstanding: dict[EndpointKey, int] = {}
+        self._cooling_until: dict[EndpointKey, float] = {}
+        self._last_pick: EndpointKey | None = None
+        # Every model published since start: one withdrawn for a while (a drain) is 503, not 404.
+        self._known_models: set[str] = set()
+
+    # -- publication ----------------------------------------------------------------------
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def refresh(self, event: RefreshEvent | Any, instances: Sequence[InstanceSpec], revision: int) -> int:
+        """Applies one publication event all-or-nothing; returns the revision now acknowledged."""
+        if not isinstance(event, RefreshEvent):
+            raise _invalid(f"event {event!r} is not one of {', '.join(e.value for e in RefreshEvent)}")
+        seen: set[int] = set()
+        for inst in instances:
+            if inst.id < 0:
+                raise _invalid(f"instance id {inst.id} is negative")
+            if inst.id in seen:
+                raise _invalid(f"{event.value}: instance {inst.id} appears more than once")
+            seen.add(inst.id)
+        if not instances and event is not RefreshEvent.SET:
+            raise _invalid(f"{event.value} names no instance (only SET may be empty: it withdraws everything)")
+        if event in (RefreshEvent.ADD, RefreshEvent.SET):
+            for inst in instances:
+                validate_published_instance(inst)
+        elif event is RefreshEvent.DEL:
+            for inst in instances:
+                _check_endpoint_ids(inst)
+        if revision <= self._revision:
+            raise RefreshError(
+                RefreshErrorCode.FAILED_PRECONDITION,
+                f"revision {revision} is not greater than the last acknowledged revision {self._revision}",
+            )
+        if event is RefreshEvent.DEL:
+            mismatches = []
+            for inst in instances:
+                current = self._instances.get(inst.id)
+                if current is None:
+                    mismatches.append(
+                        f"instance {inst.id} with endpoint ids {_ids(e.id for e in inst.endpoints)} is not published"
+                    )
+                elif set(current.endpoint_ids) != {e.id for e in inst.endpoints}:
+                    mismatches.append(
+                        f"instance {inst.id}: endpoint ids {_ids(e.id for e in inst.endpoints)} do not match "
+                        f"the published endpoint ids {_ids(current.endpoint_ids)}"
+                    )
+            if mismatches:
+                raise RefreshError(RefreshErrorCode.FAILED_PRECONDITION, "DEL refused: " + "; ".join(mismatches))
+        elif event in (RefreshEvent.PAUSE, RefreshEvent.RESUME):
+            unknown = [inst.id for inst in instances if inst.id not in self._instances]
+            if unknown:
+                raise RefreshError(
+                    RefreshErrorCode.NOT_FOUND,
+                    f"{event.value} refused: instance(s) {_ids(unknown)} not published "
+                    f"(published: {_ids(self._instances)})",
+                )
+        # Every check passed: apply.
+        if event in (RefreshEvent.ADD, RefreshEvent.SET):
+            self._known_models.update(inst.model for inst in instances)
+        if event is RefreshEvent.ADD:
+            for inst in instances:
+                self._instances[inst.id] = inst
+        elif event is RefreshEvent.SET:
+            self._instances = {inst.id: inst for inst in instances}
+            self._paused &= set(self._instances)
+        elif event is RefreshEvent.DEL:
+            for inst in instances:
+                del self._instances[inst.id]
+                self._paused.discard(inst.id)
+        elif event is RefreshEvent.PAUSE:
+            self._paused.update(inst.id for inst in instances)
+        else:
+            self._paused.difference_update(inst.id for inst in instances)
+        self._forget_unpublished_cooldowns()
+        self._revision = revision
+        return revision
+
+    def _forget_unpublished_cooldowns(self) -> None:
+        published = {(inst.id, ep.id) for inst in self._instances.values() for ep in inst.endpoints}
+        for key in [k for k in self._cooling_until if k not in published]:
+            del self._cooling_until[key]
+
+    # -- queries --------------------------------------------------------------------------
+    def is_published(self, instance_id: int) -> bool:
+        return instance_id in self._instances
+
+    def is_paused(self, instance_id: int) -> bool:
+        return instance_id in self._paused
+
+    def models(self) -> list[str]:
+        """Models of every published instance (paused ones included), sorted, without blanks."""
+        return sorted({inst.model for inst in self._instances.values() if inst.model})
+
+    def outstanding(self, key: EndpointKey) -> int:
+        return self._outstanding.get(key, 0)
+
+    def total_outstanding(self) -> int:
+        return sum(self._outstanding.values())
+
+    def cooling_down(self, key: EndpointKey, now: float) -> bool:
+        until = self._cooling_until.get(key)
+        return until is not None and now < until
+
+    def snapshot(self, now: float) -> TableSnapshot:
+        views = []
+        for inst_id in sorted(self._instances):
+            inst = self._instances[inst_id]
+            endpoints = tuple(
+                EndpointState(ep, self.outstanding((inst_id, ep.id)), self.cooling_down((inst_id, ep.id), now))
+                for ep in sorted(inst.endpoints, key=lambda e: e.id)
+            )
+            views.append(PublishedView(inst, inst_id in self._paused, endpoints))
+        return TableSnapshot(self._revision, tuple(views))
+
+    # -- selection and accounting ----------------------------------------------------------
+    def select(self, model: str | None, now: float, exclude: Collection[EndpointKey] = ()) -> Route | NoRoute:
+        """The endpoint the next attempt should use, or why there is none. Does not count it."""
+        if not self._instances:
+            return NoRoute(NoRouteKind.UNAVAILABLE, "no instance is published")
+        instances = [i for i in self._instances.values() if model is None or i.model == model]
+        if not instances:
+            if model in self._known_models:
+                return NoRoute(NoRouteKind.UNAVAILABLE, f"no instance serving model `{model}` is published now")
+            return NoRoute(NoRouteKind.UNKNOWN_MODEL, f"The model `{model}` does not exist.")
+        active = [i for i in instances if i.id not in self._paused]
+        what = "any model" if model is None else f"model `{model}`"
+        if not active:
+            return NoRoute(
+                NoRouteKind.UNAVAILABLE,
+                f"every instance serving {what} is paused (instances {_ids(i.id for i in instances)})",
+            )
+        candidates: list[tuple[int, int, int, EndpointSpec, InstanceSpec]] = []
+        tried = cooling = headless = 0
+        for inst in active:
+            for ep in inst.endpoints:
+                key = (inst.id, ep.id)
+                if ep.headless:
+                    headless += 1
+                elif key in exclude:
+                    tried += 1
+                elif self.cooling_down(key, now):
+                    cooling += 1
+                else:
+                    candidates.append((self.outstanding(key), ep.id, inst.id, ep, inst))
+        if not candidates:
+            reasons = []
+            if tried:
+                reasons.append(f"{tried} already tried for this request")
+            if cooling:
+                reasons.append(f"{cooling} cooling down after a failure")
+            if headless:
+                reasons.append(f"{headless} headless")
+            return NoRoute(
+                NoRouteKind.UNAVAILABLE,
+                f"no endpoint of the instances serving {what} can take the request now "
+                f"({', '.join(reasons) or 'none routable'})",
+            )
+        best = min((c[0], c[1]) for c in candidates)
+        tied = sorted((c for c in candidates if (c[0], c[1]) == best), key=lambda c: c[2])
+        chosen = tied[0]
+        if len(tied) > 1 and self._last_pick is not None:
+            after = [c for c in tied if (c[2], c[1]) > self._last_pick]
+            if after:
+                chosen = after[0]
+        _, rank, inst_id, ep, inst = chosen
+        return Route(instance_id=inst_id, rank=rank, ip=ep.ip, port=ep.business_port, model=inst.model)
+
+    def acquire(self, route: Route) -> None:
+        self._outstanding[route.key] = self._outstanding.get(route.key, 0) + 1
+        self._last_pick = route.key
+
+    def release(self, route: Route) -> None:
+        count = self._outstanding.get(route.key, 0) - 1
+        if count > 0:
+            self._outstanding[route.key] = count
+        else:
+            self._outstanding.pop(route.key, None)
+
+    def pick(self, model: str | None, now: float, exclude: Collection[EndpointKey] = ()) -> Route | NoRoute:
+        """``select`` and, when it found an endpoint, count the request against it."""
+        choice = self.select(model, now, exclude)
+        if isinstance(choice, Route):
+            self.acquire(choice)
+        return choice
+
+    def mark_failed(self, key: EndpointKey, now: float) -> None:
+        """The endpoint failed a request before its first byte: skip it for ``cooldown_sec``."""
+        if self.cooldown_sec <= 0:
+            return
+        inst = self._instances.get(key[0])
+        if inst is None or all(ep.id != key[1] for ep in inst.endpoints):
+            return  # withdrawn meanwhile: nothing to cool down
+        self._cooling_until[key] = max(self._cooling_until.get(key, now), now + self.cooldown_sec)

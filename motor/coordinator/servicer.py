@@ -1,0 +1,151 @@
+"""The `motor.v1.Coordinator` gRPC servicer: adapts Refresh / ListInstances to the routing table.
+
+When a management key is configured, Refresh requires the gRPC metadata ``x-motor-key`` to equal
+it (constant-time comparison), else UNAUTHENTICATED. ListInstances is read-only and stays open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from motor.coordinator.routing import (
+    EndpointSpec,
+    InstanceSpec,
+    RefreshError,
+    RefreshErrorCode,
+    RefreshEvent,
+    RoutingTable,
+)
+
+log = logging.getLogger(__name__)
+
+MANAGEMENT_KEY_METADATA = "x-motor-key"
+
+_EVENTS = {
+    coordinator_pb2.REFRESH_EVENT_ADD: RefreshEvent.ADD,
+    coordinator_pb2.REFRESH_EVENT_DEL: RefreshEvent.DEL,
+    coordinator_pb2.REFRESH_EVENT_SET: RefreshEvent.SET,
+    coordinator_pb2.REFRESH_EVENT_PAUSE: RefreshEvent.PAUSE,
+    coordinator_pb2.REFRESH_EVENT_RESUME: RefreshEvent.RESUME,
+}
+_CODES = {
+    RefreshErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    RefreshErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    RefreshErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+}
+
+
+def _event_name(value: int) -> str:
+    try:
+        return coordinator_pb2.RefreshEvent.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def instance_from_proto(msg: common_pb2.Instance) -> InstanceSpec:
+    source = common_pb2.Instance()
+    source.CopyFrom(msg)
+    try:
+        role = common_pb2.Role.Name(msg.role)
+    except ValueError:
+        role = str(msg.role)
+    return InstanceSpec(
+        id=msg.id,
+        model=msg.model,
+        role=role,
+        dp_size=msg.dp_size,
+        endpoints=tuple(
+            EndpointSpec(id=e.id, ip=e.ip, business_port=e.business_port, mgmt_port=e.mgmt_port, headless=e.headless)
+            for e in msg.endpoints
+        ),
+        source=source,
+    )
+
+
+def instance_to_proto(spec: InstanceSpec) -> common_pb2.Instance:
+    if isinstance(spec.source, common_pb2.Instance):
+        out = common_pb2.Instance()
+        out.CopyFrom(spec.source)
+        return out
+    out = common_pb2.Instance(id=spec.id, model=spec.model, dp_size=spec.dp_size)
+    if spec.role in common_pb2.Role.keys():
+        out.role = common_pb2.Role.Value(spec.role)
+    for ep in spec.endpoints:
+        out.endpoints.add(id=ep.id, ip=ep.ip, business_port=ep.business_port, mgmt_port=ep.mgmt_port,
+                          headless=ep.headless)
+    return out
+
+
+def _describe(instances: list[InstanceSpec]) -> str:
+    return ", ".join(f"{i.id}:{i.endpoint_ids}" for i in instances) or "-"
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(
+        self, table: RoutingTable, management_key: str | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._table = table
+        self._key = management_key.encode() if management_key else None
+        self._clock = clock
+
+    async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        if self._key is None:
+            return
+        given = b""
+        for item in context.invocation_metadata() or ():
+            if item.key == MANAGEMENT_KEY_METADATA:
+                value = item.value
+                given = value if isinstance(value, bytes) else value.encode()
+                break
+        if not hmac.compare_digest(given, self._key):
+            log.warning("%s from %s refused: %s", method, context.peer(),
+                        "wrong management key" if given else "no management key")
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{method} needs the management key in gRPC metadata {MANAGEMENT_KEY_METADATA!r} "
+                f"({'it does not match' if given else 'none was sent'})",
+            )
+
+    async def Refresh(
+        self, request: coordinator_pb2.RefreshRequest, context: grpc.aio.ServicerContext
+    ) -> coordinator_pb2.RefreshResponse:
+        await self._authorize(context, "Refresh")
+        event_name = _event_name(request.event)
+        instances = [instance_from_proto(i) for i in request.instances]
+        try:
+            event = _EVENTS.get(request.event)
+            if event is None:
+                raise RefreshError(
+                    RefreshErrorCode.INVALID_ARGUMENT,
+                    f"event {event_name} is not one of {', '.join(coordinator_pb2.RefreshEvent.keys()[1:])}",
+                )
+            revision = self._table.refresh(event, instances, request.revision)
+        except RefreshError as exc:
+            log.warning("refresh event=%s revision=%d instances=%s refused (%s): %s", event_name, request.revision,
+                        _describe(instances), exc.code.value, exc.message)
+            await context.abort(_CODES[exc.code], exc.message)
+            raise  # unreachable: abort raises
+        views = self._table.snapshot(self._clock()).instances
+        log.info("refresh event=%s revision=%d instances=%s acknowledged; published=%s paused=%s", event_name,
+                 revision, _describe(instances), [v.spec.id for v in views], [v.spec.id for v in views if v.paused])
+        return coordinator_pb2.RefreshResponse(revision=revision)
+
+    async def ListInstances(
+        self, request: coordinator_pb2.ListInstancesRequest, context: grpc.aio.ServicerContext
+    ) -> coordinator_pb2.ListInstancesResponse:
+        snapshot = self._table.snapshot(self._clock())
+        return coordinator_pb2.ListInstancesResponse(
+            revision=snapshot.revision,
+            instances=[
+                coordinator_pb2.PublishedInstance(
+                    instance=instance_to_proto(view.spec), paused=view.paused, outstanding_requests=view.outstanding
+                )
+                for view in snapshot.instances
+            ],
+        )

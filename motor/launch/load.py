@@ -1,0 +1,121 @@
+"""A steady, bounded stream of OpenAI completions through the Coordinator, with every outcome kept.
+
+Used by the demo, the e2e tests and the benchmarks to count what a recovery costs in requests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestResult:
+    started_sec: float
+    ended_sec: float
+    status: int  # HTTP status; 0 when no answer came
+    rank: int | None  # engine rank that served it
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and not self.error
+
+
+@dataclass
+class LoadGenerator:
+    """`concurrency` workers, each sending one request at a time until stopped or bounded."""
+
+    base_url: str
+    model: str = "motor-sim"
+    concurrency: int = 4
+    max_tokens: int = 8
+    stream: bool = False
+    request_timeout_sec: float = 60.0
+    max_requests: int = 100_000
+    max_duration_sec: float = 600.0
+    pause_sec: float = 0.0
+    results: list[RequestResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._sent = 0
+        self._started_sec = 0.0
+
+    def start(self) -> LoadGenerator:
+        self._started_sec = time.monotonic()
+        for i in range(self.concurrency):
+            thread = threading.Thread(target=self._worker, args=(i,), name=f"load-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout_sec: float = 60.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout_sec
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _take_ticket(self) -> bool:
+        with self._lock:
+            if self._sent >= self.max_requests or time.monotonic() - self._started_sec > self.max_duration_sec:
+                return False
+            self._sent += 1
+            return True
+
+    def _worker(self, worker: int) -> None:
+        n = 0
+        while not self._stop.is_set() and self._take_ticket():
+            n += 1
+            result = self.send_one(f"worker {worker} request {n}")
+            with self._lock:
+                self.results.append(result)
+            if self.pause_sec:
+                self._stop.wait(self.pause_sec)
+
+    def send_one(self, prompt: str) -> RequestResult:
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens, "stream": self.stream}).encode()
+        req = urllib.request.Request(f"{self.base_url}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        start = time.time()
+        try:
+            with urllib.request.urlopen(req, timeout=self.request_timeout_sec) as resp:
+                raw = resp.read().decode()
+                rank = _rank(resp.headers.get("X-Motor-Endpoint"), resp.headers.get("X-Motor-DP-Rank"))
+                error = _stream_error(raw) if self.stream else ""
+                return RequestResult(start, time.time(), resp.status, rank, error)
+        except urllib.error.HTTPError as exc:
+            return RequestResult(start, time.time(), exc.code, None, exc.read().decode(errors="replace")[:300])
+        except (urllib.error.URLError, OSError) as exc:
+            return RequestResult(start, time.time(), 0, None, str(exc))
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            done = list(self.results)
+        return {"sent": len(done), "succeeded": sum(r.ok for r in done), "failed": sum(not r.ok for r in done)}
+
+    def snapshot(self) -> list[RequestResult]:
+        with self._lock:
+            return list(self.results)
+
+
+def _rank(endpoint_header: str | None, rank_header: str | None) -> int | None:
+    for text in (rank_header, (endpoint_header or "").rpartition("/")[2]):
+        if text and text.strip().lstrip("-").isdigit():
+            return int(text)
+    return None
+
+
+def _stream_error(raw: str) -> str:
+    """A stream that carried an error event or never reached [DONE] failed."""
+    if '"error"' in raw:
+        return "stream carried an error event"
+    if "data: [DONE]" not in raw:
+        return "stream ended without [DONE]"
+    return ""

@@ -1,0 +1,165 @@
+"""Engine failures seen through an in-process Coordinator, on real motor-engine-sim processes.
+
+The victim engine (a 1-rank group, instance 3) degrades as the module goes, so the tests run in
+file order: healthy -> UNHEALTHY mid-stream (503 afterwards) -> healed through the FT API's retry
+instruction -> killed mid-stream -> dead (connection refused).
+Instance 1 (the healthy 2-rank group A) serves the same model and takes the retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from coordinator_helpers import (
+    ADD,
+    MODEL_A,
+    CoordinatorFactory,
+    Engines,
+    chat,
+    completion,
+    instance_proto,
+    post_json,
+    post_stream,
+)
+
+from motor.sim.client import SimClient
+
+pytestmark = pytest.mark.timeout(90)
+
+VICTIM = "3/0"
+
+
+def victim_client(engines: Engines) -> SimClient:
+    return SimClient(engines.victim.ranks[0].url, timeout_sec=5)
+
+
+def retried_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "failed before the first byte" in r.getMessage()]
+
+
+async def test_failure_after_the_first_byte_is_not_retried(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = await start_coordinator()
+    # Both instances published; the stream goes to the victim (rank 0 ties rotate: 1/0 first, then 3/0).
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
+        "X-Motor-Endpoint"] == "1/0"
+    victim = victim_client(engines)
+    assert victim.entry()["status"] == "healthy"
+    injected = asyncio.Event()
+
+    async def on_event(_event) -> None:
+        if not injected.is_set():
+            injected.set()
+            result = await asyncio.to_thread(victim.inject, "unhealthy", reason="mid-stream test")
+            assert result.status == 200
+
+    reply = await post_stream(http, c.http_url + "/v1/completions", completion(max_tokens=200), on_event=on_event)
+    assert reply.status == 200 and reply.headers["X-Motor-Endpoint"] == VICTIM
+    assert not reply.done, "the stream was cut by the engine"
+    assert isinstance(reply.events[-1], dict) and "error" in reply.events[-1], reply.events[-1]
+    assert len(reply.events) < 100
+    assert not retried_lines(caplog), "a started stream is never retried"
+
+
+async def test_engine_503_is_retried_on_another_endpoint(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    victim = victim_client(engines)
+    if victim.entry()["status"] == "healthy":
+        assert victim.inject("unhealthy", reason="503 test").status == 200
+    assert victim.complete("x").status == 503
+    c = await start_coordinator(endpoint_cooldown_sec=0.3)
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    url = c.http_url
+    for round_ in range(3):
+        replies = await asyncio.gather(
+            *(post_json(http, url + "/v1/completions", completion(f"r{round_}-{i}")) for i in range(3)),
+            *(post_stream(http, url + "/v1/chat/completions", chat(f"s{round_}-{i}")) for i in range(3)),
+        )
+        for reply in replies:
+            assert reply.status == 200, reply
+            assert reply.headers["X-Motor-Endpoint"] in ("1/0", "1/1")
+        assert all(r.done for r in replies[3:])
+        await asyncio.sleep(0.35)  # past the cooldown: the victim is tried again
+    lines = retried_lines(caplog)
+    assert lines and all("instance=3 rank=0" in line and "engine answered 503" in line for line in lines), lines
+
+
+async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    victim = victim_client(engines)
+    if victim.entry()["status"] != "healthy":  # heal the UNHEALTHY victim through the FT API
+        assert victim.apply("retry", "coordinator-heal").status == 202
+        for _ in range(200):
+            entry = victim.entry()
+            if entry["status"] == "healthy" and "ft_state" not in entry:
+                break
+            await asyncio.sleep(0.05)
+    assert victim.complete("x", max_tokens=1).status == 200
+    c = await start_coordinator()
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
+        "X-Motor-Endpoint"] == "1/0"
+    killed = asyncio.Event()
+
+    async def on_event(_event) -> None:
+        if not killed.is_set():
+            killed.set()
+            await asyncio.to_thread(engines.victim.ranks[0].proc.kill)
+
+    reply = await post_stream(http, c.http_url + "/v1/completions", completion(max_tokens=200), on_event=on_event)
+    assert reply.status == 200 and reply.headers["X-Motor-Endpoint"] == VICTIM
+    assert not reply.done
+    last = reply.events[-1]
+    assert isinstance(last, dict) and "endpoint 3/0 failed mid-stream" in last["error"]["message"], last
+    assert not retried_lines(caplog), "a started stream is never retried"
+
+
+async def test_killed_engine_is_retried_without_client_visible_failure(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if engines.victim.ranks[0].proc.running:
+        engines.victim.ranks[0].proc.kill()
+    c = await start_coordinator(endpoint_cooldown_sec=0.3)
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    url = c.http_url
+    for round_ in range(3):
+        replies = await asyncio.gather(
+            *(post_json(http, url + "/v1/completions", completion(f"k{round_}-{i}")) for i in range(3)),
+            *(post_stream(http, url + "/v1/completions", completion(f"ks{round_}-{i}")) for i in range(3)),
+        )
+        for reply in replies:
+            assert reply.status == 200, reply
+            assert reply.headers["X-Motor-Endpoint"] in ("1/0", "1/1")
+        assert all(r.done for r in replies[3:])
+        await asyncio.sleep(0.35)
+    lines = retried_lines(caplog)
+    assert lines and all("instance=3 rank=0" in line and "connect error" in line for line in lines), lines
+    async with http.get(url + "/coordinator/instances") as resp:
+        view = await resp.json()
+    assert all(e["outstanding_requests"] == 0 for i in view["instances"] for e in i["endpoints"])
+
+
+async def test_nothing_can_serve_is_503_with_retry_after(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+) -> None:
+    if engines.victim.ranks[0].proc.running:
+        engines.victim.ranks[0].proc.kill()
+    c = await start_coordinator(retry_after_sec=3, endpoint_cooldown_sec=5)
+    await c.refresh(ADD, [instance_proto(3, engines.victim, MODEL_A)])
+    first = await post_json(http, c.http_url + "/v1/completions", completion())
+    assert first.status == 503 and first.headers["Retry-After"] == "3"
+    assert "connect error" in first.body["error"]["message"] and "endpoint 3/0" in first.body["error"]["message"]
+    # Cooling down: refused at once, without another connection attempt.
+    second = await post_stream(http, c.http_url + "/v1/chat/completions", chat())
+    assert second.status == 503 and second.headers["Retry-After"] == "3"
+    assert "cooling down" in second.events[0]["error"]["message"]
