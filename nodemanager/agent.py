@@ -66,7 +66,8 @@ class NodeManagerAgent:
         self.polling_enabled = config.fault_tolerance_config.enable_fault_tolerance and config.ft_capability.engine_ft_enabled
         self.guard = GuardState(clock)
         self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
-        self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit)
+        self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
+                                            on_stopping=self._on_stopping)
         self.controller = ControllerClient(config.controller_address, timeout_sec=config.controller_request_timeout_sec,
                                            tls=config.client_tls)
         self.reporter = FaultReporter(
@@ -77,7 +78,7 @@ class NodeManagerAgent:
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
             timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
-            report=self.reporter.submit, instance_id=config.instance_id,
+            report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit)
         self.link: ControllerLink | None = None
@@ -161,6 +162,14 @@ class NodeManagerAgent:
         if self.polling_enabled and not self.state.is_retired(endpoint_id) \
                 and not self.supervisor.slot(endpoint_id).spec.headless:
             self.poller.watch(endpoint_id)
+        if self.link is not None:
+            self.link.poke()
+
+    def _still_polled(self, endpoint_id: int) -> bool:
+        return self.supervisor.slot(endpoint_id).state is RunState.READY and not self.state.is_retired(endpoint_id)
+
+    def _on_stopping(self, endpoint_id: int) -> None:
+        self.poller.unwatch(endpoint_id)
         if self.link is not None:
             self.link.poke()
 

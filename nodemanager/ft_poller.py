@@ -1,7 +1,9 @@
 """EngineFtManager: polls each local engine's FT status and turns changes into fault evidence.
 
 Polling of an engine starts only after its first readiness (``watch``) and stops when it is
-stopped on purpose, retired or dead (``unwatch``); a relaunch starts a fresh watch with fresh
+stopped on purpose, retired or dead (``unwatch``; a read that was in flight then is discarded, since
+the engine going away on purpose, or the process death the supervisor reports, is not status
+evidence); a relaunch starts a fresh watch with fresh
 dedupe state. Every ``engine_status_poll_interval_sec`` (fixed rate, one task per engine so a hung
 engine never delays the others) the status is read with the same identity-checked bridge the
 Status RPC uses, bounded by ``engine_request_timeout_sec``:
@@ -98,12 +100,14 @@ class EngineFtManager:
         address_of: Callable[[int], EngineAddress | None],
         report: Callable[[FaultReport], None],
         instance_id: int,
+        still_polled: Callable[[int], bool] = lambda _: True,
     ) -> None:
         self._http = http
         self._interval = interval_sec
         self._timeout = timeout_sec
         self._address_of = address_of
         self._report = report
+        self._still_polled = still_polled
         self._instance = instance_id
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.dedupe = FaultDeduper()
@@ -164,9 +168,12 @@ class EngineFtManager:
             observation, evidence = DEAD, str(exc)
         except EngineProtocolError as exc:
             observation, evidence = PROTOCOL_ERROR, str(exc)
+        if not self._still_polled(endpoint_id):
+            return None  # stopped, retired or exited while the read was in flight: not evidence
         kind = self.dedupe.observe(endpoint_id, observation)
         if kind is None:
             return None
-        log.warning("instance=%d rank=%d FT status %s: %s", self._instance, endpoint_id, kind_name(kind), evidence)
+        log.log(logging.INFO if kind == RECOVERED else logging.WARNING, "instance=%d rank=%d FT status %s: %s",
+                self._instance, endpoint_id, kind_name(kind), evidence)
         self._report(FaultReport(endpoint_id, kind, evidence, entry, time.time()))
         return kind

@@ -57,13 +57,15 @@ def rpc_method(name: str) -> Callable[[Handler[R]], Handler[R]]:
                 return await fn(self, request, context)
             except NodeManagerError as exc:
                 code = status_code_of(exc)
-                log.warning("%s refused: %s: %s", name, code.name, exc)
+                log.warning("instance=%s request_id=%s %s refused: %s: %s", getattr(request, "instance_id", "-"),
+                            getattr(request, "request_id", "") or "-", name, code.name, exc)
                 await context.abort(code, str(exc))
                 raise  # unreachable: abort raises
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any bug answers INTERNAL, the server keeps serving
-                log.exception("%s failed unexpectedly", name)
+                log.exception("instance=%s request_id=%s %s failed unexpectedly", getattr(request, "instance_id", "-"),
+                              getattr(request, "request_id", "") or "-", name)
                 await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed: {type(exc).__name__}: {exc}")
                 raise
 

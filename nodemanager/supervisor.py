@@ -104,6 +104,8 @@ class EngineSlot:
 def _port_free(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As HTTP servers bind (SO_REUSEADDR): connections of the old run in TIME_WAIT do not count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -144,8 +146,10 @@ class ProcessSupervisor:
         *,
         on_ready: Callable[[int, int], None],
         on_exit: Callable[[EngineExit], None],
+        on_stopping: Callable[[int], None] = lambda _: None,
     ) -> None:
         self._config = config
+        self._on_stopping = on_stopping
         self._log_dir = log_dir
         self._on_ready = on_ready
         self._on_exit = on_exit
@@ -329,6 +333,7 @@ class ProcessSupervisor:
         for s in targets:
             s.intentional = True
             s.state = RunState.STOPPING
+            self._on_stopping(s.endpoint_id)
             log.info("%s rank=%d request_id=%s stopping engine pid=%d (%s, grace %gs)", self._labels,
                      s.endpoint_id, request_id or "-", s.pid, reason, grace_sec)
         await asyncio.gather(*(self._stop_proc(s, grace_sec) for s in targets))

@@ -177,6 +177,24 @@ class StoreConfig(_Model):
         return value
 
 
+class HardwareMonitorConfig(_Model):
+    """ResourceMonitor sources of MindCluster hardware faults (the RPC source is always on)."""
+
+    # Directory of mounted `mindx-dl-deviceinfo-<node>` ConfigMaps; none: not watched.
+    configmap_dir: str | None = None
+    poll_interval_sec: PositiveSec = 2.0
+    # List+watch ConfigMaps and Nodes: "auto" when a kubeconfig or in-cluster config loads, "on"
+    # refuses to start without one, "off" never.
+    kubernetes: Literal["auto", "off", "on"] = "auto"
+
+    @field_validator("configmap_dir")
+    @classmethod
+    def _check_dir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\0" in value):
+            raise ValueError(f"configmap_dir {value!r} is blank or holds a NUL byte; omit it to watch no directory")
+        return value
+
+
 class ControllerConfig(_Model):
     """motor-controller."""
 
@@ -184,6 +202,7 @@ class ControllerConfig(_Model):
     status_http: HttpListenConfig = HttpListenConfig()
     store: StoreConfig = StoreConfig()
     fault_tolerance_config: FaultToleranceConfig = FaultToleranceConfig()
+    hardware_monitor: HardwareMonitorConfig = HardwareMonitorConfig()
     # host:port of the Coordinator's gRPC server; none means nothing is published.
     coordinator_address: str | None = None
     # Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.

@@ -33,15 +33,21 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self._known: set[str] = set()
         self._server: grpc.Server | None = None
         self.port = 0
+        self.host = "127.0.0.1"
 
     # -- control ----------------------------------------------------------------------------
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.so_reuseport", 0)])
         controller_pb2_grpc.add_ControllerServicer_to_server(self, server)
+        self.host = host
         self.port = server.add_insecure_port(f"{host}:{port}")
         server.start()
         self._server = server
-        return f"{host}:{self.port}"
+        return self.address
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -148,7 +148,8 @@ async def serve(host: str, ports: list[int], ranks: list[int], prefix: str, stat
     runners = []
     try:
         for port, rank in zip(ports, ranks):
-            runner = web.AppRunner(build_app(RankState(rank, status_mode=status_mode), prefix), access_log=None)
+            runner = web.AppRunner(build_app(RankState(rank, status_mode=status_mode), prefix), access_log=None,
+                                   shutdown_timeout=0.5)
             await runner.setup()
             await web.TCPSite(runner, host, port).start()
             runners.append(runner)

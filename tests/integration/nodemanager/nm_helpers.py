@@ -1,0 +1,126 @@
+"""Helpers of the NodeManager integration tests: the fake-engine command, an in-process NodeManager
+on port 0 (real gRPC server, real engine processes), and gRPC / fake-engine helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+
+from gen.motor.v1 import node_manager_pb2_grpc
+from motor.common.config import NodeManagerConfig
+from nodemanager.main import NodeManagerService
+
+POD_IP = "127.0.0.2"
+INSTANCE = 7
+FAKE_ENGINE_COMMAND = [
+    sys.executable, "-m", "nodemanager.testing.fake_engine",
+    "--host", "{host}", "--port", "{port}", "--dp-rank", "{dp_rank}", "--ft-api-prefix", "{ft_api_prefix}",
+]
+
+
+def nm_config(controller_address: str, tmp_path: Path, ranks: tuple[int, ...] = (0, 1), dp_size: int = 2,
+              **overrides: Any) -> NodeManagerConfig:
+    data: dict[str, Any] = {
+        "controller_address": controller_address,
+        "instance_id": INSTANCE,
+        "dp_size": dp_size,
+        "pod_ip": POD_IP,
+        "server": {"host": POD_IP, "port": 0, "shutdown_grace_sec": 1.0},
+        "engines": [{"dp_rank": r, "device_infos": [{"device_id": f"Ascend910-{r}"}]} for r in ranks],
+        "engine_command": FAKE_ENGINE_COMMAND,
+        "dp_master_ip": POD_IP,
+        "dp_master_port": 0 if len(ranks) == dp_size else 29999,
+        "log_dir": str(tmp_path / "engines"),
+        "engine_request_timeout_sec": 0.5,
+        "engine_ready_timeout_sec": 20.0,
+        "engine_stop_grace_sec": 3.0,
+        "heartbeat_interval_sec": 0.2,
+        "controller_request_timeout_sec": 1.0,
+        "controller_retry_max_backoff_sec": 0.3,
+        "fault_tolerance_config": {"enable_dp_scale_down": True, "engine_status_poll_interval_sec": 0.2},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return NodeManagerConfig.model_validate(data)
+
+
+@dataclass
+class RunningNm:
+    service: NodeManagerService
+    channel: grpc.aio.Channel
+    exits: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def ft(self) -> node_manager_pb2_grpc.NodeManagerFaultToleranceStub:
+        return node_manager_pb2_grpc.NodeManagerFaultToleranceStub(self.channel)
+
+    @property
+    def lifecycle(self) -> node_manager_pb2_grpc.NodeManagerStub:
+        return node_manager_pb2_grpc.NodeManagerStub(self.channel)
+
+    @property
+    def agent(self):  # noqa: ANN201
+        return self.service.agent
+
+    def engine_url(self, rank: int) -> str:
+        addr = self.agent.supervisor.address(rank)
+        assert addr is not None
+        return addr.base_url
+
+
+@contextlib.asynccontextmanager
+async def running_nm(config: NodeManagerConfig, *, wait_launched: bool = True) -> AsyncIterator[RunningNm]:
+    """The NodeManager service in this event loop (real gRPC server on port 0, real engine processes).
+    Its exit requests (StopPod, all engines dead) are recorded instead of signalling pytest."""
+    exits: list[tuple[int, str]] = []
+    service = NodeManagerService(config, exit_request=lambda code, why: exits.append((code, why)))
+    info = await service.start()
+    channel = grpc.aio.insecure_channel(f"{POD_IP}:{info['grpc_port']}")
+    nm = RunningNm(service, channel, exits)
+    try:
+        if wait_launched:
+            assert service.agent.launched is not None
+            await asyncio.wait_for(service.agent.launched.wait(), 30)
+        yield nm
+    finally:
+        await channel.close()
+        await service.stop()
+
+
+async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
+    """Awaits a call that must fail; returns its error."""
+    try:
+        result = await call
+    except grpc.aio.AioRpcError as exc:
+        return exc
+    raise AssertionError(f"call succeeded unexpectedly: {result}")
+
+
+async def fake_control(base_url: str, **settings: Any) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base_url}/fake/control", json=settings, timeout=aiohttp.ClientTimeout(total=5)) as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+
+async def fake_applies(base_url: str) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base_url}/fake/applies", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            return await r.json()
+
+
+async def fake_exit(base_url: str, code: int) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base_url}/fake/exit", json={"code": code}, timeout=aiohttp.ClientTimeout(total=5)):
+            pass
