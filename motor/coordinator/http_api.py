@@ -3,6 +3,7 @@
 Routes:
   POST /v1/completions, POST /v1/chat/completions  forwarded by InferenceProxy (streaming or not)
   GET  /v1/models                                  union of the published models (OpenAI list)
+  GET  /v1/models/{model}                          one of them, or 404
   GET  /health                                     200 while the process serves
   GET  /coordinator/instances                      JSON view of what is published, for humans
 """
@@ -17,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from motor.common.config import HttpListenConfig
-from motor.coordinator.proxy import InferenceProxy
+from motor.coordinator.proxy import InferenceProxy, openai_error
 from motor.coordinator.routing import RoutingTable, TableSnapshot
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,18 @@ def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], fl
     async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await proxy.handle(request, "/v1/chat/completions")
 
+    def model_card(model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": started, "owned_by": "motor"}
+
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({
-            "object": "list",
-            "data": [{"id": m, "object": "model", "created": started, "owned_by": "motor"} for m in table.models()],
-        })
+        return web.json_response({"object": "list", "data": [model_card(m) for m in table.models()]})
+
+    async def model(request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name in table.models():
+            return web.json_response(model_card(name))
+        return openai_error(404, f"The model `{name}` does not exist.", "invalid_request_error", "model_not_found",
+                            param="model")
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(status=200, text="ok")
@@ -80,6 +88,7 @@ def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], fl
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_get("/health", health)
     app.router.add_get("/coordinator/instances", instances)
     return app

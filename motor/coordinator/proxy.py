@@ -5,8 +5,8 @@ Per attempt the routing table picks an endpoint (least outstanding, rank-aware) 
 request against it until the attempt ends. An attempt fails *before the first byte* when no
 response headers arrive (connection refused/reset, timeout), when the engine answers 502/503/504,
 when a non-streamed body cannot be read, or when a stream ends or breaks before its first chunk.
-Only then is the endpoint put in cooldown and the request tried on another endpoint (at most
-``max_retries`` more attempts). Once a streamed response has started, a failure is reported in
+Only then is the endpoint put in cooldown and the request tried on another endpoint, of another
+instance when one can serve (at most ``max_retries`` more attempts). Once a streamed response has started, a failure is reported in
 the stream (one OpenAI-style ``data: {"error": ...}`` event) and is never retried.
 
 Responses carry ``X-Motor-Endpoint: <instance_id>/<rank>`` and ``X-Request-Id``. When nothing can
@@ -146,13 +146,14 @@ class InferenceProxy:
         tried: list[EndpointKey] = []
         failures: list[str] = []
         for attempt in range(1, self.max_retries + 2):
-            choice = self.table.pick(model, self.clock(), exclude=tried)
+            choice = self.table.pick(model, self.clock(), exclude=tried,
+                                     avoid_instances={instance_id for instance_id, _ in tried})
             if isinstance(choice, NoRoute):
                 return self._no_route(request_id, path, model, choice, failures)
             route = choice
             tried.append(route.key)
             try:
-                outcome = await self._attempt(request, route, path, body, request_id, attempt, stream)
+                outcome = await self._attempt(request, route, path, body, request_id, attempt)
             except asyncio.CancelledError:
                 log.info("request_id=%s instance=%d rank=%d %s: client went away after %.3fs; upstream aborted",
                          request_id, route.instance_id, route.rank, path, self.clock() - started)
@@ -186,7 +187,7 @@ class InferenceProxy:
         return self._unavailable(request_id, message)
 
     async def _attempt(
-        self, request: web.Request, route: Route, path: str, body: bytes, request_id: str, attempt: int, stream: bool
+        self, request: web.Request, route: Route, path: str, body: bytes, request_id: str, attempt: int
     ) -> web.StreamResponse | str:
         """The client's response, or (nothing sent yet) why this endpoint failed."""
         log.debug("request_id=%s instance=%d rank=%d %s attempt %d -> %s:%d",

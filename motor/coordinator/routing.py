@@ -18,7 +18,7 @@ revision. Validation failures are INVALID_ARGUMENT and name the offending value.
 Selection (``pick``): among published, not-paused instances serving the requested model, the
 routable endpoints (not headless, not excluded for this request, not cooling down after a recent
 failure) are ordered by (outstanding requests, original DP rank); remaining ties rotate round robin
-across instances. Outstanding requests are counted per (instance id, original rank) and survive
+across instances. A retry names the instances that already failed it: their endpoints come last. Outstanding requests are counted per (instance id, original rank) and survive
 withdrawal and re-publication, so in-flight requests to a withdrawn endpoint are released normally.
 
 No route is UNKNOWN_MODEL (HTTP 404) only when instances are published but none serves the model
@@ -307,8 +307,15 @@ class RoutingTable:
         return TableSnapshot(self._revision, tuple(views))
 
     # -- selection and accounting ----------------------------------------------------------
-    def select(self, model: str | None, now: float, exclude: Collection[EndpointKey] = ()) -> Route | NoRoute:
-        """The endpoint the next attempt should use, or why there is none. Does not count it."""
+    def select(
+        self, model: str | None, now: float, exclude: Collection[EndpointKey] = (), avoid_instances: Collection[int] = ()
+    ) -> Route | NoRoute:
+        """The endpoint the next attempt should use, or why there is none. Does not count it.
+
+        ``exclude``: endpoints never to use (already tried by this request). ``avoid_instances``:
+        instances to use only when no other one can serve (a retry after a failure: the ranks of
+        one DP group step in lockstep, so a peer of a failed rank is the likeliest to fail next).
+        """
         if not self._instances:
             return NoRoute(NoRouteKind.UNAVAILABLE, "no instance is published")
         instances = [i for i in self._instances.values() if model is None or i.model == model]
@@ -323,7 +330,7 @@ class RoutingTable:
                 NoRouteKind.UNAVAILABLE,
                 f"every instance serving {what} is paused (instances {_ids(i.id for i in instances)})",
             )
-        candidates: list[tuple[int, int, int, EndpointSpec, InstanceSpec]] = []
+        candidates: list[tuple[bool, int, int, int, EndpointSpec, InstanceSpec]] = []
         tried = cooling = headless = 0
         for inst in active:
             for ep in inst.endpoints:
@@ -335,7 +342,7 @@ class RoutingTable:
                 elif self.cooling_down(key, now):
                     cooling += 1
                 else:
-                    candidates.append((self.outstanding(key), ep.id, inst.id, ep, inst))
+                    candidates.append((inst.id in avoid_instances, self.outstanding(key), ep.id, inst.id, ep, inst))
         if not candidates:
             reasons = []
             if tried:
@@ -349,14 +356,14 @@ class RoutingTable:
                 f"no endpoint of the instances serving {what} can take the request now "
                 f"({', '.join(reasons) or 'none routable'})",
             )
-        best = min((c[0], c[1]) for c in candidates)
-        tied = sorted((c for c in candidates if (c[0], c[1]) == best), key=lambda c: c[2])
+        best = min(c[:3] for c in candidates)
+        tied = sorted((c for c in candidates if c[:3] == best), key=lambda c: c[3])
         chosen = tied[0]
         if len(tied) > 1 and self._last_pick is not None:
-            after = [c for c in tied if (c[2], c[1]) > self._last_pick]
+            after = [c for c in tied if (c[3], c[2]) > self._last_pick]
             if after:
                 chosen = after[0]
-        _, rank, inst_id, ep, inst = chosen
+        _, _, rank, inst_id, ep, inst = chosen
         return Route(instance_id=inst_id, rank=rank, ip=ep.ip, port=ep.business_port, model=inst.model)
 
     def acquire(self, route: Route) -> None:
@@ -370,9 +377,11 @@ class RoutingTable:
         else:
             self._outstanding.pop(route.key, None)
 
-    def pick(self, model: str | None, now: float, exclude: Collection[EndpointKey] = ()) -> Route | NoRoute:
+    def pick(
+        self, model: str | None, now: float, exclude: Collection[EndpointKey] = (), avoid_instances: Collection[int] = ()
+    ) -> Route | NoRoute:
         """``select`` and, when it found an endpoint, count the request against it."""
-        choice = self.select(model, now, exclude)
+        choice = self.select(model, now, exclude, avoid_instances)
         if isinstance(choice, Route):
             self.acquire(choice)
         return choice

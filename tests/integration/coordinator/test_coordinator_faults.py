@@ -9,6 +9,9 @@ Instance 1 (the healthy 2-rank group A) serves the same model and takes the retr
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -24,6 +27,7 @@ from coordinator_helpers import (
     post_stream,
 )
 
+from gen.motor.v1 import common_pb2
 from motor.sim.client import SimClient
 
 pytestmark = pytest.mark.timeout(90)
@@ -147,6 +151,48 @@ async def test_killed_engine_is_retried_without_client_visible_failure(
     async with http.get(url + "/coordinator/instances") as resp:
         view = await resp.json()
     assert all(e["outstanding_requests"] == 0 for i in view["instances"] for e in i["endpoints"])
+
+
+@pytest.fixture
+def hung_endpoint() -> Iterator[tuple[str, int]]:
+    """A socket that takes connections (kernel backlog) but never answers: a wedged engine."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.5", 0))
+        sock.listen(64)
+        yield sock.getsockname()
+    finally:
+        sock.close()
+
+
+def hung_instance(address: tuple[str, int]) -> common_pb2.Instance:
+    return common_pb2.Instance(id=4, model=MODEL_A, endpoints=[
+        common_pb2.Endpoint(id=0, ip=address[0], business_port=address[1])])
+
+
+async def test_timeout_before_headers_is_retried_and_bounded_by_max_retries(
+    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    hung_endpoint: tuple[str, int], caplog: pytest.LogCaptureFixture,
+) -> None:
+    views = [instance_proto(1, engines.group_a, MODEL_A), hung_instance(hung_endpoint)]
+    c = await start_coordinator(upstream_timeout_sec=1.0, upstream_connect_timeout_sec=0.5)
+    await c.refresh(ADD, views)
+    started = time.monotonic()
+    replies = await asyncio.gather(*(post_json(http, c.http_url + "/v1/completions", completion(f"h{i}"))
+                                     for i in range(4)))
+    assert [r.status for r in replies] == [200] * 4
+    assert {r.headers["X-Motor-Endpoint"] for r in replies} <= {"1/0", "1/1"}
+    assert time.monotonic() - started >= 1.0, "the hung endpoint was tried and timed out"
+    lines = retried_lines(caplog)
+    assert lines and all("instance=4 rank=0" in line and "timeout" in line for line in lines), lines
+
+    strict = await start_coordinator(upstream_timeout_sec=1.0, upstream_connect_timeout_sec=0.5, max_retries=0)
+    await strict.refresh(ADD, views)
+    first = await post_json(http, strict.http_url + "/v1/completions", completion())
+    assert first.status == 200 and first.headers["X-Motor-Endpoint"] == "1/0"
+    second = await post_json(http, strict.http_url + "/v1/completions", completion())
+    assert second.status == 503 and second.headers["Retry-After"] == "1"
+    assert "after 1 attempts" in second.body["error"]["message"] and "endpoint 4/0" in second.body["error"]["message"]
 
 
 async def test_nothing_can_serve_is_503_with_retry_after(

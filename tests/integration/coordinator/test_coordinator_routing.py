@@ -65,6 +65,10 @@ async def test_publish_list_and_models(engines: Engines, coordinator: Coordinato
         models = await resp.json()
     assert resp.status == 200 and models["object"] == "list"
     assert [m["id"] for m in models["data"]] == [MODEL_A, MODEL_B]
+    async with http.get(coordinator.http_url + f"/v1/models/{MODEL_B}") as resp:
+        assert resp.status == 200 and (await resp.json())["id"] == MODEL_B
+    async with http.get(coordinator.http_url + "/v1/models/absent") as resp:
+        assert resp.status == 404 and (await resp.json())["error"]["code"] == "model_not_found"
     async with http.get(coordinator.http_url + "/coordinator/instances") as resp:
         view = await resp.json()
     assert view["revision"] == 3
@@ -361,3 +365,13 @@ async def test_set_replaces_the_published_set(engines: Engines, coordinator: Coo
     assert_unavailable(withdrawn)
     assert f"no instance serving model `{MODEL_B}` is published now" in withdrawn.body["error"]["message"]
     assert (await post_json(http, coordinator.http_url + "/v1/completions", completion(model="x"))).status == 404
+
+
+async def test_headless_endpoints_are_never_routed_to(engines: Engines, coordinator: CoordinatorHandle,
+                                                      http: aiohttp.ClientSession) -> None:
+    view = instance_proto(1, engines.group_a, MODEL_A, headless=[0])
+    view.endpoints[0].business_port = 0  # a headless rank has no API of its own
+    await coordinator.refresh(ADD, [view])
+    served = await asyncio.gather(*(endpoint_of(http, coordinator, completion(max_tokens=3)) for _ in range(4)))
+    assert served == ["1/1"] * 4
+    await coordinator.refresh(DEL, [bare(1, 0, 1)])

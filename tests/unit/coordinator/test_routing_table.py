@@ -343,6 +343,18 @@ def test_excluded_endpoints_are_skipped_for_the_retry() -> None:
     assert isinstance(none, NoRoute) and "2 already tried" in none.message
 
 
+def test_a_retry_prefers_another_instance_but_falls_back_to_the_same_one() -> None:
+    t = RoutingTable()
+    t.refresh(ADD, [inst(1, (0, 1)), inst(2, (5,))], 1)
+    busy = t.select(None, 0.0, exclude=[(1, 0), (1, 1)])
+    t.acquire(busy)
+    t.acquire(busy)
+    assert busy.label == "2/5" and t.outstanding((2, 5)) == 2
+    assert t.select(None, 0.0, exclude=[(1, 0)]).label == "1/1", "no preference: least outstanding"
+    assert t.select(None, 0.0, exclude=[(1, 0)], avoid_instances={1}).label == "2/5", "retry: another instance"
+    assert t.select(None, 0.0, exclude=[(1, 0), (2, 5)], avoid_instances={1, 2}).label == "1/1", "fallback"
+
+
 def test_failed_endpoint_cools_down_then_comes_back() -> None:
     t = RoutingTable(cooldown_sec=2.0)
     t.refresh(ADD, [inst(1, (0, 1))], 1)

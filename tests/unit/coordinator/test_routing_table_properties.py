@@ -118,7 +118,9 @@ class RoutingTableMachine(RuleBasedStateMachine):
         if current is not None:
             self.refresh(RefreshEvent.DEL, [current], 1)
 
-    def _eligible(self, model: str | None, exclude: set[tuple[int, int]]) -> list[tuple[int, int, tuple[int, int]]]:
+    def _eligible(self, model: str | None, exclude: set[tuple[int, int]],
+                  avoid: set[int]) -> list[tuple[bool, int, int, tuple[int, int]]]:
+        """(instance avoided, outstanding, rank, key) of every endpoint the request may use."""
         out = []
         for inst in self.views.values():
             if (model is not None and inst.model != model) or inst.id in self.paused:
@@ -127,26 +129,26 @@ class RoutingTableMachine(RuleBasedStateMachine):
                 key = (inst.id, e.id)
                 cooling = key in self.failed_at and self.now < self.failed_at[key] + COOLDOWN_SEC
                 if not e.headless and key not in exclude and not cooling:
-                    out.append((self.table.outstanding(key), e.id, key))
+                    out.append((inst.id in avoid, self.table.outstanding(key), e.id, key))
         return out
 
     @rule(model=st.sampled_from([None, *MODELS, "zzz"]), exclude_n=st.integers(0, 2), data=st.data())
     def pick(self, model: str | None, exclude_n: int, data: st.DataObject) -> None:
         all_keys = sorted({(i.id, e.id) for i in self.views.values() for e in i.endpoints})
         exclude = set(data.draw(st.lists(st.sampled_from(all_keys), max_size=exclude_n))) if all_keys else set()
-        eligible = self._eligible(model, exclude)
-        choice = self.table.pick(model, self.now, exclude)
+        avoid = {k[0] for k in exclude}  # as the proxy does for a retry
+        eligible = self._eligible(model, exclude, avoid)
+        choice = self.table.pick(model, self.now, exclude, avoid)
         if isinstance(choice, NoRoute):
             assert not eligible, (choice, eligible)
             serves = any(model is None or i.model == model for i in self.views.values())
             unknown = bool(self.views) and model is not None and not serves and model not in self.known_models
             assert (choice.kind is NoRouteKind.UNKNOWN_MODEL) == unknown, (choice, self.known_models)
             return
-        chosen = [c for c in eligible if c[2] == choice.key]
+        chosen = [c for c in eligible if c[3] == choice.key]
         assert chosen, f"{choice} is not eligible: {eligible}"
-        best = min((c[0], c[1]) for c in eligible)
-        # eligible holds the loads from before this pick.
-        assert (chosen[0][0], chosen[0][1]) == best, (choice, eligible)
+        # Loads in eligible are from before this pick.
+        assert chosen[0][:3] == min(c[:3] for c in eligible), (choice, eligible)
         spec = next(e for e in self.views[choice.instance_id].endpoints if e.id == choice.rank)
         assert (choice.ip, choice.port) == (spec.ip, spec.business_port)
         self.held.append(choice)
