@@ -24,6 +24,11 @@ from nodemanager.controller_client import ControllerClient, rpc_error_text
 log = logging.getLogger("nodemanager.controller_link")
 
 
+# Bounds on a heartbeat period handed down by the Controller (a bad value must not spin or stall).
+_MIN_INTERVAL_SEC = 0.05
+_MAX_INTERVAL_SEC = 300.0
+
+
 class RegistrationRefused(Exception):
     pass
 
@@ -61,7 +66,10 @@ class ControllerLink:
         self._poke.set()
 
     def adopt_interval(self, interval_sec: float) -> None:
-        if interval_sec > 0 and math.isfinite(interval_sec) and interval_sec != self.heartbeat_interval_sec:
+        if not (interval_sec > 0 and math.isfinite(interval_sec)):
+            return  # 0 / unset: keep ours
+        interval_sec = min(max(interval_sec, _MIN_INTERVAL_SEC), _MAX_INTERVAL_SEC)
+        if interval_sec != self.heartbeat_interval_sec:
             log.info("instance=%d heartbeat interval %gs -> %gs (from controller)", self._instance,
                      self.heartbeat_interval_sec, interval_sec)
             self.heartbeat_interval_sec = interval_sec

@@ -10,7 +10,7 @@ switchable behaviour:
 Routes per port: ``GET /health``; ``GET {prefix}/status``; ``POST {prefix}/apply``;
 ``POST /fake/control`` ``{"status_mode"?, "apply_mode"?, "status"?, "ft_state"?, "fault_info"?,
 "hang_sec"?}`` → the new control state; ``GET /fake/applies`` → every apply received
-(``{"body", "content_type"}``); ``POST /fake/exit`` ``{"code"}`` exits the process.
+(``{"body", "content_type"}``); ``GET /fake/stats`` → request counters; ``POST /fake/exit`` ``{"code"}`` exits the process.
 
 status_mode: ok | wrong_id | duplicate | extra | empty | garbage | bad_status | http500 | hang |
 not_object. apply_mode: accept | accept_server_id | reject_str | reject_list | hang.
@@ -47,6 +47,7 @@ class RankState:
     last_ft_request_id: str | None = None
     hang_sec: float = 3600.0
     applies: list[dict[str, Any]] = field(default_factory=list)
+    status_requests: int = 0
 
     def entry(self, rank: int | None = None) -> dict[str, Any]:
         e: dict[str, Any] = {"id": self.rank if rank is None else rank, "status": self.status}
@@ -68,6 +69,7 @@ def build_app(state: RankState, prefix: str) -> web.Application:
         return web.Response(status=200)
 
     async def status(_: web.Request) -> web.Response:
+        state.status_requests += 1
         mode = state.status_mode
         doc: Any
         if mode == "hang":
@@ -118,13 +120,17 @@ def build_app(state: RankState, prefix: str) -> web.Application:
                 return web.json_response({"detail": f"unknown status_mode {value!r}"}, status=400)
             if key == "apply_mode" and value not in APPLY_MODES:
                 return web.json_response({"detail": f"unknown apply_mode {value!r}"}, status=400)
-            if not hasattr(state, key) or key in ("rank", "applies"):
+            if not hasattr(state, key) or key in ("rank", "applies", "status_requests"):
                 return web.json_response({"detail": f"unknown key {key!r}"}, status=400)
             setattr(state, key, value)
         return web.json_response(state.control())
 
     async def applies(_: web.Request) -> web.Response:
         return web.json_response(state.applies)
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response({"rank": state.rank, "status_requests": state.status_requests,
+                                  "applies": len(state.applies)})
 
     async def exit_now(request: web.Request) -> web.Response:
         code = int((await request.json()).get("code", 1))
@@ -136,6 +142,7 @@ def build_app(state: RankState, prefix: str) -> web.Application:
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post("/fake/control", control)
     app.router.add_get("/fake/applies", applies)
+    app.router.add_get("/fake/stats", stats)
     app.router.add_post("/fake/exit", exit_now)
     return app
 

@@ -124,6 +124,17 @@ async def test_engines_that_cannot_start_are_reported_and_the_pod_still_register
         assert "engine could not be started" in got[-1].evidence and "/nonexistent/engine-binary" in got[-1].evidence
 
 
+async def test_engine_not_ready_in_time_is_stopped_and_reported(controller: FakeController, tmp_path: Path) -> None:
+    cfg = nm_config(controller.address, tmp_path, ranks=(0,), dp_size=1, engine_ready_timeout_sec=1.0,
+                    engine_command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    async with running_nm(cfg) as n:
+        got = await async_wait_for(lambda: controller.reports_of(0, ENGINE_DEAD), 5, "ENGINE_DEAD")
+        assert "before it was ready; not ready (http://127.0.0.2:" in got[0].evidence
+        assert "/health not 200) within 1s; stopped" in got[0].evidence
+        await async_wait_for(lambda: controller.registers, 5, "registration despite the failed engine")
+        assert n.agent.supervisor.slot(0).pid == 0
+
+
 async def test_registration_is_retried_until_the_controller_answers(tmp_path: Path) -> None:
     port = free_port("127.0.0.1")
     fc = FakeController(proxy_enabled=True, heartbeat_interval_sec=0.2)
