@@ -1,0 +1,24 @@
+"""motor-nodemanager: the per-pod agent (one per pod/host).
+
+It launches and watches the local engine processes, turns what it sees into fault evidence for the
+Controller, and is the only path by which the Controller touches an engine's FT API (RFC §4.4, §6).
+
+Modules:
+  main               entry point, NodeManagerService (gRPC server + agent), exit statuses
+  agent              the daemon: wiring, engine-exit handling, heartbeat alive set, lifecycle, all-dead exit
+  supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
+  engine_command     engine argv templates (reference engine by default)
+  engine_http        the HTTP bridge to an engine's FT API (status identity contract, apply)
+  ft_poller          EngineFtManager: status polling after readiness, dedupe, fault evidence
+  reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault
+  controller_client  the one client wrapper for the Controller peer (deadlines)
+  controller_link    registration (retried forever) and heartbeat, config adoption
+  guard              transaction guard / lease (pure, injectable clock), apply-once record
+  pod_state          proxy switch and retired endpoints
+  endpoints          local endpoints and the id checks every RPC applies
+  ft_proxy           guard/status/apply/finalize as plain functions
+  ft_service         motor.v1.NodeManagerFaultTolerance servicer
+  lifecycle_service  motor.v1.NodeManager servicer
+  errors, rpc        typed refusals and their one mapping to gRPC status codes
+  testing/           doubles of the peers for tests and benchmarks (fake engine, fake Controller)
+"""
