@@ -249,6 +249,9 @@ class CoordinatorConfig(_Model):
     # An endpoint that failed a request before its first byte gets no new request for this long
     # (0: never skipped).
     endpoint_cooldown_sec: Annotated[float, Field(ge=0, le=3600)] = 2.0
+    # How long a request that nothing can take right now (a scale-down drain, every endpoint
+    # failing) waits for a servable endpoint before its 503; 0 answers 503 at once.
+    hold_when_unavailable_sec: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
     @field_validator("management_key")
     @classmethod

@@ -32,7 +32,8 @@ class CoordinatorService:
         self.table = RoutingTable(cooldown_sec=config.endpoint_cooldown_sec)
         self.engine_client = EngineClient(config.upstream_connect_timeout_sec, config.upstream_timeout_sec)
         self.proxy = InferenceProxy(
-            self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec
+            self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
+            hold_sec=config.hold_when_unavailable_sec,
         )
         self.servicer = CoordinatorServicer(self.table, config.management_key)
         servicer = self.servicer

@@ -10,7 +10,8 @@ instance when one can serve (at most ``max_retries`` more attempts). Once a stre
 the stream (one OpenAI-style ``data: {"error": ...}`` event) and is never retried.
 
 Responses carry ``X-Motor-Endpoint: <instance_id>/<rank>`` and ``X-Request-Id``. When nothing can
-serve, the answer is 503 with ``Retry-After``; a model no published instance serves is 404.
+serve, the request is held (``hold_when_unavailable_sec`` from its arrival, polling the routing table)
+and then answered 503 with ``Retry-After``; a model no published instance serves is 404 at once.
 """
 
 from __future__ import annotations
@@ -102,12 +103,16 @@ class InferenceProxy:
         *,
         max_retries: int,
         retry_after_sec: int,
+        hold_sec: float = 0.0,
+        hold_poll_sec: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
         self.client = client
         self.max_retries = max_retries
         self.retry_after_sec = retry_after_sec
+        self.hold_sec = hold_sec
+        self.hold_poll_sec = hold_poll_sec
         self.clock = clock
 
     # -- responses of our own ---------------------------------------------------------------
@@ -145,12 +150,25 @@ class InferenceProxy:
                                 headers={REQUEST_ID_HEADER: request_id})
         tried: list[EndpointKey] = []
         failures: list[str] = []
-        for attempt in range(1, self.max_retries + 2):
+        hold_until = started + self.hold_sec
+        attempt = 0
+        # Bounded: at most max_retries+1 attempts between two waits, and waits stop at hold_until.
+        while True:
             choice = self.table.pick(model, self.clock(), exclude=tried,
                                      avoid_instances={instance_id for instance_id, _ in tried})
-            if isinstance(choice, NoRoute):
-                return self._no_route(request_id, path, model, choice, failures)
+            if isinstance(choice, NoRoute) or len(tried) > self.max_retries:
+                if (isinstance(choice, NoRoute) and choice.kind is NoRouteKind.UNKNOWN_MODEL) or self.clock() >= hold_until:
+                    if isinstance(choice, NoRoute):
+                        return self._no_route(request_id, path, model, choice, failures)
+                    break
+                # Nothing can take the request right now (a drain during a scale-down, every endpoint
+                # cooling down or already tried): hold it briefly instead of failing it, since
+                # recovery windows are seconds long and the engines have not seen it yet.
+                await asyncio.sleep(min(self.hold_poll_sec, max(0.0, hold_until - self.clock())))
+                tried.clear()
+                continue
             route = choice
+            attempt += 1
             tried.append(route.key)
             try:
                 outcome = await self._attempt(request, route, path, body, request_id, attempt)
@@ -167,9 +185,10 @@ class InferenceProxy:
                 return outcome
             self.table.mark_failed(route.key, self.clock())
             failures.append(f"endpoint {route.label} ({route.ip}:{route.port}): {outcome}")
+            del failures[:-8]
             log.warning("request_id=%s instance=%d rank=%d %s attempt %d failed before the first byte: %s",
                         request_id, route.instance_id, route.rank, path, attempt, outcome)
-        message = f"no endpoint could serve the request after {len(tried)} attempts: " + "; ".join(failures)
+        message = f"no endpoint could serve the request after {attempt} attempts: " + "; ".join(failures)
         log.warning("request_id=%s %s model=%s -> 503: %s", request_id, path, model, message)
         return self._unavailable(request_id, message)
 

@@ -66,6 +66,8 @@ async def start_coordinator() -> AsyncIterator[CoordinatorFactory]:
             "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 1.0},
             "http": {"host": "127.0.0.1", "port": 0},
             "upstream_timeout_sec": 30.0,
+            # Most cases check the immediate answer; holding has its own test.
+            "hold_when_unavailable_sec": 0.0,
             **overrides,
         })
         service = CoordinatorService(config)

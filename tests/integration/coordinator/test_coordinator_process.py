@@ -38,7 +38,7 @@ async def test_coordinator_process_serves_routes_and_stops(engines: Engines, tmp
     config = tmp_path / "coordinator.yaml"
     config.write_text(json.dumps({
         "management_key": KEY, "retry_after_sec": 2, "endpoint_cooldown_sec": 1.5, "max_retries": 1,
-        "upstream_timeout_sec": 30,
+        "upstream_timeout_sec": 30, "hold_when_unavailable_sec": 0,
     }))
     ready = tmp_path / "ready.json"
     proc = start_process(

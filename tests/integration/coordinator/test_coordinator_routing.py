@@ -375,3 +375,28 @@ async def test_headless_endpoints_are_never_routed_to(engines: Engines, coordina
     served = await asyncio.gather(*(endpoint_of(http, coordinator, completion(max_tokens=3)) for _ in range(4)))
     assert served == ["1/1"] * 4
     await coordinator.refresh(DEL, [bare(1, 0, 1)])
+
+
+async def test_request_is_held_through_a_drain_and_served_after_the_add(
+        engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession) -> None:
+    c = await start_coordinator(hold_when_unavailable_sec=10.0)
+    a = instance_proto(1, engines.group_a, MODEL_A)
+    await c.refresh(ADD, [a])
+    await c.refresh(DEL, [a])  # the drain of a scale-down round
+    started = time.monotonic()
+    pending = asyncio.create_task(post_json(http, c.http_url + "/v1/completions", completion(model=MODEL_A)))
+    await asyncio.sleep(0.5)
+    assert not pending.done(), "held, not failed, while nothing is published"
+    await c.refresh(ADD, [a])  # the success ADD
+    reply = await asyncio.wait_for(pending, 10)
+    assert reply.status == 200, reply.body
+    assert 0.5 <= time.monotonic() - started < 5.0
+
+
+async def test_held_request_gets_503_when_the_hold_ends(start_coordinator: CoordinatorFactory,
+                                                        http: aiohttp.ClientSession) -> None:
+    c = await start_coordinator(hold_when_unavailable_sec=0.4, retry_after_sec=3)
+    started = time.monotonic()
+    reply = await post_json(http, c.http_url + "/v1/completions", completion(model=None))
+    assert_unavailable(reply, retry_after="3")
+    assert time.monotonic() - started >= 0.4
