@@ -2,7 +2,8 @@
 
 Reports go into a bounded queue (``fault_report_queue_size``; when full, the oldest waiting report
 is dropped and logged) and one worker sends them in order, each with the controller deadline and at
-most ``fault_report_attempts`` attempts. Reports about retired endpoints are dropped, both when
+most ``fault_report_attempts`` attempts (transient failures only: a refusal such as NOT_FOUND or
+INVALID_ARGUMENT is final). Reports about retired endpoints are dropped, both when
 submitted and when sent (a commit may land in between).
 """
 
@@ -13,6 +14,8 @@ import collections
 import logging
 from collections.abc import Callable
 
+import grpc
+
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_client import ControllerClient, rpc_error_text
 from nodemanager.ft_poller import FaultReport, kind_name
@@ -20,6 +23,9 @@ from nodemanager.ft_poller import FaultReport, kind_name
 log = logging.getLogger("nodemanager.reporter")
 
 _BACKOFF_SEC = (0.2, 0.5, 1.0, 2.0)
+# Only these may succeed on another attempt; any other status is the Controller's final word.
+_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+              grpc.StatusCode.ABORTED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
 
 class FaultReporter:
@@ -102,6 +108,12 @@ class FaultReporter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - transport or server error: bounded retry
+                final = isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _TRANSIENT
+                if final:
+                    self.lost += 1
+                    log.error("instance=%d rank=%d fault report %s refused by the controller: %s", self._instance,
+                              report.endpoint_id, kind_name(report.kind), rpc_error_text(exc))
+                    return
                 if attempt == self._attempts:
                     self.lost += 1
                     log.error("instance=%d rank=%d fault report %s lost after %d attempts: %s", self._instance,

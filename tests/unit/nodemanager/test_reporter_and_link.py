@@ -15,8 +15,8 @@ from nodemanager.ft_poller import DEAD, ENGINE_DEAD, UNHEALTHY, FaultReport
 from nodemanager.reporter import FaultReporter
 
 
-def unavailable() -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+def unavailable(code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
 
 
 class ScriptedClient:
@@ -26,6 +26,7 @@ class ScriptedClient:
 
     def __init__(self) -> None:
         self.fail = {"register": 0, "heartbeat": 0, "report": 0}
+        self.fail_code = grpc.StatusCode.UNAVAILABLE
         self.refuse_register = 0
         self.known = True
         self.config: controller_pb2.NodeManagerFtConfig | None = None
@@ -35,7 +36,7 @@ class ScriptedClient:
         self.calls[kind].append(req)
         if self.fail[kind] > 0:
             self.fail[kind] -= 1
-            raise unavailable()
+            raise unavailable(self.fail_code)
 
     async def register(self, req: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
         self._maybe_fail("register", req)
@@ -100,6 +101,21 @@ async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through()
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
         await until(lambda: r.sent == 1)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 1, 1, 2]
+    finally:
+        await r.close()
+
+
+async def test_a_refusal_is_final() -> None:
+    client = ScriptedClient()
+    client.fail["report"] = 1
+    client.fail_code = grpc.StatusCode.NOT_FOUND
+    r = reporter(client)
+    r.start()
+    try:
+        r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
+        r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
+        await until(lambda: r.sent == 1)
+        assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 2]
     finally:
         await r.close()
 
