@@ -306,6 +306,7 @@ class NodeManagerAgent:
             failed = self.supervisor.spawn(ids, ip, port, request_id)
             back = self.state.unretire(ids)
             self.dp_master_port = port
+            self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s start engines %s master=%s:%d (retired flag cleared for %s)",
                  self._instance, request_id or "-", ids, ip, port, back)
         return await self._wait_launched(ids, failed, request_id, timeout_sec)
@@ -335,9 +336,20 @@ class NodeManagerAgent:
             failed = self.supervisor.spawn(ids, ip, port, request_id)
             back = self.state.unretire(ids)
             self.dp_master_port = port
+            self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s relaunch engines %s (stopped %s, retired flag cleared for %s) "
                  "master=%s:%d", self._instance, request_id or "-", ids, stopped, back, ip, port)
         return await self._wait_launched(ids, failed, request_id, timeout_sec)
+
+    def _drop_guard_for_new_group(self, ids: list[int], request_id: str) -> None:
+        """Every local engine starting into a new DP group voids any scale-down transaction on the old
+        one (e.g. a round interrupted by a Controller restart): its guard must not block the next round."""
+        if sorted(ids) != sorted(self.supervisor.ids):
+            return
+        dropped = self.guard.clear()
+        if dropped:
+            log.warning("instance=%d request_id=%s guard of %s dropped: every engine restarts into a new DP group",
+                        self._instance, request_id or "-", dropped)
 
     def stop_pod(self, request_id: str, reason: str) -> None:
         log.warning("instance=%d pod=%s request_id=%s StopPod (%s): stopping engines and exiting", self._instance,

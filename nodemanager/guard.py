@@ -122,7 +122,7 @@ class GuardState:
         return True
 
     def clear(self) -> str | None:
-        """Drops any guard (the proxy was switched off); returns the dropped holder."""
+        """Drops any guard (the proxy was switched off, or every engine restarts); returns the holder."""
         holder, self._holder, self._deadline = self._holder, None, 0.0
         return holder
 

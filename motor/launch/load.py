@@ -119,3 +119,13 @@ def _stream_error(raw: str) -> str:
     if "data: [DONE]" not in raw:
         return "stream ended without [DONE]"
     return ""
+
+
+def trigger_traffic(cluster_or_url, requests: int = 1) -> threading.Thread:
+    """Sends a few requests in the background, so survivors run a collective and notice a dead
+    peer, without the caller blocking while the Coordinator holds them through the recovery."""
+    base_url = getattr(cluster_or_url, "coordinator_http", cluster_or_url)
+    gen = LoadGenerator(base_url, concurrency=1, max_tokens=4, request_timeout_sec=120.0)
+    thread = threading.Thread(target=lambda: [gen.send_one(f"trigger {i}") for i in range(requests)], daemon=True)
+    thread.start()
+    return thread

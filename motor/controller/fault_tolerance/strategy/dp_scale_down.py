@@ -64,6 +64,15 @@ def status_dict(s: common_pb2.EngineFtStatus) -> dict[str, object]:
     return out
 
 
+FIRST_POLL_DELAY_SEC = 0.05
+
+
+def poll_delay_sec(polls_done: int, poll_interval_sec: float) -> float:
+    """Doubling from 50 ms up to poll_interval_sec: engines often settle in a fraction of a second
+    (a rebuild takes ~0.1 s on the reference engine), and the interval stays an upper bound."""
+    return min(poll_interval_sec, FIRST_POLL_DELAY_SEC * (2**min(polls_done, 16)))
+
+
 def apply_readiness(s: common_pb2.EngineFtStatus) -> str:
     """Before apply: 'ready' only on (unhealthy, -); 'wait' on (healthy, -) and (unhealthy, recovering);
     'dead' is absorbed by the caller; anything else fails the round."""
@@ -267,6 +276,7 @@ class DpScaleDownStrategy(Strategy):
     async def _await_apply_ready(self, plan: RoundPlan) -> RoundPlan:
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
+        polls = 0
         # Each absorption removes a survivor, so the loop ends after at most len(survivors) absorptions
         # plus the polls that fit before the deadline.
         while True:
@@ -295,7 +305,8 @@ class DpScaleDownStrategy(Strategy):
                     f"survivors {waiting} not apply-ready within {sd.execution_deadline_sec:g}s: "
                     + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
                 )
-            await self.deps.clock.sleep(min(sd.poll_interval_sec, remaining))
+            await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
+            polls += 1
 
     async def _drain(self) -> None:
         deps = self.deps
@@ -350,6 +361,7 @@ class DpScaleDownStrategy(Strategy):
     async def _await_recovered(self, plan: RoundPlan) -> None:
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
+        polls = 0
         while True:
             self._check_stop()
             statuses = await self._query(plan)
@@ -365,7 +377,8 @@ class DpScaleDownStrategy(Strategy):
                     f"survivors {waiting} not healthy within {sd.execution_deadline_sec:g}s after apply: "
                     + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
                 )
-            await self.deps.clock.sleep(min(sd.poll_interval_sec, remaining))
+            await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
+            polls += 1
 
     async def _finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:

@@ -1,0 +1,95 @@
+"""E2E fixtures: a LocalCluster per test (real processes on loopback) and an artifact folder per test.
+
+Artifacts go to $MOTOR_E2E_OUT (default runs/e2e-<date>) / <test name>/: the process logs, and
+artifacts.json with what RFC §8 asks every case to keep: the injection (command and target rank),
+engine and controller timelines, apply bodies and their 202s, dead_committed, the coordinator
+endpoint set, pod stops, and inference after recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from motor.launch.cluster import ClusterSpec, LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("e2e-%Y%m%d-%H%M%S")))
+
+
+class Artifacts:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.data: dict[str, Any] = {"injections": [], "inference_after_recovery": []}
+
+    def record(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def injection(self, cluster: LocalCluster, rank: int, fault: str, **params: Any) -> dict[str, Any]:
+        answer = cluster.inject(rank, fault, **params)
+        self.data["injections"].append({"at_unix_sec": time.time(), "rank": rank, "fault": fault, "params": params,
+                                        "command": f"motorctl inject {cluster.engine_url(rank)} {fault}", "answer": answer})
+        return answer
+
+    def collect(self, cluster: LocalCluster) -> dict[str, Any]:
+        """Snapshot of the controller and coordinator views; apply bodies and pod stops from the timeline."""
+        runtime = cluster.runtime()
+        timeline = cluster.timeline()
+        self.data.update({
+            "runtime": runtime,
+            "dead_committed": runtime["dead_committed"] if runtime else None,
+            "controller_timeline": timeline,
+            "coordinator_endpoints": cluster.published(),
+            "applies": [dict(e, request_id=t["request_id"]) for t in timeline for e in t["events"] if e["name"] == "apply"],
+            "pod_stops": [dict(e, request_id=t["request_id"]) for t in timeline for e in t["events"] if e["name"] == "stop_pod"],
+        })
+        return self.data
+
+    def save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "artifacts.json").write_text(json.dumps(self.data, indent=2, default=str))
+
+
+@pytest.fixture
+def run_dir(request: pytest.FixtureRequest) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    folder = OUT / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def artifacts(run_dir: Path) -> Iterator[Artifacts]:
+    arts = Artifacts(run_dir)
+    try:
+        yield arts
+    finally:
+        arts.save()
+
+
+@pytest.fixture
+def start_cluster(run_dir: Path, artifacts: Artifacts):
+    started: list[LocalCluster] = []
+
+    def start(**spec_kwargs: Any) -> LocalCluster:
+        cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir)
+        started.append(cluster)
+        return cluster.start()
+
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            try:
+                if cluster.controller is not None and cluster.controller.proc.running:
+                    artifacts.collect(cluster)
+            except Exception as exc:  # noqa: BLE001 - artifacts must not mask the test's own failure
+                artifacts.record("collect_error", repr(exc))
+            cluster.stop()

@@ -1,0 +1,153 @@
+"""RFC §8 rows that must NOT end in a scale-down: idle service, all-UNHEALTHY with fast recovery not
+applicable, static gate refusals, engine failure paths, feature off. Each ends in whole-instance
+reconfiguration with every original rank serving again, and never retries an apply."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from motor.launch.load import LoadGenerator, trigger_traffic
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = {
+    "fault_tolerance_config.software_status_collection_timeout_sec": 6.0,
+    "fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 8.0,
+}
+
+
+def _strategies(data) -> list[tuple[str, str]]:
+    return [(t["strategy"], t["outcome"].split(":")[0]) for t in data["controller_timeline"]]
+
+
+def _calls(data, name: str) -> list[dict]:
+    return [e for t in data["controller_timeline"] for e in t["events"] if e["name"] == name]
+
+
+def _wait_reconfigured(cluster, timeout_sec: float = 120.0) -> dict:
+    def done(rt) -> bool:
+        return rt["phase"] in ("NORMAL", "DISABLED") and rt["serving_published"] and \
+            any(t["strategy"] == "instance_reconfiguration" and t["outcome"] == "succeeded" for t in cluster.timeline())
+    return cluster.wait_until(done, timeout_sec, "whole-instance reconfiguration")
+
+
+def _infer_all_ranks(cluster, artifacts) -> None:
+    load = LoadGenerator(cluster.coordinator_http, concurrency=1, max_tokens=4)
+    results = [load.send_one(f"after recovery {i}") for i in range(4)]
+    artifacts.data["inference_after_recovery"].extend({"status": r.status, "rank": r.rank} for r in results)
+    assert all(r.ok for r in results), [r.error for r in results]
+
+
+def test_idle_death_no_transaction_then_reconfiguration(start_cluster, artifacts) -> None:
+    cluster = start_cluster(controller_overrides=FAST)
+    artifacts.injection(cluster, 1, "executor_death")
+    time.sleep(3.0)
+    rt = cluster.runtime()
+    # Survivors stay HEALTHY without traffic: no complete U+D, so no round, no DEL, no apply.
+    assert rt["phase"] == "NORMAL" and rt["dead_committed"] == []
+    assert cluster.published() == {1: [0, 1, 2, 3]}
+    rt = _wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not _calls(data, "apply") and not _calls(data, "guard")
+    assert rt["alive_dp_ranks"] == [0, 1, 2, 3] and rt["dead_committed"] == []
+    _infer_all_ranks(cluster, artifacts)
+
+
+def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) -> None:
+    cluster = start_cluster(controller_overrides=FAST)
+    for rank in range(4):
+        artifacts.injection(cluster, rank, "unhealthy", reason="injected link flap")
+    rt = _wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not _calls(data, "apply")
+    assert "all active ranks unhealthy" in data["controller_timeline"][0]["events"][0]["detail"]
+    assert rt["alive_dp_ranks"] == [0, 1, 2, 3]
+    _infer_all_ranks(cluster, artifacts)
+
+
+def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifacts) -> None:
+    cluster = start_cluster(controller_overrides=FAST, capability={"num_redundant_experts": 0})
+    LoadGenerator(cluster.coordinator_http, concurrency=1).send_one("warm")
+    artifacts.injection(cluster, 1, "executor_death")
+    trigger_traffic(cluster)
+    _wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert _strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
+    assert data["runtime"]["gate"] == {"allowed": False, "reason_codes": ["EXPERT_REDUNDANCY_REQUIRED"]}
+    assert not _calls(data, "apply") and not _calls(data, "guard")
+    _infer_all_ranks(cluster, artifacts)
+
+
+@pytest.mark.parametrize(
+    ("fault", "params", "message"),
+    [
+        ("fail_next_apply", {"reason": "injected operator failure"}, "injected operator failure"),
+        ("stall_next_apply", {}, "not healthy within"),
+    ],
+)
+def test_engine_failure_after_apply_aborts_and_falls_back(start_cluster, artifacts, fault, params, message) -> None:
+    cluster = start_cluster(controller_overrides=FAST)
+    artifacts.injection(cluster, 2, fault, **params)
+    artifacts.injection(cluster, 1, "executor_death")
+    trigger_traffic(cluster)
+    _assert_failed_round_then_fallback(cluster, artifacts, message)
+
+
+def test_status_query_timeout_during_the_round_aborts_and_falls_back(start_cluster, artifacts) -> None:
+    cluster = start_cluster(controller_overrides=FAST)
+    # Hold the round in SCALING_DOWN, then make a survivor's status route hang: the strategy's own
+    # status query times out (a query error, not engine evidence).
+    artifacts.injection(cluster, 2, "stall_next_apply")
+    artifacts.injection(cluster, 1, "executor_death")
+    trigger_traffic(cluster)
+    cluster.wait_until(lambda rt: rt["phase"] == "SCALING_DOWN", 60.0, "SCALING_DOWN")
+    artifacts.injection(cluster, 2, "hang_status", duration_sec=20)
+    _assert_failed_round_then_fallback(cluster, artifacts, "status to")
+
+
+def _assert_failed_round_then_fallback(cluster, artifacts, message: str) -> None:
+    _wait_reconfigured(cluster, 150.0)
+    data = artifacts.collect(cluster)
+    assert _strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
+    first = data["controller_timeline"][0]
+    assert message in first["outcome"], first["outcome"]
+    applies = [e for e in first["events"] if e["name"] == "apply"]
+    assert len(applies) == 2  # one per pod with survivors, never retried
+    finalizes = [e for e in first["events"] if e["name"] == "finalize"]
+    assert len(finalizes) == 2 and all(e["detail"] == "abort" for e in finalizes)
+    assert data["runtime"]["dead_committed"] == [] and data["runtime"]["alive_dp_ranks"] == [0, 1, 2, 3]
+    _infer_all_ranks(cluster, artifacts)
+
+
+def test_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
+    cluster = start_cluster(enable_dp_scale_down=False)
+    rt = cluster.runtime()
+    assert rt["phase"] == "DISABLED"
+    address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
+    codes = {}
+    with grpc.insecure_channel(address) as channel:
+        ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
+        for name, call, req in (
+            ("Guard", ft.Guard, node_manager_pb2.GuardRequest(request_id="x", lease_sec=10, instance_id=1)),
+            ("Status", ft.Status, node_manager_pb2.StatusRequest(instance_id=1, endpoint_ids=[0])),
+            ("Apply", ft.Apply, node_manager_pb2.ApplyRequest(instance_id=1, request_id="x")),
+            ("Finalize", ft.Finalize, node_manager_pb2.FinalizeRequest(instance_id=1, request_id="x")),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                call(req, timeout=5)
+            codes[name] = info.value.code().name
+    artifacts.record("nm_ft_codes", codes)
+    assert set(codes.values()) == {"UNIMPLEMENTED"}
+    artifacts.injection(cluster, 1, "executor_death")
+    rt = _wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert rt["phase"] == "DISABLED"
+    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not _calls(data, "guard") and not _calls(data, "apply")
+    _infer_all_ranks(cluster, artifacts)

@@ -1,0 +1,128 @@
+"""RFC §8 acceptance rows that end in a successful DP scale-down, over real processes: controller,
+coordinator, NodeManagers on 127.0.0.2/.3 and reference engines with real gloo groups."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grpc
+import pytest
+
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from motor.launch.load import LoadGenerator, trigger_traffic
+
+pytestmark = pytest.mark.timeout(240)
+
+ROUND_SEC = 60.0
+
+
+def _infer(cluster, artifacts, expect_ranks) -> None:
+    load = LoadGenerator(cluster.coordinator_http, concurrency=1, max_tokens=4)
+    results = [load.send_one(f"after recovery {i}") for i in range(4)]
+    artifacts.data["inference_after_recovery"].extend(
+        {"status": r.status, "rank": r.rank, "error": r.error} for r in results)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert {r.rank for r in results} <= set(expect_ranks)
+
+
+def _applies(txn) -> list[dict]:
+    return [e for e in txn["events"] if e["name"] == "apply"]
+
+
+def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
+    cluster = start_cluster()
+    load = LoadGenerator(cluster.coordinator_http, concurrency=4, max_tokens=8, max_duration_sec=120).start()
+    try:
+        time.sleep(1.5)
+        artifacts.injection(cluster, 1, "executor_death")
+        rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
+        time.sleep(1.0)
+    finally:
+        load.stop()
+    data = artifacts.collect(cluster)
+    assert rt["phase"] == "SCALED_DOWN_RUNNING" and rt["dead_committed"] == [1] and rt["can_serve"]
+    assert data["coordinator_endpoints"] == {1: [0, 2, 3]}
+    txn = data["controller_timeline"][-1]
+    assert txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded"
+    applies = _applies(txn)
+    assert len(applies) == 2 and all(a["outcome"] == "ok" for a in applies)  # one per pod with survivors
+    assert all("HTTP 202" in a["detail"] and '"removed_dp_ranks": [1]' in a["detail"] for a in applies)
+    assert not data["pod_stops"]  # pod 127.0.0.2 still hosts rank 0
+    counts = load.counts()
+    artifacts.record("load", counts)
+    assert counts["succeeded"] > 0 and counts["failed"] == 0, counts
+    _infer(cluster, artifacts, [0, 2, 3])
+
+
+def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> None:
+    cluster = start_cluster()
+    load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=150).start()
+    try:
+        artifacts.injection(cluster, 1, "executor_death")
+        cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
+        artifacts.injection(cluster, 0, "executor_death")
+        rt = cluster.wait_serving(ROUND_SEC, alive=[2, 3])
+    finally:
+        load.stop()
+    data = artifacts.collect(cluster)
+    assert rt["dead_committed"] == [0, 1] and rt["original_dp_ranks"] == [0, 1, 2, 3]
+    second = data["controller_timeline"][-1]
+    applies = _applies(second)
+    # Cumulative list, new master = lowest survivor (rank 2 on 127.0.0.3), original ids kept.
+    assert applies and all('"removed_dp_ranks": [0, 1]' in a["detail"] and '"dp_master_ip": "127.0.0.3"' in a["detail"]
+                           for a in applies)
+    assert len(applies) == 1 and applies[0]["target"].startswith("127.0.0.3:")  # the only pod with survivors
+    # Pod 127.0.0.2 is emptied but scale-up is off: kept (缩卡不缩 Pod).
+    assert not data["pod_stops"]
+    assert cluster.nodemanagers["127.0.0.2"].proc.running
+    time.sleep(3.5)  # at least one periodic SET
+    assert cluster.published() == {1: [2, 3]}
+    counts = load.counts()
+    artifacts.record("load", counts)
+    assert counts["failed"] == 0, counts
+    _infer(cluster, artifacts, [2, 3])
+
+
+@pytest.mark.parametrize("scale_up", [False, True])
+def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_up: bool) -> None:
+    cluster = start_cluster(enable_dp_scale_up=scale_up)
+    load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=120).start()
+    try:
+        artifacts.injection(cluster, 0, "executor_death")
+        artifacts.injection(cluster, 1, "executor_death")
+        rt = cluster.wait_serving(ROUND_SEC, alive=[2, 3])
+        time.sleep(2.0)
+    finally:
+        load.stop()
+    data = artifacts.collect(cluster)
+    assert rt["dead_committed"] == [0, 1]
+    rounds = [t for t in data["controller_timeline"] if t["strategy"] == "dp_scale_down"]
+    # Both dead ranks leave in rounds that each sent exactly one apply per pod with survivors.
+    assert all(t["outcome"] == "succeeded" for t in rounds)
+    assert any('"removed_dp_ranks": [0, 1]' in a["detail"] for t in rounds for a in _applies(t))
+    if scale_up:
+        assert len(data["pod_stops"]) == 1 and data["pod_stops"][0]["target"].startswith("127.0.0.2")
+        assert cluster.nodemanagers["127.0.0.2"].proc.wait_exit(15) == 0
+        cluster.nodemanagers["127.0.0.2"].expected_exit = True  # type: ignore[attr-defined]
+    else:
+        assert not data["pod_stops"]
+        assert cluster.nodemanagers["127.0.0.2"].proc.running
+    _infer(cluster, artifacts, [2, 3])
+
+
+def test_heartbeat_and_ft_proxy_after_commit(start_cluster, artifacts) -> None:
+    cluster = start_cluster()
+    artifacts.injection(cluster, 1, "executor_death")
+    trigger_traffic(cluster)
+    cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
+    address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
+    with grpc.insecure_channel(address) as channel:
+        pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
+        ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            ft.Status(node_manager_pb2.StatusRequest(instance_id=1, endpoint_ids=[1]), timeout=5)
+    artifacts.record("describe_pod", json.loads(json.dumps([{"id": e.endpoint.id, "retired": e.retired} for e in pod.engines])))
+    assert {e.endpoint.id: e.retired for e in pod.engines} == {0: False, 1: True}
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1" in info.value.details()
+    artifacts.collect(cluster)
