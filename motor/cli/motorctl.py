@@ -5,6 +5,8 @@
   motorctl timeline INSTANCE          the last recovery transactions, stage by stage
   motorctl instances                  what the Coordinator routes to
   motorctl inject URL FAULT [k=v...]  an engine fault through the reference engine's admin route
+  motorctl hw-fault NODE [NPU]        a MindCluster-shaped hardware fault: ReportHardwareFault, or
+                                      a mounted-ConfigMap file with --configmap-dir
 
 Synchronous gRPC; addresses from --controller / --coordinator or MOTOR_CONTROLLER /
 MOTOR_COORDINATOR.
@@ -126,6 +128,23 @@ def inject(url: str, fault: str, params: dict[str, Any], timeout_sec: float = 10
         raise SystemExit(f"motorctl: cannot reach {url}: {exc}") from None
 
 
+def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) -> str:
+    from motor.controller.hardware.inject import build_report_request, write_configmap_fault
+    from motor.controller.hardware.model import HardwareFault, HardwareFaultError
+
+    try:
+        req = build_report_request(args.node, args.npu, args.code, args.level)
+    except HardwareFaultError as exc:
+        raise SystemExit(f"motorctl hw-fault: {exc}") from None
+    if args.configmap_dir:
+        fault = HardwareFault.from_request(req, now_sec=datetime.datetime.now().timestamp(), default_source="motorctl")
+        folder = write_configmap_fault(args.configmap_dir, args.node, [fault])
+        return f"wrote {folder}"
+    with channel_factory(args.controller) as ch:
+        resp = controller_pb2_grpc.ControllerStub(ch).ReportHardwareFault(req, timeout=RPC_TIMEOUT_SEC)
+    return resp.message
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="motorctl", description="Look at and poke a Motor deployment.")
     parser.add_argument("--controller", default=os.environ.get("MOTOR_CONTROLLER", "127.0.0.1:50051"))
@@ -146,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     inj.add_argument("engine_url", help="e.g. http://127.0.0.2:8001")
     inj.add_argument("fault", help="kill_process, executor_death, hang_status, unhealthy, fail_next_apply, ...")
     inj.add_argument("params", nargs="*", help="KEY=VALUE (JSON values)")
+    hw = sub.add_parser("hw-fault", help="report a hardware fault (RPC, or a ConfigMap file)")
+    hw.add_argument("node", help="node name, e.g. node-127.0.0.2")
+    hw.add_argument("npu", nargs="?", default="", help="card, e.g. Ascend910-1 (omit: the whole node)")
+    hw.add_argument("--level", default="L6", help="L1..L6 or a MindCluster handling name (default L6)")
+    hw.add_argument("--code", default="80E18402", help="fault code(s), comma-joined hex")
+    hw.add_argument("--configmap-dir", help="write mindx-dl-deviceinfo-<node> here instead of calling the RPC")
     return parser
 
 
@@ -190,6 +215,8 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
             print(instances_text(resp), file=out)
         elif args.command == "inject":
             print(json.dumps(inject(args.engine_url, args.fault, _parse_params(args.params))), file=out)
+        elif args.command == "hw-fault":
+            print(hardware_fault(args, channel_factory), file=out)
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)

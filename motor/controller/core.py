@@ -20,6 +20,7 @@ from motor.controller.fault_tolerance.dp_scale_down import (
 from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps
 from motor.controller.fault_tolerance.timeline import TimelineBook
+from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.persistence import RuntimePersister
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
@@ -67,12 +68,14 @@ class ControllerCore:
             changed=self.broadcaster.changed,
         )
         self.faults = FaultManager(self.deps, fast_recovery)
+        self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         log.info("controller store: %s", self.store.description)
         await self.persister.restore(self.clock)
         self.faults.start()
+        await self.monitor.start(self.faults.report_hardware)
         self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
         self.faults.notify()
 
@@ -80,6 +83,7 @@ class ControllerCore:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.monitor.stop()
         await self.faults.close()
         await self.nodemanagers.close()
         if self.pusher.enabled and self.pusher._client is not None:

@@ -11,6 +11,8 @@ import grpc
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.dp_scale_down import EvidenceKind, NormalizationError, UnknownInstanceError
+from motor.controller.hardware.model import HardwareFaultError
+from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.instances import RegistrationError
 from motor.controller.status import runtime_proto, transaction_proto
 
@@ -50,6 +52,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         except NormalizationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"instance {request.instance_id}: {exc}")
         return controller_pb2.ReportSoftwareFaultResponse(accepted=not message.endswith("ignored"), message=message)
+
+    async def ReportHardwareFault(self, request, context):
+        try:
+            fault = await self.core.monitor.rpc.report(request)
+        except HardwareFaultError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except SourceNotStarted as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return controller_pb2.ReportHardwareFaultResponse(
+            accepted=True, message=self.core.faults.last_hardware_note(fault.key))
 
     async def GetFaultToleranceStatus(self, request, context):
         runtimes = self.core.runtimes.all()

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import Action, decide
 from motor.controller.fault_tolerance.dp_scale_down import (
+    SERVABLE_PHASES,
     TRANSACTION_PHASES,
     EvidenceKind,
     FaultNormalizer,
@@ -32,10 +34,15 @@ from motor.controller.fault_tolerance.strategy.base import (
 )
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
+from motor.controller.hardware.levels import is_severe, level_text
+from motor.controller.hardware.model import HardwareFault
+from motor.controller.hardware.resolver import InstanceTopology, TopologyResolver, Unmappable
 
 log = logging.getLogger(__name__)
 
 _MIN_WAKE_SEC = 0.05
+# Hardware faults remembered for de-duplication across sources (directory, Kubernetes, RPC).
+_SEEN_HARDWARE_MAX = 4096
 
 
 class FastRecovery(Protocol):
@@ -68,6 +75,8 @@ class _InstanceFaults:
     driver: asyncio.Task[None] | None = None
     reconfigure_after_sec: float | None = None
     reconfigure_reason: str = ""
+    # The original strategy asked for by a hardware fault that cannot take the scale-down path.
+    forced_reason: str = ""
 
 
 def should_preempt(running: Strategy, new_priority: int) -> bool:
@@ -82,6 +91,10 @@ class FaultManager:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
+        self.correlation = HardwareCorrelation(deps.config.fault_tolerance_config.hardware_ft_correlation_window_sec)
+        self.resolver = TopologyResolver()
+        self._seen_hardware: dict[object, float] = {}
+        self._hardware_notes: dict[object, str] = {}
 
     # ---- intake ------------------------------------------------------------------------------
 
@@ -132,6 +145,75 @@ class FaultManager:
             self.notify()
         return missing
 
+    def report_hardware(self, faults: list[HardwareFault]) -> list[str]:
+        """RFC §4.4 rules for hardware evidence; returns what was done with each fault."""
+        notes = []
+        for fault in faults:
+            note = self._hardware_one(fault)
+            self._hardware_notes[fault.key] = note
+            notes.append(note)
+        while len(self._hardware_notes) > _SEEN_HARDWARE_MAX:
+            del self._hardware_notes[next(iter(self._hardware_notes))]
+        self.notify()
+        return notes
+
+    def last_hardware_note(self, key: object) -> str:
+        return self._hardware_notes.get(key, "")
+
+    def _hardware_one(self, fault: HardwareFault) -> str:
+        if self._seen_hardware.get(fault.key) == fault.fault_time_unix_sec:
+            return f"{fault.describe()}: already seen"
+        self._seen_hardware[fault.key] = fault.fault_time_unix_sec
+        while len(self._seen_hardware) > _SEEN_HARDWARE_MAX:
+            del self._seen_hardware[next(iter(self._seen_hardware))]
+        if not is_severe(fault.level):
+            return f"{fault.describe()}: {level_text(fault.level)} below L4, logged only"
+        instances = [
+            InstanceTopology(record.topology(), self._active(record.instance_id))
+            for record in self.deps.registry.all()
+            if record.assembled and self.deps.runtimes.find(record.instance_id) is not None
+        ]
+        result = self.resolver.resolve(fault, instances)
+        if result.ignored or not result.mappings:
+            return f"{fault.describe()}: {result.describe()}"
+        notes = [self._hardware_for_instance(fault, m) for m in result.mappings]
+        return f"{fault.describe()}: " + "; ".join(notes)
+
+    def _active(self, instance_id: int) -> bool:
+        runtime = self.deps.runtimes.find(instance_id)
+        if runtime is None or self._state(instance_id).strategy is not None:
+            return False
+        return runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED
+
+    def _hardware_for_instance(self, fault: HardwareFault, mapping) -> str:
+        iid = mapping.instance_id
+        runtime = self.deps.runtimes.get(iid)
+        state = self._state(iid)
+        if mapping.reason is Unmappable.CARD_NOT_FOUND:
+            return f"instance {iid}: card not used by the instance, ignored"
+        if mapping.reason is Unmappable.INSTANCE_NOT_ACTIVE:
+            # No correlation wait; the recovery already running is the original path.
+            return f"instance {iid}: not ACTIVE (phase {runtime.phase}), left to the running recovery"
+        if mapping.reason is not None:
+            state.forced_reason = f"hardware fault {fault.describe()} cannot be mapped ({mapping.reason.value}): original strategy"
+            log.warning("instance=%d %s", iid, state.forced_reason)
+            return f"instance {iid}: unmappable ({mapping.reason.value}), whole-instance reconfiguration"
+        ranks = mapping.ranks
+        if ranks <= runtime.dead_committed:
+            return f"instance {iid}: ranks {sorted(ranks)} already committed dead, handled"
+        ft = self.deps.config.fault_tolerance_config
+        if not (ft.enable_fault_tolerance and ft.enable_dp_scale_down):
+            state.forced_reason = f"hardware fault {fault.describe()} on ranks {sorted(ranks)} (scale-down disabled)"
+            return f"instance {iid}: scale-down disabled, whole-instance reconfiguration"
+        if state.window_started_sec is not None:
+            # Software came first: the FT snapshot alone decides, the hardware fault does not wait.
+            return f"instance {iid}: software evidence first, decided on the FT snapshot"
+        opened = self.correlation.open(iid, fault.key, ranks, self.deps.clock.monotonic(), fault.describe())
+        log.info("instance=%d hardware fault on ranks %s: %s", iid, sorted(ranks),
+                 "correlation window opened" if opened else "already waiting")
+        return (f"instance {iid}: ranks {sorted(ranks)}, waiting up to "
+                f"{self.correlation.window_sec:g}s for the FT framework")
+
     def evidence(self, instance_id: int) -> dict[int, RankEvidence]:
         return dict(self._state(instance_id).evidence)
 
@@ -175,6 +257,7 @@ class FaultManager:
             deadlines.extend(t + grace for t in state.missing_since_sec.values())
             if state.reconfigure_after_sec is not None:
                 deadlines.append(state.reconfigure_after_sec)
+        deadlines.extend(self.correlation.deadlines())
         return min(deadlines)
 
     async def evaluate_all(self) -> None:
@@ -212,6 +295,11 @@ class FaultManager:
                 self._start(instance_id, ReconfigurationStrategy(deps, instance_id, state.reconfigure_reason or "resuming reconfiguration"))
             return
         ft = deps.config.fault_tolerance_config
+        if state.forced_reason:
+            reason, state.forced_reason = state.forced_reason, ""
+            self.correlation.clear(instance_id)
+            self._start(instance_id, ReconfigurationStrategy(deps, instance_id, reason))
+            return
         partial = self._partial_loss(instance_id, runtime.phase, runtime.dead_committed, now)
         if partial:
             self._start(instance_id, ReconfigurationStrategy(deps, instance_id, partial))
@@ -225,8 +313,17 @@ class FaultManager:
             scale_down_enabled=ft.enable_fault_tolerance and ft.enable_dp_scale_down,
             fast_recovery_applicable=lambda unhealthy: self.fast_recovery.is_applicable(instance_id, unhealthy),
         )
+        verdict = self.correlation.judge(instance_id, decision, now)
+        if verdict.action == "wait":
+            return
+        if verdict.action == "reconfigure":
+            self.correlation.clear(instance_id)
+            log.warning("instance=%d %s", instance_id, verdict.reason)
+            self._start(instance_id, ReconfigurationStrategy(deps, instance_id, verdict.reason))
+            return
         if decision.action in (Action.NONE, Action.WAIT):
             return
+        self.correlation.clear(instance_id)
         log.info("instance=%d decision=%s %s", instance_id, decision.action, decision.reason)
         if decision.action is Action.FAST_RECOVERY:
             self._start(instance_id, self.fast_recovery.create(deps, instance_id))
@@ -239,6 +336,7 @@ class FaultManager:
                 unhealthy=decision.unhealthy,
                 fallback_strategy=runtime.fallback_strategy,
                 decided_at_sec=deps.clock.wall(),
+                hardware_ranks=verdict.hardware_ranks,
             )
             self._start(instance_id, DpScaleDownStrategy(deps, ctx))
         elif decision.action is Action.RECONFIGURE:
@@ -329,6 +427,7 @@ class FaultManager:
             state.window_started_sec = min(state.first_seen_sec.values(), default=None)
             state.reconfigure_after_sec = None
             state.reconfigure_reason = ""
+            self.correlation.clear(instance_id)
             return
         if isinstance(strategy, ReconfigurationStrategy):
             retry = deps.config.fault_tolerance_config.strategy_center_check_interval

@@ -132,3 +132,28 @@ def test_instances_lists_what_the_coordinator_routes() -> None:
 def test_inject_refuses_malformed_params() -> None:
     with pytest.raises(SystemExit, match="not KEY=VALUE"):
         run(["inject", "http://127.0.0.1:1", "hang_status", "oops"])
+
+
+def test_hw_fault_calls_report_hardware_fault() -> None:
+    h = Harness(CONTROLLER)
+    thread = h.start(["hw-fault", "node-a", "Ascend910-3", "--level", "L5", "--code", "80e18402"])
+    _, request, rpc = h.channel.take_unary_unary(CONTROLLER.methods_by_name["ReportHardwareFault"])
+    assert (request.node_name, request.npu_name, request.level) == ("node-a", "Ascend910-3", controller_pb2.FAULT_LEVEL_L5)
+    assert request.fault_code.upper() == "80E18402"
+    rpc.terminate(controller_pb2.ReportHardwareFaultResponse(accepted=True, message="waiting"), (), grpc.StatusCode.OK, "")
+    thread.join(10)
+    assert h.code == 0 and h.out.getvalue().strip() == "waiting"
+
+
+def test_hw_fault_writes_a_mounted_configmap(tmp_path) -> None:
+    from motor.controller.hardware.parser import parse_configmap
+
+    assert run(["hw-fault", "node-a", "Ascend910-1", "--configmap-dir", str(tmp_path)], out=io.StringIO()) == 0
+    text = (tmp_path / "mindx-dl-deviceinfo-node-a" / "DeviceInfoCfg").read_text()
+    parsed = parse_configmap(text, node_name="node-a")
+    assert [(f.npu_name, f.level) for f in parsed.faults] == [("Ascend910-1", 6)]
+
+
+def test_hw_fault_refuses_a_bad_level() -> None:
+    with pytest.raises(SystemExit, match="level='L9'"):
+        run(["hw-fault", "node-a", "Ascend910-1", "--level", "L9"])

@@ -215,10 +215,11 @@ def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, c
     pod_ip = address.split(":")[0]
     dp_size = sum(len(r) for r in cluster.pods.values())
     req = controller_pb2.RegisterRequest(instance_id=instance_id, role=common_pb2.ROLE_UNION, model="m", dp_size=dp_size)
-    req.pod.pod_ip, req.pod.node_manager_address = pod_ip, address
+    req.pod.pod_ip, req.pod.node_manager_address, req.pod.node_name = pod_ip, address, f"node-{pod_ip}"
     req.pod.endpoint_ids.extend(cluster.pods[address])
-    for r in cluster.pods[address]:
-        req.endpoints.add(id=r, ip=pod_ip, business_port=8000 + r, mgmt_port=8000 + r)
+    for i, r in enumerate(cluster.pods[address]):
+        ep = req.endpoints.add(id=r, ip=pod_ip, business_port=8000 + r, mgmt_port=8000 + r)
+        ep.device_infos.add(device_id=f"Ascend910-{i}")
     if capability:
         req.ft_capability.CopyFrom(common_pb2.FtCapability(
             engine_ft_enabled=True, scale_down_supported=True, external_lb=True, auto_recovery=False,

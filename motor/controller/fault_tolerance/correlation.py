@@ -1,0 +1,76 @@
+"""The hardware-first correlation window of RFC §4.4. Pure.
+
+A mappable L4–L6 hardware fault that arrives before any software evidence opens a window of
+`hardware_ft_correlation_window_sec`. Within it, only an FT snapshot that matches lets the normal
+decision through: all-UNHEALTHY (fast-recovery check), or a complete U+D whose DEAD set contains
+every hardware-mapped rank (scale-down, with the software DEAD set as apply parameters; the hardware
+ranks only validate). When the window ends without such a snapshot, the instance is reconfigured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from motor.controller.fault_tolerance.decision import Action, Decision
+
+
+@dataclass(frozen=True)
+class PendingHardware:
+    key: Hashable
+    ranks: frozenset[int]
+    deadline_sec: float
+    description: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the window makes of a decision: let it through, hold it, or replace it."""
+
+    action: str  # "proceed", "wait" or "reconfigure"
+    reason: str = ""
+    hardware_ranks: frozenset[int] = frozenset()
+
+
+class HardwareCorrelation:
+    def __init__(self, window_sec: float) -> None:
+        if window_sec <= 0:
+            raise ValueError(f"window_sec must be > 0, got {window_sec}")
+        self.window_sec = window_sec
+        self._pending: dict[int, dict[Hashable, PendingHardware]] = {}
+
+    def open(self, instance_id: int, key: Hashable, ranks: frozenset[int], now_sec: float, description: str) -> bool:
+        """Opens (or keeps) the window for one hardware fault; False when that fault already waits."""
+        waiting = self._pending.setdefault(instance_id, {})
+        if key in waiting:
+            return False
+        waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description)
+        return True
+
+    def pending(self, instance_id: int) -> list[PendingHardware]:
+        return list(self._pending.get(instance_id, {}).values())
+
+    def clear(self, instance_id: int) -> list[PendingHardware]:
+        return list(self._pending.pop(instance_id, {}).values())
+
+    def deadlines(self) -> list[float]:
+        return [p.deadline_sec for waiting in self._pending.values() for p in waiting.values()]
+
+    def judge(self, instance_id: int, decision: Decision, now_sec: float) -> Verdict:
+        waiting = self.pending(instance_id)
+        if not waiting:
+            return Verdict("proceed")
+        ranks = frozenset().union(*(p.ranks for p in waiting))
+        if decision.action is Action.SCALE_DOWN and ranks <= decision.dead:
+            return Verdict("proceed", "complete U+D contains every hardware-mapped rank", ranks)
+        if decision.action in (Action.FAST_RECOVERY, Action.RECONFIGURE):
+            return Verdict("proceed", "", ranks)
+        if now_sec >= min(p.deadline_sec for p in waiting):
+            faults = "; ".join(p.description for p in waiting)
+            return Verdict(
+                "reconfigure",
+                f"hardware fault ({faults}) on ranks {sorted(ranks)} had no matching FT snapshot within "
+                f"{self.window_sec:g}s",
+                ranks,
+            )
+        return Verdict("wait", "waiting for the FT framework to see the hardware fault", ranks)

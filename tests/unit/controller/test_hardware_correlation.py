@@ -1,0 +1,158 @@
+"""RFC §4.4 hardware rules in the FaultManager: the 5-second correlation window, committed ranks,
+unmappable faults, software-first, with in-memory peers and a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller_fakes import DEAD, UNHEALTHY, assemble, heartbeat_all, make_config, make_core, two_pods
+
+from motor.controller.fault_tolerance.dp_scale_down import EvidenceKind, FtPhase
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.controller.hardware.model import HardwareFault
+
+L2, L5 = 2, 5
+
+
+def card(node: str, npu: str, level: int = L5, code: str = "80E18402", t: float = 1.0) -> HardwareFault:
+    return HardwareFault(node_name=node, npu_name=npu, fault_codes=(code,), level=level, fault_time_unix_sec=t,
+                         source="test")
+
+
+async def settle(core) -> None:
+    for _ in range(300):
+        if core.faults.running(7) is None:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("strategy still running")
+
+
+def report_complete_snapshot(core, dead: set[int]) -> None:
+    for r in range(4):
+        kind = EvidenceKind.DEAD if r in dead else EvidenceKind.UNHEALTHY
+        core.faults.report_software(7, r, kind, "", core.clock.wall())
+
+
+async def test_hardware_first_then_matching_snapshot_scales_down_with_software_dead_set() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    # Rank 1 is the second card on node-127.0.0.2.
+    notes = core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    assert "waiting up to 5s" in notes[0]
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not cluster.calls
+    clock.advance(2.0)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    report_complete_snapshot(core, {1})
+    await core.faults.evaluate_all()
+    strategy = core.faults.running(7)
+    assert isinstance(strategy, DpScaleDownStrategy)
+    assert strategy.ctx.dead == {1} and strategy.ctx.hardware_ranks == {1}
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == {1}
+
+
+async def test_hardware_first_without_ft_perception_reconfigures_after_the_window() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-0")])
+    for _ in range(4):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    clock.advance(1.0)
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await settle(core)
+    names = [c[0] for c in cluster.calls]
+    assert "apply" not in names and names.count("start_engines") == 2
+    txn = core.timelines.transactions(7)[-1]
+    assert txn.strategy == "instance_reconfiguration"
+    assert "no matching FT snapshot within 5s" in txn.events[0].detail
+
+
+async def test_snapshot_without_the_hardware_rank_is_not_a_match() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-1")])  # rank 3
+    report_complete_snapshot(core, {1})  # but software says rank 1 died
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    clock.advance(5.0)
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert core.timelines.transactions(7)[-1].strategy == "instance_reconfiguration"
+    assert not [c for c in cluster.calls if c[0] == "apply"]
+
+
+async def test_hardware_on_a_committed_rank_is_marked_handled() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    core.runtimes.commit_round(7, [1])
+    notes = core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    assert "already committed dead, handled" in notes[0]
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not cluster.calls
+
+
+async def test_unknown_card_format_takes_the_original_strategy_at_once() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    notes = core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+    assert "whole-instance reconfiguration" in notes[0]
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert [c[0] for c in cluster.calls].count("start_engines") == 2
+
+
+async def test_low_levels_and_foreign_nodes_are_only_logged() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    notes = core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1", level=L2),
+                                         card("node-elsewhere", "Ascend910-1")])
+    assert "below L4" in notes[0]
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not cluster.calls
+    assert not core.faults.correlation.pending(7)
+
+
+async def test_software_first_does_not_wait_for_hardware() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    notes = core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    assert "software evidence first" in notes[0]
+    assert not core.faults.correlation.pending(7)
+
+
+async def test_whole_node_fault_maps_every_rank_on_the_node_and_duplicates_are_dropped() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    fault = card("node-127.0.0.3", "")
+    core.faults.report_hardware([fault])
+    assert core.faults.correlation.pending(7)[0].ranks == {2, 3}
+    assert "already seen" in core.faults.report_hardware([fault])[0]
+
+
+async def test_feature_off_hardware_fault_reconfigures() -> None:
+    cluster = two_pods()
+    core2, _ = make_core(cluster, config=make_config(enable_dp_scale_down=False))
+    await assemble(core2, cluster)
+    assert core2.runtimes.get(7).phase is FtPhase.DISABLED
+    notes = core2.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    assert "scale-down disabled" in notes[0]
+    await core2.faults.evaluate_all()
+    await settle(core2)
+    assert [c[0] for c in cluster.calls].count("start_engines") == 2
