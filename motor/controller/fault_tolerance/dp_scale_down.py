@@ -101,7 +101,9 @@ class RankEvidence:
     health: Health
     kind: EvidenceKind
     detail: str
+    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it.
     observed_at_sec: float
+    received_at_sec: float = 0.0
 
 
 class FaultNormalizer:

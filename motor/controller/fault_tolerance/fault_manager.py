@@ -9,6 +9,7 @@ persisted. Every report wakes the strategy centre; it also scans every
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class FaultManager:
         )
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
+        evidence = dataclasses.replace(evidence, received_at_sec=self.deps.clock.wall())
         state = self._state(instance_id)
         now = self.deps.clock.monotonic()
         if evidence.health is Health.HEALTHY:
@@ -363,6 +365,8 @@ class FaultManager:
         if state.strategy is not None:
             raise RuntimeError(f"instance {instance_id}: {state.strategy.name} is still running")
         state.strategy = strategy
+        # The evidence that led here goes into the strategy's timeline (stage latencies start there).
+        strategy.evidence = sorted(state.evidence.values(), key=lambda ev: ev.observed_at_sec)
         state.strategy_task = asyncio.create_task(strategy.run(), name=f"{strategy.name}-{instance_id}")
         state.driver = asyncio.create_task(self._drive(instance_id, strategy, state.strategy_task))
 

@@ -13,8 +13,8 @@ from enum import IntEnum
 from motor.common.config import ControllerConfig
 from motor.controller.clients import NodeManagerClients
 from motor.controller.clock import Clock
-from motor.controller.fault_tolerance.dp_scale_down import FtPhase, FtRuntimeStore
-from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
+from motor.controller.fault_tolerance.dp_scale_down import FtPhase, FtRuntimeStore, RankEvidence
+from motor.controller.fault_tolerance.timeline import TimelineBook, TimelineEvent, Transaction
 from motor.controller.instances import InstanceRegistry
 from motor.controller.serving import EventPusher
 
@@ -69,6 +69,7 @@ class Strategy(ABC):
         self._finished = asyncio.Event()
         self._stop_requested = False
         self.txn: Transaction | None = None
+        self.evidence: list[RankEvidence] = []
 
     def stop(self) -> None:
         """Asks the strategy to stop; the FaultManager cancels its task and waits for both."""
@@ -91,6 +92,16 @@ class Strategy(ABC):
     async def execute(self) -> Outcome: ...
 
     # Helpers shared by the executors.
+
+    def begin_transaction(self, request_id: str) -> Transaction:
+        """Opens the timeline, starting with the evidence that led here (NodeManager observation
+        time; the detail says when the Controller received it)."""
+        txn = self.deps.timelines.begin(self.instance_id, self.name, request_id, self.deps.clock.wall())
+        for ev in self.evidence:
+            txn.events.append(TimelineEvent(
+                ev.observed_at_sec, "evidence", str(ev.kind), detail=f"rank={ev.rank} received_at={ev.received_at_sec:.6f} {ev.detail}"))
+        self.txn = txn
+        return txn
 
     def set_phase(self, phase: FtPhase, detail: str = "") -> None:
         runtime = self.deps.runtimes.set_phase(self.instance_id, phase)

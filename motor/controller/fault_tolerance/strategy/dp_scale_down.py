@@ -169,7 +169,7 @@ class DpScaleDownStrategy(Strategy):
             return Outcome(False, f"ranks {sorted(ctx.dead)} already committed but phase is {runtime.phase}",
                            fallback=ctx.fallback_strategy)
         self._round_dead = set(ctx.dead - runtime.dead_committed)
-        self.txn = deps.timelines.begin(self.instance_id, self.name, self.request_id, deps.clock.wall())
+        self.begin_transaction(self.request_id)
         self.txn.decision(
             "scale_down", deps.clock.wall(),
             f"dead={sorted(ctx.dead)} unhealthy={sorted(ctx.unhealthy)} dead_committed={sorted(runtime.dead_committed)}",

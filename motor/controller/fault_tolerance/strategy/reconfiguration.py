@@ -50,7 +50,7 @@ class ReconfigurationStrategy(Strategy):
     async def execute(self) -> Outcome:
         deps = self.deps
         record = deps.registry.get(self.instance_id)
-        self.txn = deps.timelines.begin(self.instance_id, self.name, self.request_id, deps.clock.wall())
+        self.begin_transaction(self.request_id)
         self.txn.decision("reconfigure", deps.clock.wall(), self.reason)
         log.warning("instance=%d request_id=%s whole-instance reconfiguration: %s", self.instance_id, self.request_id, self.reason)
         if deps.runtimes.get(self.instance_id).phase is not FtPhase.RECONFIGURING:
