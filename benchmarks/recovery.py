@@ -1,0 +1,299 @@
+"""Recovery benchmark: DP scale-down against whole-instance reconfiguration on the local cluster.
+
+    .venv/bin/python -m benchmarks.recovery [--rounds 10] [--model-load-sec 0] [--json out.json]
+
+1. Stage latencies of a scale-down (median, p95 over --rounds rounds): fault injected → first
+   evidence at a NodeManager → report at the Controller → decision → guard done → apply-ready →
+   drain → apply accepted → survivors healthy → commit → published → first successful request
+   after publication. The Controller's own share (its processing and its RPCs) is split from the
+   time it waits for engines and for evidence.
+2. The same fault with the feature off (whole-instance reconfiguration): time until the instance
+   serves again, and the ratio to scale-down, at --model-load-sec 0 and at --realistic-load-sec.
+3. Requests under steady load during each path: sent, succeeded, failed, and the capacity lost in
+   rank-seconds (each original rank, from the fault until it serves again or, for a removed rank,
+   until the survivors are published).
+4. Steady-state overhead: Controller and NodeManager CPU and request latency with the feature off,
+   on and idle, and on with faults; how NodeManager cost grows with endpoints comes from
+   benchmarks/nodemanager_polling.py.
+
+Rounds run on fresh clusters of DP=4 (two pods of two ranks): each cluster takes two consecutive
+rounds (rank 1, then rank 3), so original ids stay meaningful. Numbers print as a table; --json
+writes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.load import LoadGenerator, RequestResult
+
+STAGES = (
+    ("fault", "first_evidence_nm"),
+    ("first_evidence_nm", "report_controller"),
+    ("report_controller", "decision"),
+    ("decision", "guard_done"),
+    ("guard_done", "apply_ready"),
+    ("apply_ready", "drained"),
+    ("drained", "apply_accepted"),
+    ("apply_accepted", "survivors_healthy"),
+    ("survivors_healthy", "committed"),
+    ("committed", "published"),
+    ("published", "first_success"),
+)
+
+
+def _calls(txn: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [e for e in txn["events"] if e["kind"] == "call" and e["name"] == name]
+
+
+def _end(event: dict[str, Any]) -> float:
+    return event["at_unix_sec"] + event["duration_sec"]
+
+
+def stage_times(txn: dict[str, Any], fault_sec: float, results: list[RequestResult]) -> dict[str, float]:
+    """Absolute wall times of each stage of one successful round, from its timeline."""
+    evidence = [e for e in txn["events"] if e["kind"] == "evidence"]
+    received = [float(e["detail"].split("received_at=")[1].split()[0]) for e in evidence]
+    status = _calls(txn, "status")
+    drain = _calls(txn, "drain")
+    apply = _calls(txn, "apply")
+    finalize = _calls(txn, "finalize")
+    publish = _calls(txn, "publish")
+    t: dict[str, float] = {
+        "fault": fault_sec,
+        "first_evidence_nm": min(e["at_unix_sec"] for e in evidence),
+        "report_controller": min(received),
+        "decision": txn["started_at_unix_sec"],
+        "guard_done": max(_end(e) for e in _calls(txn, "guard")),
+        "apply_ready": max(_end(e) for e in status if e["at_unix_sec"] < drain[0]["at_unix_sec"]),
+        "drained": _end(drain[0]),
+        "apply_accepted": max(_end(e) for e in apply),
+        "survivors_healthy": max(_end(e) for e in status if e["at_unix_sec"] > apply[0]["at_unix_sec"]),
+        "committed": max(_end(e) for e in finalize),
+        "published": _end(publish[0]),
+    }
+    after = [r.ended_sec for r in results if r.ok and r.ended_sec >= t["published"]]
+    t["first_success"] = min(after) if after else float("nan")
+    # Where the Controller itself spent time: evidence-to-decision processing is split from waiting
+    # for the snapshot to complete (NodeManager polls of the other ranks).
+    t["controller_rpc_sec"] = sum(e["duration_sec"] for e in txn["events"] if e["kind"] == "call")
+    return t
+
+
+def capacity_lost_rank_sec(dp_size: int, fault_sec: float, removed: list[int], serving_again_sec: float,
+                           drained_sec: float | None) -> float:
+    """Rank-seconds out of service. Scale-down: the removed ranks from the fault until publication,
+    survivors while drained; reconfiguration: every rank from the fault until it serves again."""
+    if drained_sec is None:
+        return dp_size * (serving_again_sec - fault_sec)
+    survivors = dp_size - len(removed)
+    return len(removed) * (serving_again_sec - fault_sec) + survivors * (serving_again_sec - drained_sec)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(v for v in values if v == v)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _cpu_sec(pid: int) -> float:
+    try:
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except psutil.Error:
+        return float("nan")
+
+
+def run_scale_down_rounds(rounds: int, work: Path, load_rate_concurrency: int, model_load_sec: float) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cluster_no = 0
+    while len(out) < rounds:
+        cluster_no += 1
+        cluster = LocalCluster(ClusterSpec(model_load_sec=model_load_sec), work / f"scale-down-{cluster_no}")
+        cluster.start()
+        try:
+            for victim, alive in ((1, [0, 2, 3]), (3, [0, 2])):
+                if len(out) >= rounds:
+                    break
+                load = LoadGenerator(cluster.coordinator_http, concurrency=load_rate_concurrency, max_tokens=8,
+                                     max_duration_sec=120).start()
+                time.sleep(1.0)
+                fault_sec = time.time()
+                cluster.inject(victim, "executor_death")
+                cluster.wait_serving(90.0, alive=alive)
+                time.sleep(1.0)
+                load.stop()
+                txn = cluster.timeline()[-1]
+                if txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
+                    raise RuntimeError(f"round on rank {victim} did not scale down: {txn['outcome']}")
+                results = load.snapshot()
+                stages = stage_times(txn, fault_sec, results)
+                window = [r for r in results if r.started_sec >= fault_sec - 0.5]
+                out.append({
+                    "victim": victim,
+                    "stages": stages,
+                    "requests": {"sent": len(window), "succeeded": sum(r.ok for r in window),
+                                 "failed": sum(not r.ok for r in window)},
+                    "capacity_lost_rank_sec": capacity_lost_rank_sec(
+                        len(alive) + 1, fault_sec, [victim], stages["published"], stages["drained"]),
+                })
+                print(f"  scale-down round {len(out)}/{rounds} (rank {victim}): fault→published "
+                      f"{stages['published'] - fault_sec:.3f}s, requests {out[-1]['requests']}", flush=True)
+        finally:
+            cluster.stop()
+    return out
+
+
+def run_reconfiguration_rounds(rounds: int, work: Path, concurrency: int, model_load_sec: float) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cluster = LocalCluster(ClusterSpec(enable_dp_scale_down=False, model_load_sec=model_load_sec),
+                           work / f"reconfiguration-load{model_load_sec:g}")
+    cluster.start(ready_timeout_sec=300)
+    try:
+        for n in range(rounds):
+            load = LoadGenerator(cluster.coordinator_http, concurrency=concurrency, max_tokens=8,
+                                 max_duration_sec=300).start()
+            time.sleep(1.0)
+            before = len(cluster.timeline())
+            fault_sec = time.time()
+            cluster.inject(1, "executor_death")
+            cluster.wait_until(lambda rt: len(cluster.timeline()) > before and cluster.timeline()[-1]["outcome"] == "succeeded"
+                               and rt["serving_published"], 300.0, "reconfiguration")
+            time.sleep(1.0)
+            load.stop()
+            txn = cluster.timeline()[-1]
+            published = _end(_calls(txn, "publish")[0])
+            results = load.snapshot()
+            after = [r.ended_sec for r in results if r.ok and r.ended_sec >= published]
+            window = [r for r in results if r.started_sec >= fault_sec - 0.5]
+            out.append({
+                "serving_again_sec": published - fault_sec,
+                "first_success_sec": (min(after) - fault_sec) if after else float("nan"),
+                "requests": {"sent": len(window), "succeeded": sum(r.ok for r in window), "failed": sum(not r.ok for r in window)},
+                "capacity_lost_rank_sec": capacity_lost_rank_sec(4, fault_sec, [], published, None),
+            })
+            print(f"  reconfiguration round {n + 1}/{rounds} (load {model_load_sec:g}s): serving again after "
+                  f"{published - fault_sec:.2f}s, requests {out[-1]['requests']}", flush=True)
+    finally:
+        cluster.stop()
+    return out
+
+
+def measure_overhead(work: Path, seconds: float) -> dict[str, Any]:
+    """CPU of the Controller and NodeManagers and request latency at steady state."""
+    out: dict[str, Any] = {}
+    for label, spec in (("feature off", ClusterSpec(enable_dp_scale_down=False)),
+                        ("feature on, idle", ClusterSpec()),
+                        ("feature on, after a fault", ClusterSpec())):
+        cluster = LocalCluster(spec, work / f"overhead-{label.replace(' ', '-').replace(',', '')}")
+        cluster.start()
+        try:
+            if label.endswith("fault"):
+                cluster.inject(1, "executor_death")
+                LoadGenerator(cluster.coordinator_http, concurrency=1).send_one("trigger")
+                cluster.wait_serving(60.0, alive=[0, 2, 3])
+            pids = {"controller": cluster.controller.proc.pid,
+                    "nodemanagers": [s.proc.pid for s in cluster.nodemanagers.values()]}
+            before = {"controller": _cpu_sec(pids["controller"]), "nodemanagers": sum(_cpu_sec(p) for p in pids["nodemanagers"])}
+            load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=seconds).start()
+            start = time.monotonic()
+            time.sleep(seconds)
+            load.stop()
+            wall = time.monotonic() - start
+            lat = [r.ended_sec - r.started_sec for r in load.snapshot() if r.ok]
+            out[label] = {
+                "controller_cpu_pct": 100 * (_cpu_sec(pids["controller"]) - before["controller"]) / wall,
+                "nodemanagers_cpu_pct": 100 * (sum(_cpu_sec(p) for p in pids["nodemanagers"]) - before["nodemanagers"]) / wall,
+                "requests": len(lat),
+                "latency_p50_ms": 1000 * _pct(lat, 0.5),
+                "latency_p95_ms": 1000 * _pct(lat, 0.95),
+            }
+        finally:
+            cluster.stop()
+    return out
+
+
+def summarize(scale: list[dict[str, Any]], reconf: dict[str, list[dict[str, Any]]], overhead: dict[str, Any]) -> str:
+    lines = ["", f"DP scale-down stage latencies over {len(scale)} rounds (ms)",
+             f"  {'stage':<44} {'median':>9} {'p95':>9}"]
+    for a, b in STAGES:
+        values = [1000 * (r["stages"][b] - r["stages"][a]) for r in scale]
+        lines.append(f"  {a + ' -> ' + b:<44} {statistics.median(values):>9.1f} {_pct(values, 0.95):>9.1f}")
+    total = [1000 * (r["stages"]["published"] - r["stages"]["fault"]) for r in scale]
+    lines.append(f"  {'fault -> published (total)':<44} {statistics.median(total):>9.1f} {_pct(total, 0.95):>9.1f}")
+    split = {
+        "engine + NodeManager detection (fault -> first evidence)": [r["stages"]["first_evidence_nm"] - r["stages"]["fault"] for r in scale],
+        "waiting for a complete snapshot (report -> decision)": [r["stages"]["decision"] - r["stages"]["report_controller"] for r in scale],
+        "Controller RPCs (guard/status/drain/apply/finalize/publish)": [r["stages"]["controller_rpc_sec"] for r in scale],
+        "engine rebuild incl. poll wait (apply -> healthy)": [r["stages"]["survivors_healthy"] - r["stages"]["apply_accepted"] for r in scale],
+    }
+    lines.append("  where the time goes (median ms):")
+    for label, values in split.items():
+        lines.append(f"    {label:<62} {1000 * statistics.median(values):>8.1f}")
+    sd_total = statistics.median(r["stages"]["published"] - r["stages"]["fault"] for r in scale)
+    lines += ["", "Same fault, feature off (whole-instance reconfiguration)",
+              f"  {'model load':>10} {'serving again (s)':>18} {'ratio to scale-down':>20}"]
+    for load_sec, rounds in reconf.items():
+        again = statistics.median(r["serving_again_sec"] for r in rounds)
+        lines.append(f"  {load_sec:>9}s {again:>18.2f} {again / sd_total:>19.1f}x")
+    lines += ["", "Requests under steady load and capacity lost",
+              f"  {'path':<34} {'sent':>6} {'ok':>6} {'failed':>7} {'rank-sec lost':>14}"]
+    def add(label: str, rounds: list[dict[str, Any]]) -> None:
+        sent = sum(r["requests"]["sent"] for r in rounds)
+        ok = sum(r["requests"]["succeeded"] for r in rounds)
+        failed = sum(r["requests"]["failed"] for r in rounds)
+        lost = statistics.median(r["capacity_lost_rank_sec"] for r in rounds)
+        lines.append(f"  {label:<34} {sent:>6} {ok:>6} {failed:>7} {lost:>14.2f}")
+    add(f"scale-down ({len(scale)} rounds)", scale)
+    for load_sec, rounds in reconf.items():
+        add(f"reconfiguration, load {load_sec}s ({len(rounds)})", rounds)
+    lines += ["", "Steady-state overhead",
+              f"  {'mode':<28} {'controller CPU %':>17} {'NodeManagers CPU %':>19} {'p50 ms':>8} {'p95 ms':>8}"]
+    for label, o in overhead.items():
+        lines.append(f"  {label:<28} {o['controller_cpu_pct']:>17.2f} {o['nodemanagers_cpu_pct']:>19.2f} "
+                     f"{o['latency_p50_ms']:>8.1f} {o['latency_p95_ms']:>8.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="scale-down rounds (>= 2)")
+    parser.add_argument("--reconfiguration-rounds", type=int, default=2)
+    parser.add_argument("--model-load-sec", type=float, default=0.0, help="engine start-up cost for the baseline")
+    parser.add_argument("--realistic-load-sec", type=float, default=20.0, help="a second baseline with this load time (0: skip)")
+    parser.add_argument("--concurrency", type=int, default=4, help="steady load: requests in flight")
+    parser.add_argument("--overhead-sec", type=float, default=15.0)
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write every number here")
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error(f"--rounds {args.rounds}: at least 2")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-bench-"))
+    print(f"recovery benchmark: logs under {work}", flush=True)
+    scale = run_scale_down_rounds(args.rounds, work, args.concurrency, 0.0)
+    reconf = {f"{args.model_load_sec:g}": run_reconfiguration_rounds(args.reconfiguration_rounds, work, args.concurrency,
+                                                                     args.model_load_sec)}
+    if args.realistic_load_sec > 0:
+        reconf[f"{args.realistic_load_sec:g}"] = run_reconfiguration_rounds(1, work, args.concurrency, args.realistic_load_sec)
+    overhead = measure_overhead(work, args.overhead_sec)
+    print(summarize(scale, reconf, overhead))
+    if args.json:
+        args.json.write_text(json.dumps({"scale_down": scale, "reconfiguration": reconf, "overhead": overhead}, indent=2))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
