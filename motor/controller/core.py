@@ -86,8 +86,7 @@ class ControllerCore:
         await self.monitor.stop()
         await self.faults.close()
         await self.nodemanagers.close()
-        if self.pusher.enabled and self.pusher._client is not None:
-            await self.pusher._client.close()
+        await self.pusher.close()
         await self.store.close()
 
     def nm_config(self) -> controller_pb2.NodeManagerFtConfig:

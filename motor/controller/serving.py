@@ -54,6 +54,10 @@ class EventPusher:
     def target(self) -> str:
         return self._client.address if self._client else ""
 
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
     def published_ids(self, instance_id: int) -> tuple[int, ...] | None:
         return self._published.get(instance_id)
 

@@ -87,6 +87,8 @@ def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> No
 @pytest.mark.parametrize("scale_up", [False, True])
 def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_up: bool) -> None:
     cluster = start_cluster(enable_dp_scale_up=scale_up)
+    # With scale-up on, the emptied pod's NodeManager is told to stop and exits.
+    cluster.nodemanagers["127.0.0.2"].expected_exit = scale_up
     load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=120).start()
     try:
         artifacts.injection(cluster, 0, "executor_death")
@@ -104,7 +106,6 @@ def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_
     if scale_up:
         assert len(data["pod_stops"]) == 1 and data["pod_stops"][0]["target"].startswith("127.0.0.2")
         assert cluster.nodemanagers["127.0.0.2"].proc.wait_exit(15) == 0
-        cluster.nodemanagers["127.0.0.2"].expected_exit = True  # type: ignore[attr-defined]
     else:
         assert not data["pod_stops"]
         assert cluster.nodemanagers["127.0.0.2"].proc.running
