@@ -18,6 +18,7 @@ from motor.controller.fault_tolerance.dp_scale_down import (
     FtRuntimeStore,
 )
 from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
+from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
@@ -106,9 +107,15 @@ class ControllerCore:
         runtime = self.runtimes.find(iid)
         if record.assembled and runtime is None:
             cap, note = record.capability()
+            runtime = self.runtimes.create(iid, record.original_dp_ranks, FALLBACK_RECONFIGURATION)
+            # The static gate is known at assembly: status shows it before any fault.
+            self.runtimes.set_gate(iid, evaluate_gate(
+                enable_fault_tolerance=self.config.fault_tolerance_config.enable_fault_tolerance,
+                enable_dp_scale_down=self.config.fault_tolerance_config.enable_dp_scale_down,
+                capability=cap,
+            ))
             if cap is None:
                 log.warning("instance=%d FT capability unusable, scale-down fails closed: %s", iid, note)
-            runtime = self.runtimes.create(iid, record.original_dp_ranks, FALLBACK_RECONFIGURATION)
             try:
                 await self.persister.persist(iid)
             except StoreError as exc:

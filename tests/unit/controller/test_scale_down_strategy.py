@@ -487,3 +487,25 @@ def test_poll_delay_doubles_from_50ms_and_never_exceeds_the_interval() -> None:
     assert [poll_delay_sec(n, 1.0) for n in range(6)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
     assert poll_delay_sec(100, 1.0) == 1.0
     assert poll_delay_sec(0, 0.01) == 0.01
+
+
+async def test_inconsistent_capability_fails_closed_at_assembly_and_in_the_round() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await core.register(register_request(cluster, "127.0.0.2:1", redundant=8))
+    await core.register(register_request(cluster, "127.0.0.3:1", redundant=4))
+    gate = core.runtimes.get(7).gate
+    assert not gate.allowed and "EXPERT_REDUNDANCY_REQUIRED" in gate.reason_codes
+    cluster.set(1, DEAD)
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "pods reported different FT capabilities" in outcome.detail
+    assert not cluster.calls
+
+
+async def test_missing_capability_fails_closed() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await core.register(register_request(cluster, "127.0.0.2:1"))
+    await core.register(register_request(cluster, "127.0.0.3:1", capability=False))
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "reported no FT capability" in outcome.detail
