@@ -92,7 +92,7 @@ def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifa
     ("fault", "params", "message"),
     [
         ("fail_next_apply", {"reason": "injected operator failure"}, "injected operator failure"),
-        ("stall_next_apply", {}, "not healthy within"),
+        ("stall_next_apply", {}, "not healthy after apply within"),
     ],
 )
 def test_engine_failure_after_apply_aborts_and_falls_back(start_cluster, artifacts, fault, params, message) -> None:

@@ -60,6 +60,13 @@ class FakeCluster:
     def set(self, rank: int, status: int, ft_state: int = NONE) -> None:
         self.engines[rank].status, self.engines[rank].ft_state = status, ft_state
 
+    def fault(self, dead: set[int], unhealthy: set[int]) -> None:
+        """Engines as the FT framework shows a peer failure: dead ranks and unhealthy survivors."""
+        for rank in dead:
+            self.set(rank, DEAD)
+        for rank in unhealthy:
+            self.set(rank, UNHEALTHY)
+
     def named(self, name: str) -> list[tuple]:
         return [c for c in self.calls if c[0] == name]
 

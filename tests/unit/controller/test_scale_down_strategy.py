@@ -42,9 +42,7 @@ async def test_ordinary_rank_round_commits_once_and_publishes_survivors() -> Non
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
     assert coord.view == {7: [0, 1, 2, 3]}
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     strategy, outcome = await run_round(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     rt = core.runtimes.get(7)
@@ -69,13 +67,9 @@ async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> 
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
-    cluster.set(3, DEAD)
-    for r in (0, 2):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={3}, unhealthy={0, 2})
     strategy, outcome = await run_round(core, {3}, {0, 2})
     assert outcome.succeeded, outcome.detail
     rt = core.runtimes.get(7)
@@ -93,9 +87,7 @@ async def test_rank0_round_picks_new_master() -> None:
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(0, DEAD)
-    for r in (1, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={0}, unhealthy={1, 2, 3})
     _, outcome = await run_round(core, {0}, {1, 2, 3})
     assert outcome.succeeded
     assert {(a[4], a[5]) for a in cluster.named("apply")} == {("127.0.0.2", 1)}
@@ -105,9 +97,7 @@ async def test_late_dead_survivor_is_absorbed_into_the_same_round() -> None:
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.set(2, DEAD)  # died after the FaultManager froze its snapshot
     strategy, outcome = await run_round(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
@@ -149,16 +139,14 @@ async def test_waits_while_survivors_healthy_then_times_out_without_apply() -> N
         (lambda c: c.fail.update({("apply", "127.0.0.3:1"): grpc.StatusCode.UNAVAILABLE}), "apply not accepted"),
         (lambda c: c.apply_refused.add(2), "apply not accepted by 127.0.0.3:1"),
         (lambda c: setattr(c.engines[2], "fail_on_apply", "insufficient redundancy"), "insufficient redundancy"),
-        (lambda c: setattr(c.engines[2], "recover_after_polls", None), "not healthy within 30s after apply"),
+        (lambda c: setattr(c.engines[2], "recover_after_polls", None), "not healthy after apply within 30s"),
     ],
 )
 async def test_engine_failure_paths_abort_and_fall_back(setup, message) -> None:
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     setup(cluster)
     _, outcome = await run_round(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and message in outcome.detail
@@ -206,9 +194,7 @@ async def test_post_commit_publish_failure_keeps_result_and_set_converges() -> N
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
 
     def coordinator_dies(poll: int) -> None:
         coord.down = poll >= 2  # after the drain
@@ -245,9 +231,7 @@ async def test_partly_emptied_pod_is_not_stopped() -> None:
     cluster = two_pods()
     core, _ = make_core(cluster, make_config(enable_dp_scale_up=True))
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
     assert not cluster.named("stop_pod")
 
@@ -256,9 +240,7 @@ async def test_dedupe_committed_candidates() -> None:
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
     calls = len(cluster.calls)
     strategy = DpScaleDownStrategy(core.deps, ScaleDownContext(7, (0, 1, 2, 3), frozenset(), frozenset({1}),
@@ -295,9 +277,7 @@ async def test_fault_manager_complete_snapshot_runs_scale_down() -> None:
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
     await core.faults.evaluate_all()
     assert core.faults.running(7) is None  # incomplete: waits
@@ -335,9 +315,7 @@ async def test_fault_manager_failed_round_falls_back_to_reconfiguration() -> Non
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, UNHEALTHY)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.apply_refused.add(0)
     for r, kind in ((1, EvidenceKind.DEAD), (0, EvidenceKind.UNHEALTHY), (2, EvidenceKind.UNHEALTHY), (3, EvidenceKind.UNHEALTHY)):
         core.faults.report_software(7, r, kind, "", core.clock.wall())

@@ -74,12 +74,12 @@ def poll_delay_sec(polls_done: int, poll_interval_sec: float) -> float:
 
 
 def apply_readiness(s: common_pb2.EngineFtStatus) -> str:
-    """Before apply: 'ready' only on (unhealthy, -); 'wait' on (healthy, -) and (unhealthy, recovering);
-    'dead' is absorbed by the caller; anything else fails the round."""
+    """Before apply: 'done' (apply-ready) only on (unhealthy, -); 'wait' on (healthy, -) and
+    (unhealthy, recovering); 'dead' is absorbed by the caller; anything else fails the round."""
     if s.status == _HEALTH.ENGINE_HEALTH_DEAD:
         return "dead"
     if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
-        return "ready"
+        return "done"
     if (s.status, s.ft_state) in (
         (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
         (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
@@ -274,15 +274,29 @@ class DpScaleDownStrategy(Strategy):
         return statuses
 
     async def _await_apply_ready(self, plan: RoundPlan) -> RoundPlan:
+        def waiting(ranks: list[int]) -> None:
+            if self.deps.runtimes.get(self.instance_id).phase is FtPhase.DECIDING:
+                self.set_phase(FtPhase.WAITING_ENGINE_FAULT, f"waiting for survivors {ranks}")
+
+        return await self._poll(plan, apply_readiness, goal="apply-ready", on_wait=waiting)
+
+    async def _await_recovered(self, plan: RoundPlan) -> None:
+        await self._poll(plan, recovery_state, goal="healthy after apply")
+
+    async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], str], *, goal: str,
+                    on_wait: Callable[[list[int]], None] | None = None) -> RoundPlan:
+        """Polls the survivors until `judge` says every one is done (or ready), within the execution
+        deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
+        says so): each absorption removes a survivor, so the loop ends after at most len(survivors)
+        absorptions plus the polls that fit before the deadline."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
         polls = 0
-        # Each absorption removes a survivor, so the loop ends after at most len(survivors) absorptions
-        # plus the polls that fit before the deadline.
         while True:
             self._check_stop()
             statuses = await self._query(plan)
-            dead = sorted(r for r, s in statuses.items() if apply_readiness(s) == "dead")
+            verdicts = {rank: judge(status) for rank, status in statuses.items()}
+            dead = sorted(r for r, v in verdicts.items() if v == "dead")
             if dead:
                 self._round_dead.update(dead)
                 self.deps.runtimes.set_pending(self.instance_id, self._round_dead)
@@ -291,18 +305,18 @@ class DpScaleDownStrategy(Strategy):
                 self._log(logging.INFO, "absorbed newly dead ranks %s; removing %s", dead, sorted(self._round_dead))
                 plan = self._plan()
                 continue
-            failing = {r: s for r, s in statuses.items() if apply_readiness(s) == "fail"}
+            failing = sorted(r for r, v in verdicts.items() if v == "fail")
             if failing:
-                raise RoundFailed("survivors not apply-ready: " + ", ".join(f"rank {r} {status_text(s)}" for r, s in sorted(failing.items())))
-            waiting = sorted(r for r, s in statuses.items() if apply_readiness(s) == "wait")
+                raise RoundFailed(f"survivors not {goal}: " + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in failing))
+            waiting = sorted(r for r, v in verdicts.items() if v == "wait")
             if not waiting:
                 return plan
-            if self.deps.runtimes.get(self.instance_id).phase is FtPhase.DECIDING:
-                self.set_phase(FtPhase.WAITING_ENGINE_FAULT, f"waiting for survivors {waiting}")
+            if on_wait is not None:
+                on_wait(waiting)
             remaining = deadline - self.deps.clock.monotonic()
             if remaining <= 0:
                 raise RoundFailed(
-                    f"survivors {waiting} not apply-ready within {sd.execution_deadline_sec:g}s: "
+                    f"survivors {waiting} not {goal} within {sd.execution_deadline_sec:g}s: "
                     + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
                 )
             await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
@@ -357,28 +371,6 @@ class DpScaleDownStrategy(Strategy):
         if not resp.accepted:
             refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
             raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
-
-    async def _await_recovered(self, plan: RoundPlan) -> None:
-        sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
-        deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
-        polls = 0
-        while True:
-            self._check_stop()
-            statuses = await self._query(plan)
-            failing = {r: s for r, s in statuses.items() if recovery_state(s) == "fail"}
-            if failing:
-                raise RoundFailed("engine recovery failed: " + ", ".join(f"rank {r} {status_text(s)}" for r, s in sorted(failing.items())))
-            waiting = sorted(r for r, s in statuses.items() if recovery_state(s) == "wait")
-            if not waiting:
-                return
-            remaining = deadline - self.deps.clock.monotonic()
-            if remaining <= 0:
-                raise RoundFailed(
-                    f"survivors {waiting} not healthy within {sd.execution_deadline_sec:g}s after apply: "
-                    + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
-                )
-            await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
-            polls += 1
 
     async def _finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:
