@@ -192,8 +192,8 @@ class LocalCluster:
             "heartbeat_interval_sec": 1.0,
             "log_dir": str(self.run_dir / f"engines-{pod_ip}"),
             "engine_extra_args": [
+                # --num-redundant-experts comes from ft_capability through the default command.
                 "--num-experts", str(spec.num_experts),
-                "--num-redundant-experts", str(spec.num_redundant_experts),
                 "--per-token-latency-sec", str(spec.per_token_latency_sec),
                 "--collective-timeout-sec", str(spec.collective_timeout_sec),
                 "--engine-recovery-timeout-sec", str(spec.engine_recovery_timeout_sec),

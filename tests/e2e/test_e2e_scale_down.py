@@ -47,6 +47,8 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     assert txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded"
     applies = _applies(txn)
     assert len(applies) == 2 and all(a["outcome"] == "ok" for a in applies)  # one per pod with survivors
+    details = " ".join(a["detail"] for a in applies)
+    assert [details.count(f"rank {r}: HTTP 202") for r in (0, 1, 2, 3)] == [1, 0, 1, 1]  # once per survivor
     assert all("HTTP 202" in a["detail"] and '"removed_dp_ranks": [1]' in a["detail"] for a in applies)
     assert not data["pod_stops"]  # pod 127.0.0.2 still hosts rank 0
     counts = load.counts()
