@@ -57,12 +57,17 @@ class FaultReport:
 
 
 class FaultDeduper:
-    """Per endpoint: which fault kind was last reported (pure)."""
+    """Per endpoint: which fault was last reported (pure).
+
+    A fault is its kind plus the engine's fault_info: the same kind with another fault_info is a new
+    fault (e.g. a survivor that fails again right after a rebuild, before any poll saw it healthy),
+    and it is reported, since the Controller dropped the old evidence when the rebuild succeeded.
+    """
 
     def __init__(self) -> None:
-        self._last: dict[int, int] = {}
+        self._last: dict[int, tuple[int, str]] = {}
 
-    def observe(self, endpoint_id: int, observation: int) -> int | None:
+    def observe(self, endpoint_id: int, observation: int, fault_key: str = "") -> int | None:
         """The kind to report for this observation, or None when nothing changed."""
         last = self._last.get(endpoint_id)
         if observation == HEALTHY_OBSERVATION:
@@ -70,16 +75,17 @@ class FaultDeduper:
                 return None
             del self._last[endpoint_id]
             return RECOVERED
-        if observation == last:
+        if last is not None and observation == last[0] and (not fault_key or fault_key == last[1]):
             return None
-        self._last[endpoint_id] = observation
+        self._last[endpoint_id] = (observation, fault_key)
         return observation
 
     def reset(self, endpoint_id: int) -> None:
         self._last.pop(endpoint_id, None)
 
     def last(self, endpoint_id: int) -> int | None:
-        return self._last.get(endpoint_id)
+        entry = self._last.get(endpoint_id)
+        return None if entry is None else entry[0]
 
 
 def classify(entry: EngineStatusEntry) -> int:
@@ -170,7 +176,7 @@ class EngineFtManager:
             observation, evidence = PROTOCOL_ERROR, str(exc)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
-        kind = self.dedupe.observe(endpoint_id, observation)
+        kind = self.dedupe.observe(endpoint_id, observation, (entry.fault_info or "") if entry is not None else "")
         if kind is None:
             return None
         log.log(logging.INFO if kind == RECOVERED else logging.WARNING, "instance=%d rank=%d FT status %s: %s",

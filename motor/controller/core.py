@@ -150,7 +150,8 @@ class ControllerCore:
             expected = expected_alive(pod, runtime.dead_committed, self.scale_down_enabled)
             alive = set(req.alive_endpoint_ids)
             extra = sorted(alive - expected)
-            if extra:
+            # While reconfiguring, NodeManagers restart every rank before dead_committed is cleared.
+            if extra and runtime.phase is not FtPhase.RECONFIGURING:
                 log.warning("instance=%d pod=%s heartbeat reports ranks %s it should not (expected %s)",
                             req.instance_id, req.pod_ip, extra, sorted(expected))
             missing = self.faults.observe_heartbeat(req.instance_id, expected, alive)

@@ -54,3 +54,14 @@ def test_classify_and_names() -> None:
     assert classify(EngineStatusEntry(1, "dead")) == DEAD
     assert [kind_name(k) for k in (H, UNHEALTHY, DEAD, PROTOCOL_ERROR, RECOVERED)] == [
         "HEALTHY", "UNHEALTHY", "DEAD", "PROTOCOL_ERROR", "RECOVERED"]
+
+
+def test_a_new_fault_of_the_same_kind_is_reported_again() -> None:
+    # A survivor fails again right after a rebuild, before any poll saw it healthy: the engine's
+    # fault_info changes, and the Controller (which dropped the old evidence) must hear of it.
+    d = FaultDeduper()
+    assert d.observe(3, UNHEALTHY, "collective failed in group 'init'") == UNHEALTHY
+    assert d.observe(3, UNHEALTHY, "collective failed in group 'init'") is None
+    assert d.observe(3, UNHEALTHY, "") is None
+    assert d.observe(3, UNHEALTHY, "collective timed out in group 'sd-1'") == UNHEALTHY
+    assert d.observe(3, UNHEALTHY, "collective timed out in group 'sd-1'") is None
