@@ -104,7 +104,10 @@ def test_engine_failure_after_apply_aborts_and_falls_back(start_cluster, artifac
 
 
 def test_status_query_timeout_during_the_round_aborts_and_falls_back(start_cluster, artifacts) -> None:
-    cluster = start_cluster(controller_overrides=FAST)
+    # A long execution deadline: the hung status call must be what ends the round, however late the
+    # injection lands on a loaded machine.
+    cluster = start_cluster(controller_overrides={
+        **FAST, "fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 25.0})
     # Hold the round in SCALING_DOWN, then make a survivor's status route hang: the strategy's own
     # status query times out (a query error, not engine evidence).
     artifacts.injection(cluster, 2, "stall_next_apply")
