@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import urllib.error
@@ -94,6 +95,27 @@ class ServiceProc:
     expected_exit: bool = False
 
 
+def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
+    """A base for the per-round store ports (base + master rank) below the kernel's ephemeral range
+    (32768+ on Linux), so no outgoing connection can be holding one when a round binds it; the
+    whole block must be free now. Spread by pid so parallel clusters rarely probe the same block."""
+    first = 20000 + (os.getpid() * 97) % 10000
+    for i in range(attempts):
+        base = 20000 + (first - 20000 + i * 131) % (32768 - 20000 - dp_size)
+        if all(_port_free(ip, base + r) for r in range(dp_size)):
+            return base
+    raise RuntimeError(f"no block of {dp_size} free ports below 32768 on {ip} after {attempts} tries")
+
+
+def _port_free(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     for key in keys[:-1]:
@@ -111,7 +133,7 @@ class LocalCluster:
         self.nodemanagers: dict[str, ServiceProc] = {}
         self._engine_pids: set[int] = set()
         self.dp_master_port = free_port("127.0.0.2")
-        self.dp_store_port_base = 30000 + (os.getpid() * 7) % 20000
+        self.dp_store_port_base = store_port_base(spec.dp_size, spec.pods()[0][0])
 
     # ---- start -------------------------------------------------------------------------------
 
