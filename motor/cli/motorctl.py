@@ -19,8 +19,6 @@ import datetime
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -28,6 +26,7 @@ import grpc
 from google.protobuf import json_format
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from motor.sim.client import InjectionError, inject_fault
 
 ChannelFactory = Callable[[str], grpc.Channel]
 RPC_TIMEOUT_SEC = 10.0
@@ -111,21 +110,6 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             params[key] = raw
     return params
-
-
-def inject(url: str, fault: str, params: dict[str, Any], timeout_sec: float = 10.0) -> dict[str, Any]:
-    body = json.dumps({"fault": fault, **params}).encode()
-    req = urllib.request.Request(url.rstrip("/") + "/motor/admin/inject", data=body,
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_sec) as resp:
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise SystemExit(f"motorctl: {url} refused fault {fault!r}: HTTP {exc.code} {exc.read().decode(errors='replace')}") from None
-    except (urllib.error.URLError, ConnectionError) as exc:
-        if fault == "kill_process":
-            return {"fault": fault, "note": f"engine went away as asked: {exc}"}
-        raise SystemExit(f"motorctl: cannot reach {url}: {exc}") from None
 
 
 def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) -> str:
@@ -214,7 +198,11 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
                     coordinator_pb2.ListInstancesRequest(), timeout=RPC_TIMEOUT_SEC)
             print(instances_text(resp), file=out)
         elif args.command == "inject":
-            print(json.dumps(inject(args.engine_url, args.fault, _parse_params(args.params))), file=out)
+            try:
+                answer = inject_fault(args.engine_url, args.fault, _parse_params(args.params))
+            except InjectionError as exc:
+                raise SystemExit(f"motorctl inject: {exc}") from None
+            print(json.dumps(answer), file=out)
         elif args.command == "hw-fault":
             print(hardware_fault(args, channel_factory), file=out)
     except grpc.RpcError as exc:

@@ -34,6 +34,7 @@ from gen.motor.v1 import (
 )
 from motor.launch.ports import free_port
 from motor.launch.process import ManagedProcess, start_process
+from motor.sim.client import inject_fault
 
 log = logging.getLogger(__name__)
 
@@ -349,16 +350,8 @@ class LocalCluster:
         raise KeyError(f"pod {pod_ip} does not describe rank {rank}")
 
     def inject(self, rank: int, fault: str, **params: Any) -> dict[str, Any]:
-        body = json.dumps({"fault": fault, **params}).encode()
-        req = urllib.request.Request(f"{self.engine_url(rank)}/motor/admin/inject", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                return json.load(resp)
-        except (urllib.error.URLError, ConnectionError) as exc:
-            if fault == "kill_process":
-                return {"fault": fault, "rank": rank, "note": f"connection closed: {exc}"}
-            raise
+        """An engine fault through the reference engine's admin route (as `motorctl inject` does)."""
+        return inject_fault(self.engine_url(rank), fault, params)
 
     # ---- stop --------------------------------------------------------------------------------
 

@@ -107,6 +107,25 @@ class SimClient:
             return exc.code, dict(exc.headers), [json.loads(exc.read() or b"null")]
 
 
+class InjectionError(RuntimeError):
+    """The engine refused or could not take a fault injection; the message says which and why."""
+
+
+def inject_fault(base_url: str, fault: str, params: dict[str, Any] | None = None,
+                 timeout_sec: float = 10.0) -> dict[str, Any]:
+    """POST /motor/admin/inject; the engine's answer. A `kill_process` that takes the connection
+    down with the engine counts as done."""
+    try:
+        res = SimClient(base_url, timeout_sec=timeout_sec).inject(fault, **(params or {}))
+    except (urllib.error.URLError, ConnectionError) as exc:
+        if fault == "kill_process":
+            return {"fault": fault, "note": f"engine went away as asked: {exc}"}
+        raise InjectionError(f"cannot reach {base_url} to inject {fault!r}: {exc}") from None
+    if res.status != 200:
+        raise InjectionError(f"{base_url} refused fault {fault!r}: HTTP {res.status} {res.body}")
+    return res.body
+
+
 def wait_until(predicate: Callable[[], bool], timeout_sec: float, interval_sec: float = 0.05,
                what: str = "condition") -> float:
     """Poll ``predicate`` until true; returns the seconds it took, raises TimeoutError naming ``what``."""
