@@ -95,3 +95,35 @@ def test_gen_imports_from_the_repository_root() -> None:
         timeout=60,
     )
     assert result.returncode == 0 and result.stdout.strip() == "motor.v1", result.stderr
+
+
+def _v1_baseline() -> str:
+    """The commit that first published motor.v1: every later contract must stay wire-compatible."""
+    result = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "protos/motor/v1/common.proto"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    commits = result.stdout.split()
+    assert result.returncode == 0 and commits, f"no git history for protos/motor/v1: {result.stderr}"
+    return commits[-1]
+
+
+def _buf_breaking(protos_dir: Path) -> subprocess.CompletedProcess[str]:
+    against = f"{REPO / '.git'}#ref={_v1_baseline()},subdir=protos"
+    return subprocess.run([str(BUF), "breaking", "--against", against], cwd=protos_dir,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_buf_breaking_against_the_published_v1() -> None:
+    result = _buf_breaking(REPO / "protos")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_buf_breaking_catches_a_removed_field(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "protos", tmp_path / "protos")
+    common = tmp_path / "protos" / "motor" / "v1" / "common.proto"
+    text = common.read_text()
+    common.write_text(text.replace("  bool headless = 6;\n", ""))
+    assert text != common.read_text()
+    result = _buf_breaking(tmp_path / "protos")
+    assert result.returncode != 0 and "headless" in result.stdout, result.stdout + result.stderr
