@@ -19,7 +19,7 @@ from motor.controller.fault_tolerance.dp_scale_down import (
 )
 from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps
+from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps, publish_serving_view
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
@@ -120,7 +120,7 @@ class ControllerCore:
                 await self.persister.persist(iid)
             except StoreError as exc:
                 self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
-            await self._publish_ready(iid)
+            await publish_serving_view(self.deps, iid)
         if runtime is not None:
             self._check_retired(iid, req.pod.pod_ip, req.retired_ids)
         self.broadcaster.changed(iid)
@@ -165,22 +165,6 @@ class ControllerCore:
         return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed)
 
     # ---- publication -------------------------------------------------------------------------
-
-    async def _publish_ready(self, instance_id: int) -> None:
-        record = self.registry.get(instance_id)
-        runtime = self.runtimes.get(instance_id)
-        if record is None:
-            return
-        if not self.pusher.enabled:
-            self.runtimes.set_published(instance_id, True)
-            return
-        try:
-            await self.pusher.add(project_serving_view(record.topology(), runtime))
-        except PublishError as exc:
-            self.runtimes.set_published(instance_id, False, f"publish failed: {exc}")
-            log.warning("instance=%d READY publication failed; the periodic SET converges: %s", instance_id, exc)
-            return
-        self.runtimes.set_published(instance_id, True)
 
     def _servable_views(self):
         views = []

@@ -58,9 +58,6 @@ class EventPusher:
         if self._client is not None:
             await self._client.close()
 
-    def published_ids(self, instance_id: int) -> tuple[int, ...] | None:
-        return self._published.get(instance_id)
-
     def _next_revision(self) -> int:
         self._revision = max(self._revision + 1, int(self._clock() * 1_000_000))
         return self._revision

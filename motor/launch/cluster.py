@@ -25,8 +25,6 @@ import grpc
 import psutil
 
 from gen.motor.v1 import (
-    controller_pb2,
-    controller_pb2_grpc,
     coordinator_pb2,
     coordinator_pb2_grpc,
     node_manager_pb2,
@@ -270,11 +268,6 @@ class LocalCluster:
             resp = coordinator_pb2_grpc.CoordinatorStub(channel).ListInstances(
                 coordinator_pb2.ListInstancesRequest(), timeout=timeout_sec)
         return {p.instance.id: sorted(e.id for e in p.instance.endpoints) for p in resp.instances}
-
-    def controller_status(self, timeout_sec: float = 5.0) -> controller_pb2.GetFaultToleranceStatusResponse:
-        with grpc.insecure_channel(self.controller_address) as channel:
-            return controller_pb2_grpc.ControllerStub(channel).GetFaultToleranceStatus(
-                controller_pb2.GetFaultToleranceStatusRequest(), timeout=timeout_sec)
 
     def wait_until(self, predicate, timeout_sec: float, what: str, poll_sec: float = 0.2) -> dict[str, Any]:
         """Polls the runtime until `predicate(runtime)` holds; the error names what was awaited."""

@@ -59,10 +59,6 @@ def transition(current: FtPhase, target: FtPhase) -> FtPhase:
     return target
 
 
-def allowed_transitions(current: FtPhase) -> frozenset[FtPhase]:
-    return _TRANSITIONS[current]
-
-
 class Health(StrEnum):
     """Normalised software evidence for one rank."""
 

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[3]
 BUF = REPO / ".tools" / "node_modules" / ".bin" / "buf"
 

@@ -9,16 +9,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from motor.common.config import ControllerConfig
-from motor.controller.clients import NodeManagerClients
+from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.dp_scale_down import FtPhase, FtRuntimeStore, RankEvidence
 from motor.controller.fault_tolerance.timeline import TimelineBook, TimelineEvent, Transaction
 from motor.controller.instances import InstanceRegistry
-from motor.controller.serving import EventPusher
+from motor.controller.serving import EventPusher, PublishError, project_serving_view
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 FALLBACK_RECONFIGURATION = "instance_reconfiguration"
 
@@ -46,6 +49,48 @@ class ControllerDeps:
     clock: Clock
     persist: Callable[[int], Awaitable[None]]
     changed: Callable[[int], None]
+
+
+async def timed_call(
+    txn: Transaction | None,
+    clock: Clock,
+    name: str,
+    target: str,
+    make: Callable[[], Awaitable[T]],
+    detail: str | Callable[[T], str] = "",
+) -> T:
+    """Runs one remote call and records it in the timeline (start, duration, outcome); errors of the
+    peer are recorded and re-raised. `detail` may be computed from the result."""
+    wall, start = clock.wall(), clock.monotonic()
+    try:
+        result = await make()
+    except (PeerCallError, PublishError) as exc:
+        if txn is not None:
+            txn.call(name, target, wall, clock.monotonic() - start, f"error: {exc}", detail if isinstance(detail, str) else "")
+        raise
+    if txn is not None:
+        txn.call(name, target, wall, clock.monotonic() - start, "ok", detail if isinstance(detail, str) else detail(result))
+    return result
+
+
+async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Transaction | None = None) -> None:
+    """ADD of the instance's projected view; serving_published follows the Coordinator's answer.
+    A failure only sets last_error: the periodic SET converges later (RFC §5)."""
+    record = deps.registry.get(instance_id)
+    if record is None:
+        return
+    if not deps.pusher.enabled:
+        deps.runtimes.set_published(instance_id, True)
+        return
+    view = project_serving_view(record.topology(), deps.runtimes.get(instance_id))
+    try:
+        await timed_call(txn, deps.clock, "publish", deps.pusher.target, lambda: deps.pusher.add(view),
+                         f"ADD endpoints={[e.id for e in view.endpoints]}")
+    except PublishError as exc:
+        deps.runtimes.set_published(instance_id, False, f"publish failed: {exc}")
+        log.warning("instance=%d publish failed; a later SET converges: %s", instance_id, exc)
+        return
+    deps.runtimes.set_published(instance_id, True)
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,26 @@ class Strategy(ABC):
                 ev.observed_at_sec, "evidence", str(ev.kind), detail=f"rank={ev.rank} received_at={ev.received_at_sec:.6f} {ev.detail}"))
         self.txn = txn
         return txn
+
+    async def timed_call(self, name: str, target: str, make: Callable[[], Awaitable[T]],
+                         detail: str | Callable[[T], str] = "") -> T:
+        return await timed_call(self.txn, self.deps.clock, name, target, make, detail)
+
+    async def drain(self) -> None:
+        """DEL of exactly the published view. A failed drain is recorded and the strategy goes on:
+        engines answer 503 while faulted or stopped, so routing to them is safe, if wasteful."""
+        deps = self.deps
+        record = deps.registry.get(self.instance_id)
+        if record is not None and deps.pusher.enabled:
+            try:
+                await self.timed_call("drain", deps.pusher.target, lambda: deps.pusher.drain(record.topology()),
+                                      lambda ids: f"DEL endpoints={list(ids or [])}")
+            except PublishError as exc:
+                log.warning("instance=%d drain failed (continuing): %s", self.instance_id, exc)
+        deps.runtimes.set_published(self.instance_id, False)
+
+    async def publish(self) -> None:
+        await publish_serving_view(self.deps, self.instance_id, self.txn)
 
     def set_phase(self, phase: FtPhase, detail: str = "") -> None:
         runtime = self.deps.runtimes.set_phase(self.instance_id, phase)

@@ -24,7 +24,6 @@ from motor.controller.fault_tolerance.dp_scale_down import FtPhase, ScaleDownCon
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.topology import RoundPlan, TopologyError, plan_round, recyclable_pods
-from motor.controller.serving import PublishError, project_serving_view
 from motor.controller.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -117,18 +116,6 @@ class DpScaleDownStrategy(Strategy):
     def _log(self, level: int, msg: str, *args: object) -> None:
         log.log(level, "instance=%d request_id=%s " + msg, self.instance_id, self.request_id, *args)
 
-    async def _timed(self, name: str, target: str, make: Callable[[], Awaitable[T]], detail: str = "") -> T:
-        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
-        try:
-            result = await make()
-        except PeerCallError as exc:
-            if self.txn:
-                self.txn.call(name, target, wall, self.deps.clock.monotonic() - start, f"error: {exc.code.name if exc.code else 'ERROR'}: {exc.details}", detail)
-            raise
-        if self.txn:
-            self.txn.call(name, target, wall, self.deps.clock.monotonic() - start, "ok", detail)
-        return result
-
     async def _persist(self, must: bool) -> None:
         try:
             await self.deps.persist(self.instance_id)
@@ -182,7 +169,7 @@ class DpScaleDownStrategy(Strategy):
             plan = self._plan()
             await self._guard_all(plan)
             plan = await self._await_apply_ready(plan)
-            await self._drain()
+            await self.drain()
             self._check_stop()
             self.set_phase(FtPhase.SCALING_DOWN, f"apply removed_dp_ranks={list(plan.removed_cumulative)}")
             await self._persist(must=True)
@@ -243,7 +230,7 @@ class DpScaleDownStrategy(Strategy):
         for pod in plan.pods:
             client = self.deps.nodemanagers.get(pod.node_manager_address)
             self._guard_attempted.append(pod.node_manager_address)
-            calls.append((pod.node_manager_address, self._timed(
+            calls.append((pod.node_manager_address, self.timed_call(
                 "guard", pod.node_manager_address,
                 lambda c=client: c.guard(self.instance_id, self.request_id, lease), f"lease_sec={lease:g}",
             )))
@@ -255,7 +242,7 @@ class DpScaleDownStrategy(Strategy):
             if not pod.status_targets:
                 continue
             client = self.deps.nodemanagers.get(pod.node_manager_address)
-            calls.append((pod.node_manager_address, self._timed(
+            calls.append((pod.node_manager_address, self.timed_call(
                 "status", pod.node_manager_address,
                 lambda c=client, ids=pod.status_targets: c.status(self.instance_id, self.request_id, ids),
                 f"endpoint_ids={list(pod.status_targets)}",
@@ -322,24 +309,6 @@ class DpScaleDownStrategy(Strategy):
             await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
             polls += 1
 
-    async def _drain(self) -> None:
-        deps = self.deps
-        record = deps.registry.get(self.instance_id)
-        if record is None or not deps.pusher.enabled:
-            return
-        wall, start = deps.clock.wall(), self.deps.clock.monotonic()
-        try:
-            drained = await deps.pusher.drain(record.topology())
-        except PublishError as exc:
-            # Engines answer 503 while faulted, so routing to them is safe, if wasteful.
-            if self.txn:
-                self.txn.call("drain", deps.pusher.target, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
-            self._log(logging.WARNING, "drain failed (continuing): %s", exc)
-        else:
-            if self.txn:
-                self.txn.call("drain", deps.pusher.target, wall, self.deps.clock.monotonic() - start, "ok", f"DEL endpoints={list(drained or [])}")
-        deps.runtimes.set_published(self.instance_id, False)
-
     async def _apply(self, plan: RoundPlan) -> None:
         calls = []
         for pod in plan.pods:
@@ -375,7 +344,7 @@ class DpScaleDownStrategy(Strategy):
     async def _finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:
             client = self.deps.nodemanagers.get(pod.node_manager_address)
-            await self._timed(
+            await self.timed_call(
                 "finalize", pod.node_manager_address,
                 lambda: client.finalize(self.instance_id, self.request_id, True, pod.retired),
                 f"commit retired_ids={list(pod.retired)}",
@@ -397,7 +366,7 @@ class DpScaleDownStrategy(Strategy):
         async def one(address: str) -> None:
             client = self.deps.nodemanagers.get(address)
             try:
-                await self._timed("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()), "abort")
+                await self.timed_call("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()), "abort")
             except PeerCallError as exc:
                 # A stale or expired guard is refused by the NodeManager; that is the point of the check.
                 self._log(logging.WARNING, "finalize(abort) to %s failed: %s", address, exc)
@@ -411,7 +380,7 @@ class DpScaleDownStrategy(Strategy):
             await self._stop_emptied_pods(plan)
         self.set_phase(FtPhase.SCALED_DOWN_RUNNING, f"alive={runtime.alive_dp_ranks}")
         await self._persist(must=False)
-        await self._publish()
+        await self.publish()
         if self.txn:
             self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
@@ -428,30 +397,8 @@ class DpScaleDownStrategy(Strategy):
             client = self.deps.nodemanagers.get(pod.node_manager_address)
             try:
                 # Best effort and sent once: recycling and replacing the pod is the cluster's job.
-                await self._timed("stop_pod", pod.node_manager_address,
+                await self.timed_call("stop_pod", pod.node_manager_address,
                                   lambda c=client: c.stop_pod(self.request_id, "every DP rank of the pod is committed dead"),
                                   f"ranks={list(pod.ranks)}")
             except PeerCallError as exc:
                 self._log(logging.WARNING, "stop_pod %s failed (not retried): %s", pod.pod_ip, exc)
-
-    async def _publish(self) -> None:
-        deps = self.deps
-        record = deps.registry.get(self.instance_id)
-        if record is None or not deps.pusher.enabled:
-            deps.runtimes.set_published(self.instance_id, record is not None)
-            return
-        runtime = deps.runtimes.get(self.instance_id)
-        view = project_serving_view(record.topology(), runtime)
-        wall, start = deps.clock.wall(), self.deps.clock.monotonic()
-        try:
-            await deps.pusher.add(view)
-        except PublishError as exc:
-            if self.txn:
-                self.txn.call("publish", deps.pusher.target, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
-            deps.runtimes.set_published(self.instance_id, False, f"publish failed: {exc}")
-            self._log(logging.WARNING, "publish failed; a later SET converges: %s", exc)
-            return
-        if self.txn:
-            self.txn.call("publish", deps.pusher.target, wall, self.deps.clock.monotonic() - start, "ok",
-                          f"ADD endpoints={[e.id for e in view.endpoints]}")
-        deps.runtimes.set_published(self.instance_id, True)

@@ -20,7 +20,6 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
-from motor.controller.serving import PublishError, project_serving_view
 from motor.controller.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -34,18 +33,6 @@ class ReconfigurationStrategy(Strategy):
         super().__init__(deps, instance_id)
         self.reason = reason
         self.request_id = f"reconf-{instance_id}-{uuid.uuid4().hex[:12]}"
-
-    async def _call(self, name: str, address: str, make, detail: str = ""):
-        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
-        try:
-            result = await make()
-        except PeerCallError as exc:
-            if self.txn:
-                self.txn.call(name, address, wall, self.deps.clock.monotonic() - start, f"error: {exc}", detail)
-            raise
-        if self.txn:
-            self.txn.call(name, address, wall, self.deps.clock.monotonic() - start, "ok", detail)
-        return result
 
     async def execute(self) -> Outcome:
         deps = self.deps
@@ -64,17 +51,11 @@ class ReconfigurationStrategy(Strategy):
         if record is None:
             return self._fail(f"topology of instance {self.instance_id} is unknown")
         timeout = deps.config.reconfiguration_timeout_sec
-        if deps.pusher.enabled:
-            try:
-                drained = await self._call("drain", deps.pusher.target, lambda: deps.pusher.drain(record.topology()))
-                self.txn.note("drained", deps.clock.wall(), f"endpoints={list(drained or [])}")
-            except PublishError as exc:
-                self.txn.note("drain", deps.clock.wall(), str(exc), outcome="error")
-        deps.runtimes.set_published(self.instance_id, False)
+        await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
         try:
             await asyncio.gather(*(
-                self._call("stop_engines", p.node_manager_address,
+                self.timed_call("stop_engines", p.node_manager_address,
                            lambda p=p: deps.nodemanagers.get(p.node_manager_address).stop_engines(self.instance_id, self.request_id, timeout))
                 for p in pods
             ))
@@ -82,7 +63,7 @@ class ReconfigurationStrategy(Strategy):
             master_ip = record.endpoint_infos()[master_rank].ip
             # Port 0: each NodeManager uses its configured initial dp_master_port for the new group.
             await asyncio.gather(*(
-                self._call("start_engines", p.node_manager_address,
+                self.timed_call("start_engines", p.node_manager_address,
                            lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
                                self.instance_id, self.request_id, master_ip, 0, timeout),
                            f"dp_master_ip={master_ip}")
@@ -98,26 +79,10 @@ class ReconfigurationStrategy(Strategy):
             await deps.persist(self.instance_id)
         except StoreError as exc:
             deps.runtimes.set_error(self.instance_id, f"persisting runtime failed: {exc}")
-        await self._publish()
+        await self.publish()
         self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
         return Outcome(True, "instance reconfigured", observed_at_sec=deps.clock.wall())
-
-    async def _publish(self) -> None:
-        deps = self.deps
-        record = deps.registry.get(self.instance_id)
-        if record is None:
-            return
-        if not deps.pusher.enabled:
-            deps.runtimes.set_published(self.instance_id, True)
-            return
-        view = project_serving_view(record.topology(), deps.runtimes.get(self.instance_id))
-        try:
-            await self._call("publish", deps.pusher.target, lambda: deps.pusher.add(view), f"ADD endpoints={[e.id for e in view.endpoints]}")
-        except PublishError as exc:
-            deps.runtimes.set_published(self.instance_id, False, f"publish failed: {exc}")
-            return
-        deps.runtimes.set_published(self.instance_id, True)
 
     def _fail(self, reason: str) -> Outcome:
         log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)
