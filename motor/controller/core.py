@@ -10,23 +10,27 @@ from gen.motor.v1 import controller_pb2
 from motor.common.config import ControllerConfig
 from motor.controller.clients import CoordinatorClient, NodeManagerClients
 from motor.controller.clock import Clock, SystemClock
-from motor.controller.fault_tolerance.dp_scale_down import (
+from motor.controller.fault_tolerance.evidence import EvidenceKind
+from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
+from motor.controller.fault_tolerance.gate import evaluate_gate
+from motor.controller.fault_tolerance.runtime import (
     SERVABLE_PHASES,
     TRANSACTION_PHASES,
-    EvidenceKind,
     FtPhase,
     FtRuntimeStore,
 )
-from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
-from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION, ControllerDeps, publish_serving_view
+from motor.controller.fault_tolerance.strategy.base import (
+    FALLBACK_RECONFIGURATION,
+    ControllerDeps,
+    publish_serving_view,
+)
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
-from motor.controller.persistence import RuntimePersister
+from motor.controller.persistence.persister import RuntimePersister
+from motor.controller.persistence.store import RuntimeStore, StoreError
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
-from motor.controller.store import RuntimeStore, StoreError
 
 log = logging.getLogger(__name__)
 

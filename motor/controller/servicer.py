@@ -10,7 +10,8 @@ import grpc
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.controller.core import ControllerCore
-from motor.controller.fault_tolerance.dp_scale_down import EvidenceKind, NormalizationError, UnknownInstanceError
+from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
+from motor.controller.fault_tolerance.runtime import UnknownInstanceError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.instances import RegistrationError

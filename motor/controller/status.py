@@ -10,7 +10,7 @@ import logging
 from aiohttp import web
 
 from gen.motor.v1 import common_pb2, controller_pb2
-from motor.controller.fault_tolerance.dp_scale_down import FtRuntime
+from motor.controller.fault_tolerance.runtime import FtRuntime
 from motor.controller.fault_tolerance.timeline import Transaction
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from motor.controller.fault_tolerance.dp_scale_down import Health
+from motor.controller.fault_tolerance.evidence import Health
 
 
 class Action(StrEnum):

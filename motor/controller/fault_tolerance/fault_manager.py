@@ -15,17 +15,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import Action, decide
-from motor.controller.fault_tolerance.dp_scale_down import (
-    SERVABLE_PHASES,
-    TRANSACTION_PHASES,
+from motor.controller.fault_tolerance.evidence import (
     EvidenceKind,
     FaultNormalizer,
-    FtPhase,
     Health,
     RankEvidence,
-    ScaleDownContext,
+)
+from motor.controller.fault_tolerance.runtime import (
+    SERVABLE_PHASES,
+    TRANSACTION_PHASES,
+    FtPhase,
 )
 from motor.controller.fault_tolerance.strategy.base import (
     FALLBACK_RECONFIGURATION,
@@ -34,10 +36,16 @@ from motor.controller.fault_tolerance.strategy.base import (
     Strategy,
 )
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
-from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
+from motor.controller.fault_tolerance.strategy.reconfiguration import (
+    ReconfigurationStrategy,
+)
 from motor.controller.hardware.levels import is_severe, level_text
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.resolver import InstanceTopology, TopologyResolver, Unmappable
+from motor.controller.hardware.resolver import (
+    InstanceTopology,
+    TopologyResolver,
+    Unmappable,
+)
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from motor.controller.fault_tolerance.dp_scale_down import GateResult
+from motor.controller.fault_tolerance.runtime import GateResult
 
 REASON_ORDER = (
     "FEATURE_DISABLED",

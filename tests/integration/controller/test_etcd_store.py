@@ -22,7 +22,7 @@ import aetcd
 import pytest
 
 from motor.common.config import StoreConfig
-from motor.controller.store import (
+from motor.controller.persistence.store import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,
     PersistedInstance,

@@ -7,9 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from motor.controller.fault_tolerance.decision import Action, decide
-from motor.controller.fault_tolerance.dp_scale_down import Health
-from motor.controller.fault_tolerance.gate import REASON_ORDER, Capability, evaluate_gate
-from motor.controller.fault_tolerance.topology import EndpointInfo, PodInfo, TopologyError, plan_round, recyclable_pods
+from motor.controller.fault_tolerance.evidence import Health
+from motor.controller.fault_tolerance.gate import (
+    REASON_ORDER,
+    Capability,
+    evaluate_gate,
+)
+from motor.controller.fault_tolerance.topology import (
+    EndpointInfo,
+    PodInfo,
+    TopologyError,
+    plan_round,
+    recyclable_pods,
+)
 
 GOOD = Capability(True, True, True, False, True, 8)
 

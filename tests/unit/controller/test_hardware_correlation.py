@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import DEAD, UNHEALTHY, assemble, heartbeat_all, make_config, make_core, two_pods
+from controller_fakes import (
+    DEAD,
+    UNHEALTHY,
+    assemble,
+    heartbeat_all,
+    make_config,
+    make_core,
+    two_pods,
+)
 
-from motor.controller.fault_tolerance.dp_scale_down import EvidenceKind, FtPhase
+from motor.controller.fault_tolerance.evidence import EvidenceKind
+from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.hardware.model import HardwareFault
 

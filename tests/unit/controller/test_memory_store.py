@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from motor.common.config import StoreConfig
-from motor.controller.store import (
+from motor.controller.persistence.store import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,
     PersistedInstance,
@@ -253,7 +253,7 @@ def test_decode_refuses_missing_field() -> None:
 
 
 def test_factory_without_endpoints_is_memory_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="motor.controller.store"):
+    with caplog.at_level(logging.WARNING, logger="motor.controller.persistence.store"):
         store = open_runtime_store(StoreConfig())
     assert isinstance(store, MemoryRuntimeStore)
     assert store.description == "in-memory (state is lost on restart)"

@@ -6,14 +6,16 @@ import itertools
 
 import pytest
 
-from motor.controller.fault_tolerance.dp_scale_down import (
-    INTERRUPTED_PHASES,
-    TRANSACTION_PHASES,
+from motor.controller.fault_tolerance.evidence import (
     EvidenceKind,
     FaultNormalizer,
+    Health,
+)
+from motor.controller.fault_tolerance.runtime import (
+    INTERRUPTED_PHASES,
+    TRANSACTION_PHASES,
     FtPhase,
     FtRuntimeStore,
-    Health,
     IllegalTransitionError,
     can_serve,
     serving_ranks,

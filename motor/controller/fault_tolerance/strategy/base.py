@@ -14,8 +14,13 @@ from typing import TypeVar
 from motor.common.config import ControllerConfig
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
-from motor.controller.fault_tolerance.dp_scale_down import FtPhase, FtRuntimeStore, RankEvidence
-from motor.controller.fault_tolerance.timeline import TimelineBook, TimelineEvent, Transaction
+from motor.controller.fault_tolerance.evidence import RankEvidence
+from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
+from motor.controller.fault_tolerance.timeline import (
+    TimelineBook,
+    TimelineEvent,
+    Transaction,
+)
 from motor.controller.instances import InstanceRegistry
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 

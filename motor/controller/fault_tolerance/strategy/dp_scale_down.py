@@ -20,11 +20,22 @@ from typing import TypeVar
 
 from gen.motor.v1 import common_pb2
 from motor.controller.clients import PeerCallError
-from motor.controller.fault_tolerance.dp_scale_down import FtPhase, ScaleDownContext
+from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
-from motor.controller.fault_tolerance.topology import RoundPlan, TopologyError, plan_round, recyclable_pods
-from motor.controller.store import StoreError
+from motor.controller.fault_tolerance.runtime import FtPhase
+from motor.controller.fault_tolerance.strategy.base import (
+    ControllerDeps,
+    Outcome,
+    Priority,
+    Strategy,
+)
+from motor.controller.fault_tolerance.topology import (
+    RoundPlan,
+    TopologyError,
+    plan_round,
+    recyclable_pods,
+)
+from motor.controller.persistence.store import StoreError
 
 log = logging.getLogger(__name__)
 

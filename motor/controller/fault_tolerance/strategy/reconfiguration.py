@@ -12,7 +12,7 @@ import logging
 import uuid
 
 from motor.controller.clients import PeerCallError
-from motor.controller.fault_tolerance.dp_scale_down import FtPhase
+from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
     FALLBACK_RECONFIGURATION,
     ControllerDeps,
@@ -20,7 +20,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
-from motor.controller.store import StoreError
+from motor.controller.persistence.store import StoreError
 
 log = logging.getLogger(__name__)
 

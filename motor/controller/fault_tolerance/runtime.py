@@ -1,5 +1,6 @@
-"""Domain model of DP scale-down (RFC §3–§5): phases, the frozen round context, fault normalisation,
-the per-instance runtime and the serving projection. Pure: no I/O, no clock reads (times are passed in).
+"""Phases and the per-instance runtime of RFC §3.1 and §7: the one transition function, the serving
+projection's rank rule, and FtRuntimeStore, the only writer of runtime fields. Pure: no I/O, no clock
+reads (times are passed in).
 
 Ranks are original global DP ranks everywhere; nothing here renumbers them.
 """
@@ -58,91 +59,6 @@ def transition(current: FtPhase, target: FtPhase) -> FtPhase:
         raise IllegalTransitionError(f"illegal phase transition {current} -> {target}")
     return target
 
-
-class Health(StrEnum):
-    """Normalised software evidence for one rank."""
-
-    HEALTHY = "healthy"
-    UNHEALTHY = "unhealthy"
-    DEAD = "dead"
-    PROTOCOL_ERROR = "protocol_error"
-
-
-class EvidenceKind(StrEnum):
-    """What a NodeManager reported (controller.proto SoftwareFaultKind)."""
-
-    UNHEALTHY = "UNHEALTHY"
-    DEAD = "DEAD"
-    ENGINE_DEAD = "ENGINE_DEAD"
-    PROTOCOL_ERROR = "PROTOCOL_ERROR"
-    RECOVERED = "RECOVERED"
-
-
-_KIND_TO_HEALTH = {
-    EvidenceKind.UNHEALTHY: Health.UNHEALTHY,
-    EvidenceKind.DEAD: Health.DEAD,
-    EvidenceKind.ENGINE_DEAD: Health.DEAD,
-    EvidenceKind.PROTOCOL_ERROR: Health.PROTOCOL_ERROR,
-    EvidenceKind.RECOVERED: Health.HEALTHY,
-}
-
-
-class NormalizationError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class RankEvidence:
-    rank: int
-    health: Health
-    kind: EvidenceKind
-    detail: str
-    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it.
-    observed_at_sec: float
-    received_at_sec: float = 0.0
-
-
-class FaultNormalizer:
-    """Software evidence → original DP rank of one instance (RFC §4.1).
-
-    The endpoint id IS the original rank; the normaliser only checks it belongs to the instance and
-    is not already committed dead. It never derives ranks from masks or from local indices.
-    """
-
-    def __init__(self, original_dp_ranks: Iterable[int]) -> None:
-        self._original = frozenset(original_dp_ranks)
-
-    def normalize(
-        self, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float, dead_committed: Iterable[int]
-    ) -> RankEvidence | None:
-        """The evidence, or None when it concerns a committed dead rank (filtered, not an error)."""
-        if endpoint_id not in self._original:
-            raise NormalizationError(
-                f"endpoint id {endpoint_id} is not an original DP rank of the instance {sorted(self._original)}"
-            )
-        if endpoint_id in set(dead_committed):
-            return None
-        return RankEvidence(endpoint_id, _KIND_TO_HEALTH[kind], kind, detail, observed_at_sec)
-
-
-@dataclass(frozen=True)
-class ScaleDownContext:
-    """Frozen input of one scale-down round, built by the FaultManager."""
-
-    instance_id: int
-    original_dp_ranks: tuple[int, ...]
-    dead_committed: frozenset[int]
-    # Authoritative removal candidates (software DEAD) and apply-ready survivors (UNHEALTHY) of the
-    # snapshot that chose scale-down. Hardware-mapped ranks only validated the choice.
-    dead: frozenset[int]
-    unhealthy: frozenset[int]
-    fallback_strategy: str
-    decided_at_sec: float
-    hardware_ranks: frozenset[int] = frozenset()
-
-    @property
-    def active_ranks(self) -> frozenset[int]:
-        return frozenset(self.original_dp_ranks) - self.dead_committed
 
 
 def serving_ranks(original: Iterable[int], dead_committed: Iterable[int], pending: Iterable[int]) -> list[int]:

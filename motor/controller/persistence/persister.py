@@ -8,10 +8,19 @@ import logging
 
 from gen.motor.v1 import common_pb2
 from motor.controller.clock import Clock
-from motor.controller.fault_tolerance.dp_scale_down import INTERRUPTED_PHASES, FtPhase, FtRuntimeStore
+from motor.controller.fault_tolerance.runtime import (
+    INTERRUPTED_PHASES,
+    FtPhase,
+    FtRuntimeStore,
+)
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
 from motor.controller.instances import InstanceRegistry
-from motor.controller.store import PersistedInstance, RuntimeStore, StaleWriteError, StoreError
+from motor.controller.persistence.store import (
+    PersistedInstance,
+    RuntimeStore,
+    StaleWriteError,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""Persistence of the Controller's desired state (RFC §5 "Controller 重启").
+
+- `store`: the record (`PersistedInstance`), its encoding, the `RuntimeStore` protocol with its
+  memory and etcd backends, and `open_runtime_store`.
+- `persister`: `RuntimePersister`, the glue between the in-memory runtime and a store
+  (compare-and-set on the generation) and the restart rule.
+"""
