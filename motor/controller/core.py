@@ -28,7 +28,7 @@ from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.persistence.persister import RuntimePersister
-from motor.controller.persistence.store import RuntimeStore, StoreError
+from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 

@@ -15,7 +15,7 @@ from motor.common.config import ControllerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.core import ControllerCore
-from motor.controller.persistence.store import open_runtime_store
+from motor.controller.persistence import open_runtime_store
 from motor.controller.servicer import ControllerServicer
 from motor.controller.status import status_app
 

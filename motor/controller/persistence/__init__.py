@@ -5,3 +5,27 @@
 - `persister`: `RuntimePersister`, the glue between the in-memory runtime and a store
   (compare-and-set on the generation) and the restart rule.
 """
+
+from motor.controller.persistence.store import (
+    EtcdRuntimeStore,
+    MemoryRuntimeStore,
+    PersistedInstance,
+    RuntimeStore,
+    StaleWriteError,
+    StoreError,
+    decode_record,
+    encode_record,
+    open_runtime_store,
+)
+
+__all__ = [
+    "EtcdRuntimeStore",
+    "MemoryRuntimeStore",
+    "PersistedInstance",
+    "RuntimeStore",
+    "StaleWriteError",
+    "StoreError",
+    "decode_record",
+    "encode_record",
+    "open_runtime_store",
+]

@@ -22,7 +22,7 @@ import aetcd
 import pytest
 
 from motor.common.config import StoreConfig
-from motor.controller.persistence.store import (
+from motor.controller.persistence import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,
     PersistedInstance,

@@ -14,7 +14,7 @@ from motor.common.config import ControllerConfig, load_config
 from motor.controller.clients import PeerCallError
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
-from motor.controller.persistence.store import MemoryRuntimeStore
+from motor.controller.persistence import MemoryRuntimeStore
 
 HEALTHY, UNHEALTHY, DEAD = common_pb2.ENGINE_HEALTH_HEALTHY, common_pb2.ENGINE_HEALTH_UNHEALTHY, common_pb2.ENGINE_HEALTH_DEAD
 NONE, RECOVERING, FAILED = common_pb2.FT_STATE_UNSPECIFIED, common_pb2.FT_STATE_RECOVERING, common_pb2.FT_STATE_FAILED

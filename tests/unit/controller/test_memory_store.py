@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from motor.common.config import StoreConfig
-from motor.controller.persistence.store import (
+from motor.controller.persistence import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,
     PersistedInstance,

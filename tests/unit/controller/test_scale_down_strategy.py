@@ -25,7 +25,7 @@ from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
-from motor.controller.persistence.store import MemoryRuntimeStore
+from motor.controller.persistence import MemoryRuntimeStore
 
 
 def ctx(core, dead, unhealthy, iid=7) -> ScaleDownContext:
@@ -455,7 +455,7 @@ async def test_stale_writer_cannot_overwrite() -> None:
     core_b.runtimes.set_phase(7, FtPhase.DECIDING)
     await core_b.persister.persist(7)
     core_a.runtimes.set_phase(7, FtPhase.RECONFIGURING)
-    from motor.controller.persistence.store import StaleWriteError
+    from motor.controller.persistence import StaleWriteError
 
     with pytest.raises(StaleWriteError):
         await core_a.persister.persist(7)

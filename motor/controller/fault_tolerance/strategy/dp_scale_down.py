@@ -35,7 +35,7 @@ from motor.controller.fault_tolerance.topology import (
     plan_round,
     recyclable_pods,
 )
-from motor.controller.persistence.store import StoreError
+from motor.controller.persistence import StoreError
 
 log = logging.getLogger(__name__)
 

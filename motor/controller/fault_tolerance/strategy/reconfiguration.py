@@ -20,7 +20,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
-from motor.controller.persistence.store import StoreError
+from motor.controller.persistence import StoreError
 
 log = logging.getLogger(__name__)
 
