@@ -20,6 +20,7 @@ class EngineHealth(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENGINE_HEALTH_HEALTHY: _ClassVar[EngineHealth]
     ENGINE_HEALTH_UNHEALTHY: _ClassVar[EngineHealth]
     ENGINE_HEALTH_DEAD: _ClassVar[EngineHealth]
+    ENGINE_HEALTH_DIAGNOSING: _ClassVar[EngineHealth]
 
 class FtState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,6 +36,7 @@ ENGINE_HEALTH_UNSPECIFIED: EngineHealth
 ENGINE_HEALTH_HEALTHY: EngineHealth
 ENGINE_HEALTH_UNHEALTHY: EngineHealth
 ENGINE_HEALTH_DEAD: EngineHealth
+ENGINE_HEALTH_DIAGNOSING: EngineHealth
 FT_STATE_UNSPECIFIED: FtState
 FT_STATE_RECOVERING: FtState
 FT_STATE_FAILED: FtState

@@ -1,4 +1,5 @@
 from gen.motor.v1 import common_pb2 as _common_pb2
+from gen.motor.v1 import node_manager_pb2 as _node_manager_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -49,6 +50,15 @@ class FaultLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAULT_LEVEL_L4: _ClassVar[FaultLevel]
     FAULT_LEVEL_L5: _ClassVar[FaultLevel]
     FAULT_LEVEL_L6: _ClassVar[FaultLevel]
+
+class TimelineEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIMELINE_EVENT_KIND_UNSPECIFIED: _ClassVar[TimelineEventKind]
+    TIMELINE_EVENT_KIND_EVIDENCE: _ClassVar[TimelineEventKind]
+    TIMELINE_EVENT_KIND_DECISION: _ClassVar[TimelineEventKind]
+    TIMELINE_EVENT_KIND_PHASE: _ClassVar[TimelineEventKind]
+    TIMELINE_EVENT_KIND_CALL: _ClassVar[TimelineEventKind]
+    TIMELINE_EVENT_KIND_NOTE: _ClassVar[TimelineEventKind]
 FT_PHASE_UNSPECIFIED: FtPhase
 FT_PHASE_DISABLED: FtPhase
 FT_PHASE_NORMAL: FtPhase
@@ -79,6 +89,12 @@ FAULT_LEVEL_L3: FaultLevel
 FAULT_LEVEL_L4: FaultLevel
 FAULT_LEVEL_L5: FaultLevel
 FAULT_LEVEL_L6: FaultLevel
+TIMELINE_EVENT_KIND_UNSPECIFIED: TimelineEventKind
+TIMELINE_EVENT_KIND_EVIDENCE: TimelineEventKind
+TIMELINE_EVENT_KIND_DECISION: TimelineEventKind
+TIMELINE_EVENT_KIND_PHASE: TimelineEventKind
+TIMELINE_EVENT_KIND_CALL: TimelineEventKind
+TIMELINE_EVENT_KIND_NOTE: TimelineEventKind
 
 class RegisterRequest(_message.Message):
     __slots__ = ("pod", "instance_id", "role", "model", "dp_size", "endpoints", "ft_capability", "retired_ids")
@@ -274,7 +290,7 @@ class GetTimelineRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class TimelineEvent(_message.Message):
-    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec")
+    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id")
     AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +298,25 @@ class TimelineEvent(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     DURATION_SEC_FIELD_NUMBER: _ClassVar[int]
+    EVENT_KIND_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_KIND_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
+    APPLY_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    DP_MASTER_IP_FIELD_NUMBER: _ClassVar[int]
+    DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_RANKS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    GATE_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    GATE_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_STATUSES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SEC_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     at_unix_sec: float
     kind: str
     name: str
@@ -289,7 +324,26 @@ class TimelineEvent(_message.Message):
     outcome: str
     detail: str
     duration_sec: float
-    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ...) -> None: ...
+    event_kind: TimelineEventKind
+    phase: FtPhase
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
+    evidence_kind: SoftwareFaultKind
+    observed_at_unix_sec: float
+    received_at_unix_sec: float
+    apply_results: _containers.RepeatedCompositeFieldContainer[_node_manager_pb2.EngineApplyResult]
+    dp_master_ip: str
+    dp_store_port: int
+    unhealthy_ranks: _containers.RepeatedScalarFieldContainer[int]
+    dead_committed: _containers.RepeatedScalarFieldContainer[int]
+    gate_allowed: bool
+    gate_reasons: _containers.RepeatedScalarFieldContainer[GateReason]
+    engine_statuses: _containers.RepeatedCompositeFieldContainer[_common_pb2.EngineFtStatus]
+    error: str
+    lease_sec: float
+    commit: bool
+    request_id: str
+    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class Transaction(_message.Message):
     __slots__ = ("request_id", "strategy", "started_at_unix_sec", "ended_at_unix_sec", "outcome", "events")
