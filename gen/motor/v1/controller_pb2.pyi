@@ -51,6 +51,21 @@ class FaultLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAULT_LEVEL_L5: _ClassVar[FaultLevel]
     FAULT_LEVEL_L6: _ClassVar[FaultLevel]
 
+class FallbackCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FALLBACK_CAUSE_UNSPECIFIED: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_PROTOCOL_ERROR: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_SCALE_DOWN_DISABLED: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_ALL_RANKS_DEAD: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_INCOMPLETE_SNAPSHOT: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_HARDWARE_UNMAPPABLE: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_PARTIAL_LOSS: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_STRATEGY_FAILED: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_INTERRUPTED_ROUND: _ClassVar[FallbackCause]
+    FALLBACK_CAUSE_RETRY: _ClassVar[FallbackCause]
+
 class TimelineEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TIMELINE_EVENT_KIND_UNSPECIFIED: _ClassVar[TimelineEventKind]
@@ -89,6 +104,18 @@ FAULT_LEVEL_L3: FaultLevel
 FAULT_LEVEL_L4: FaultLevel
 FAULT_LEVEL_L5: FaultLevel
 FAULT_LEVEL_L6: FaultLevel
+FALLBACK_CAUSE_UNSPECIFIED: FallbackCause
+FALLBACK_CAUSE_PROTOCOL_ERROR: FallbackCause
+FALLBACK_CAUSE_SCALE_DOWN_DISABLED: FallbackCause
+FALLBACK_CAUSE_ALL_RANKS_DEAD: FallbackCause
+FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT: FallbackCause
+FALLBACK_CAUSE_INCOMPLETE_SNAPSHOT: FallbackCause
+FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED: FallbackCause
+FALLBACK_CAUSE_HARDWARE_UNMAPPABLE: FallbackCause
+FALLBACK_CAUSE_PARTIAL_LOSS: FallbackCause
+FALLBACK_CAUSE_STRATEGY_FAILED: FallbackCause
+FALLBACK_CAUSE_INTERRUPTED_ROUND: FallbackCause
+FALLBACK_CAUSE_RETRY: FallbackCause
 TIMELINE_EVENT_KIND_UNSPECIFIED: TimelineEventKind
 TIMELINE_EVENT_KIND_EVIDENCE: TimelineEventKind
 TIMELINE_EVENT_KIND_DECISION: TimelineEventKind
@@ -290,7 +317,7 @@ class GetTimelineRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class TimelineEvent(_message.Message):
-    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id")
+    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id", "fallback_cause", "hardware_ranks")
     AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +344,8 @@ class TimelineEvent(_message.Message):
     LEASE_SEC_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_RANKS_FIELD_NUMBER: _ClassVar[int]
     at_unix_sec: float
     kind: str
     name: str
@@ -343,7 +372,9 @@ class TimelineEvent(_message.Message):
     lease_sec: float
     commit: bool
     request_id: str
-    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+    fallback_cause: FallbackCause
+    hardware_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ..., fallback_cause: _Optional[_Union[FallbackCause, str]] = ..., hardware_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Transaction(_message.Message):
     __slots__ = ("request_id", "strategy", "started_at_unix_sec", "ended_at_unix_sec", "outcome", "events")
