@@ -79,10 +79,11 @@ def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse) ->
         lines.append(f"instance {instance_id} {txn.strategy} request_id={txn.request_id or '-'} {txn.outcome} ({took})")
         for e in txn.events:
             offset = e.at_unix_sec - txn.started_at_unix_sec
-            parts = [f"  +{offset:8.3f}s", f"{e.kind:<8}", e.name]
+            kind = controller_pb2.TimelineEventKind.Name(e.event_kind).removeprefix("TIMELINE_EVENT_KIND_").lower()
+            parts = [f"  +{offset:8.3f}s", f"{kind:<8}", e.name]
             if e.target:
                 parts.append(f"-> {e.target}")
-            if e.kind == "call":
+            if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_CALL:
                 parts.append(f"[{e.outcome}, {e.duration_sec * 1000:.1f} ms]")
             if e.detail:
                 parts.append(e.detail)

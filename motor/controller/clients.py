@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
-from motor.common.config import ClientTlsConfig
+from motor.common.config import ClientTlsConfig, ControllerConfig
 from motor.common.grpc_server import open_channel
+from motor.common.metadata import MANAGEMENT_KEY_METADATA
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,7 @@ class CoordinatorClient:
         self._timeout = request_timeout_sec
         self._channel = open_channel(address, tls)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
-        self._metadata = (("x-motor-key", management_key),) if management_key else None
+        self._metadata = ((MANAGEMENT_KEY_METADATA, management_key),) if management_key else None
 
     async def refresh(self, event: int, instances: Sequence[common_pb2.Instance], revision: int) -> int:
         req = coordinator_pb2.RefreshRequest(event=event, instances=list(instances), revision=revision)
@@ -137,3 +139,21 @@ class CoordinatorClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+@dataclass
+class ControllerPeers:
+    """The Controller's clients of its peers, built once by the process and injected (tests pass doubles)."""
+
+    nodemanagers: NodeManagerClients
+    coordinator: CoordinatorClient | None
+
+    @classmethod
+    def from_config(cls, config: ControllerConfig) -> ControllerPeers:
+        timeout = config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
+        coordinator = (
+            CoordinatorClient(config.coordinator_address, config.client_tls, timeout, config.coordinator_management_key)
+            if config.coordinator_address
+            else None
+        )
+        return cls(NodeManagerClients(config.client_tls, timeout), coordinator)

@@ -8,10 +8,10 @@ import logging
 
 from gen.motor.v1 import controller_pb2
 from motor.common.config import ControllerConfig
-from motor.controller.clients import CoordinatorClient, NodeManagerClients
+from motor.controller.clients import ControllerPeers
 from motor.controller.clock import Clock, SystemClock
 from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.fault_manager import FastRecovery, FaultManager
+from motor.controller.fault_tolerance.fault_manager import FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.runtime import (
     SERVABLE_PHASES,
@@ -24,11 +24,12 @@ from motor.controller.fault_tolerance.strategy.base import (
     ControllerDeps,
     publish_serving_view,
 )
+from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
-from motor.controller.persistence.persister import RuntimePersister
 from motor.controller.persistence import RuntimeStore, StoreError
+from motor.controller.persistence.persister import RuntimePersister
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
@@ -40,6 +41,7 @@ class ControllerCore:
         self,
         config: ControllerConfig,
         store: RuntimeStore,
+        peers: ControllerPeers,
         clock: Clock | None = None,
         fast_recovery: FastRecovery | None = None,
     ) -> None:
@@ -53,14 +55,8 @@ class ControllerCore:
         self.broadcaster = RuntimeBroadcaster()
         self.store = store
         self.persister = RuntimePersister(store, self.runtimes, self.registry)
-        timeout = ft.dp_scale_down_config.request_timeout_sec
-        self.nodemanagers = NodeManagerClients(config.client_tls, timeout)
-        coordinator = (
-            CoordinatorClient(config.coordinator_address, config.client_tls, timeout, config.coordinator_management_key)
-            if config.coordinator_address
-            else None
-        )
-        self.pusher = EventPusher(coordinator, self.clock.wall)
+        self.nodemanagers = peers.nodemanagers
+        self.pusher = EventPusher(peers.coordinator, self.clock.wall)
         self.deps = ControllerDeps(
             config=config,
             runtimes=self.runtimes,

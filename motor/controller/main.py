@@ -14,6 +14,7 @@ from gen.motor.v1 import controller_pb2_grpc
 from motor.common.config import ControllerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from motor.controller.clients import ControllerPeers
 from motor.controller.core import ControllerCore
 from motor.controller.persistence import open_runtime_store
 from motor.controller.servicer import ControllerServicer
@@ -30,7 +31,8 @@ class ControllerService:
         self._http: web.AppRunner | None = None
 
     async def start(self) -> dict[str, Any]:
-        core = self.core = ControllerCore(self.config, open_runtime_store(self.config.store))
+        core = self.core = ControllerCore(self.config, open_runtime_store(self.config.store),
+                                          ControllerPeers.from_config(self.config))
         await core.start()
         servicer = ControllerServicer(core)
         self._grpc = GrpcServer(

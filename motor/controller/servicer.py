@@ -15,7 +15,7 @@ from motor.controller.fault_tolerance.runtime import UnknownInstanceError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.instances import RegistrationError
-from motor.controller.status import runtime_proto, transaction_proto
+from motor.controller.status import runtime_proto
 
 log = logging.getLogger(__name__)
 
@@ -101,4 +101,4 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         if request.limit < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit {request.limit} is negative")
         txns = self.core.timelines.transactions(request.instance_id, request.limit)
-        return controller_pb2.GetTimelineResponse(transactions=[transaction_proto(t) for t in txns])
+        return controller_pb2.GetTimelineResponse(transactions=[t.proto for t in txns])

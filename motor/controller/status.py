@@ -6,24 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+from typing import Any
 
 from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
 
-from gen.motor.v1 import common_pb2, controller_pb2
+from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.runtime import FtRuntime
-from motor.controller.fault_tolerance.timeline import Transaction
+from motor.controller.fault_tolerance.timeline import gate_reason_proto, phase_proto
 
 log = logging.getLogger(__name__)
-
-_HEALTH_BY_NAME = {"healthy": common_pb2.ENGINE_HEALTH_HEALTHY, "unhealthy": common_pb2.ENGINE_HEALTH_UNHEALTHY,
-                   "dead": common_pb2.ENGINE_HEALTH_DEAD}
-_FT_BY_NAME = {"recovering": common_pb2.FT_STATE_RECOVERING, "failed": common_pb2.FT_STATE_FAILED}
-
 
 def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
     msg = controller_pb2.InstanceFtRuntime(
         instance_id=runtime.instance_id,
-        phase=controller_pb2.FtPhase.Value(f"FT_PHASE_{runtime.phase}"),
+        phase=phase_proto(runtime.phase),
         original_dp_ranks=list(runtime.original_dp_ranks),
         request_id=runtime.request_id,
         dead_committed=sorted(runtime.dead_committed),
@@ -32,7 +32,7 @@ def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
         fallback_strategy=runtime.fallback_strategy,
         gate=controller_pb2.Gate(
             allowed=runtime.gate.allowed,
-            reason_codes=[controller_pb2.GateReason.Value(f"GATE_REASON_{c}") for c in runtime.gate.reason_codes],
+            reason_codes=[gate_reason_proto(c) for c in runtime.gate.reason_codes],
         ),
         serving_published=runtime.serving_published,
         can_serve=runtime.can_serve,
@@ -41,35 +41,52 @@ def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
     if runtime.last_error is not None:
         msg.last_error = runtime.last_error
     for rank, status in runtime.engine_statuses.items():
-        entry = msg.engine_statuses[rank]
-        entry.id = rank
-        entry.status = _HEALTH_BY_NAME.get(str(status.get("status")), common_pb2.ENGINE_HEALTH_UNSPECIFIED)
-        ft_state = status.get("ft_state")
-        if ft_state:
-            entry.ft_state = _FT_BY_NAME.get(str(ft_state), common_pb2.FT_STATE_UNKNOWN)
-            entry.raw_ft_state = str(ft_state)
-        for key in ("fault_info", "last_ft_request_id", "ft_error"):
-            if status.get(key):
-                setattr(entry, key, str(status[key]))
-        entry.mask.extend(int(m) for m in status.get("mask", []) or [])  # type: ignore[union-attr]
+        msg.engine_statuses[rank].CopyFrom(status)
     return msg
 
 
-def transaction_proto(txn: Transaction) -> controller_pb2.Transaction:
-    return controller_pb2.Transaction(
-        request_id=txn.request_id,
-        strategy=txn.strategy,
-        started_at_unix_sec=txn.started_at_sec,
-        ended_at_unix_sec=txn.ended_at_sec,
-        outcome=txn.outcome,
-        events=[
-            controller_pb2.TimelineEvent(
-                at_unix_sec=e.at_sec, kind=e.kind, name=e.name, target=e.target, outcome=e.outcome,
-                detail=e.detail, duration_sec=e.duration_sec,
-            )
-            for e in txn.events
-        ],
-    )
+_INT64_TYPES = frozenset({FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+                          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64})
+
+
+def _enum_prefix(enum: EnumDescriptor) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
+
+
+def _json_value(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return value.removeprefix(_enum_prefix(field.enum_type)) if isinstance(value, str) else value
+    if field.type in _INT64_TYPES:
+        return int(value)
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return _json_fields(field.message_type, value)
+    return value
+
+
+def _json_fields(descriptor: Descriptor, data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in descriptor.fields:
+        if field.name not in data:
+            # Only fields with presence are left out; the JSON says null for them (RFC §7 "last_error": null).
+            out[field.name] = None
+            continue
+        value = data[field.name]
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: _json_value(value_field, v) for k, v in value.items()}
+        elif field.is_repeated:
+            out[field.name] = [_json_value(field, v) for v in value]
+        else:
+            out[field.name] = _json_value(field, value)
+    return out
+
+
+def message_json(msg: Message) -> dict[str, Any]:
+    """The one JSON rendering of Motor's messages for the HTTP pages: protobuf's own JSON mapping with
+    proto field names and every field present, then enum values without their type prefix
+    ("SCALED_DOWN_RUNNING"), 64-bit integers as numbers, and unset optional fields as null."""
+    data = json_format.MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return _json_fields(msg.DESCRIPTOR, data)
 
 
 class RuntimeBroadcaster:
@@ -108,7 +125,7 @@ def status_app(get_runtimes, get_timeline) -> web.Application:
 
     async def status(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
-        runtimes = [r.as_dict() for r in get_runtimes() if wanted is None or r.instance_id == wanted]
+        runtimes = [message_json(runtime_proto(r)) for r in get_runtimes() if wanted is None or r.instance_id == wanted]
         if wanted is not None and not runtimes:
             raise web.HTTPNotFound(text=json.dumps({"detail": f"unknown instance_id {wanted}"}), content_type="application/json")
         return web.json_response({"instances": runtimes})
@@ -117,7 +134,8 @@ def status_app(get_runtimes, get_timeline) -> web.Application:
         wanted = _instance_filter(request)
         if wanted is None:
             raise web.HTTPBadRequest(text=json.dumps({"detail": "instance_id is required"}), content_type="application/json")
-        return web.json_response({"instance_id": wanted, "transactions": [t.as_dict() for t in get_timeline(wanted)]})
+        return web.json_response({"instance_id": wanted,
+                                  "transactions": [message_json(t.proto) for t in get_timeline(wanted)]})
 
     app = web.Application()
     app.router.add_get("/controller/fault_tolerance/status", status)

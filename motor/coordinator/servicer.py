@@ -14,6 +14,7 @@ from collections.abc import Callable
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.coordinator.routing import (
     EndpointSpec,
     InstanceSpec,
@@ -25,7 +26,6 @@ from motor.coordinator.routing import (
 
 log = logging.getLogger(__name__)
 
-MANAGEMENT_KEY_METADATA = "x-motor-key"
 
 _EVENTS = {
     coordinator_pb2.REFRESH_EVENT_ADD: RefreshEvent.ADD,

@@ -20,6 +20,23 @@ class Action(StrEnum):
     RECONFIGURE = "reconfigure"
 
 
+class FallbackCause(StrEnum):
+    """Why the whole instance is reconfigured (motor.v1.FallbackCause without its prefix): a bounded
+    label for timelines and metrics, beside the human reason."""
+
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    SCALE_DOWN_DISABLED = "SCALE_DOWN_DISABLED"
+    ALL_RANKS_DEAD = "ALL_RANKS_DEAD"
+    ALL_UNHEALTHY_TIMEOUT = "ALL_UNHEALTHY_TIMEOUT"
+    INCOMPLETE_SNAPSHOT = "INCOMPLETE_SNAPSHOT"
+    HARDWARE_NOT_CORRELATED = "HARDWARE_NOT_CORRELATED"
+    HARDWARE_UNMAPPABLE = "HARDWARE_UNMAPPABLE"
+    PARTIAL_LOSS = "PARTIAL_LOSS"
+    STRATEGY_FAILED = "STRATEGY_FAILED"
+    INTERRUPTED_ROUND = "INTERRUPTED_ROUND"
+    RETRY = "RETRY"
+
+
 @dataclass(frozen=True)
 class Decision:
     action: Action
@@ -28,6 +45,8 @@ class Decision:
     unhealthy: frozenset[int] = frozenset()
     # When WAIT: the time at which the collection window closes.
     wait_until_sec: float | None = None
+    # When RECONFIGURE: why.
+    cause: FallbackCause | None = None
 
 
 def decide(
@@ -52,7 +71,8 @@ def decide(
     unhealthy = frozenset(r for r, h in seen.items() if h is Health.UNHEALTHY)
     if protocol:
         # RFC §4.1: an identity-contract violation is a protocol failure → original fallback.
-        return Decision(Action.RECONFIGURE, f"engine protocol failure on ranks {sorted(protocol)}", dead, unhealthy)
+        return Decision(Action.RECONFIGURE, f"engine protocol failure on ranks {sorted(protocol)}", dead, unhealthy,
+                        cause=FallbackCause.PROTOCOL_ERROR)
     if not dead and not unhealthy:
         return Decision(Action.NONE, "no fault evidence")
     window_closed = window_started_at_sec is not None and now_sec - window_started_at_sec >= collection_timeout_sec
@@ -62,9 +82,11 @@ def decide(
         # Baseline: a dead rank means whole-instance reconfiguration at once; peers-only symptoms wait
         # for a dead rank or the collection timeout, exactly as below.
         if dead:
-            return Decision(Action.RECONFIGURE, f"ranks {sorted(dead)} dead (scale-down disabled)", dead, unhealthy)
+            return Decision(Action.RECONFIGURE, f"ranks {sorted(dead)} dead (scale-down disabled)", dead, unhealthy,
+                            cause=FallbackCause.SCALE_DOWN_DISABLED)
     if dead == active_ranks:
-        return Decision(Action.RECONFIGURE, f"every active rank is dead {sorted(dead)}", dead, unhealthy)
+        return Decision(Action.RECONFIGURE, f"every active rank is dead {sorted(dead)}", dead, unhealthy,
+                        cause=FallbackCause.ALL_RANKS_DEAD)
     if not dead and unhealthy == active_ranks:
         if fast_recovery_applicable(unhealthy):
             return Decision(Action.FAST_RECOVERY, "all active ranks unhealthy, fast recovery applicable", dead, unhealthy)
@@ -74,6 +96,7 @@ def decide(
                 f"all active ranks unhealthy, no dead rank within {collection_timeout_sec:g}s",
                 dead,
                 unhealthy,
+                cause=FallbackCause.ALL_UNHEALTHY_TIMEOUT,
             )
         return Decision(Action.WAIT, "all unhealthy, fast recovery not applicable: waiting for a dead rank",
                         dead, unhealthy, window_end)
@@ -87,5 +110,6 @@ def decide(
             f"incomplete snapshot after {collection_timeout_sec:g}s: no evidence from ranks {missing}",
             dead,
             unhealthy,
+            cause=FallbackCause.INCOMPLETE_SNAPSHOT,
         )
     return Decision(Action.WAIT, "incomplete snapshot: waiting for more evidence", dead, unhealthy, window_end)

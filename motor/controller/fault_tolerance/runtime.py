@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class FtPhase(StrEnum):
@@ -85,7 +86,8 @@ class FtRuntime:
     pending_removed_ranks: frozenset[int] = frozenset()
     request_id: str = ""
     gate: GateResult = field(default_factory=GateResult)
-    engine_statuses: dict[int, dict[str, object]] = field(default_factory=dict)
+    # The last motor.v1.EngineFtStatus of each rank the current round polled.
+    engine_statuses: dict[int, Any] = field(default_factory=dict)
     serving_published: bool = False
     last_error: str | None = None
 
@@ -101,25 +103,6 @@ class FtRuntime:
     @property
     def can_serve(self) -> bool:
         return can_serve(self.phase, self.serving_published)
-
-    def as_dict(self) -> dict[str, object]:
-        """The RFC §7 JSON shape."""
-        return {
-            "instance_id": self.instance_id,
-            "phase": str(self.phase),
-            "original_dp_ranks": list(self.original_dp_ranks),
-            "request_id": self.request_id or None,
-            "dead_committed": sorted(self.dead_committed),
-            "pending_removed_ranks": sorted(self.pending_removed_ranks),
-            "alive_dp_ranks": self.alive_dp_ranks,
-            "fallback_strategy": self.fallback_strategy,
-            "gate": {"allowed": self.gate.allowed, "reason_codes": list(self.gate.reason_codes)},
-            "engine_statuses": {str(rank): dict(status) for rank, status in sorted(self.engine_statuses.items())},
-            "serving_published": self.serving_published,
-            "last_error": self.last_error,
-            "can_serve": self.can_serve,
-            "generation": self.generation,
-        }
 
 
 def can_serve(phase: FtPhase, serving_published: bool) -> bool:
@@ -216,8 +199,8 @@ class FtRuntimeStore:
     def set_gate(self, instance_id: int, gate: GateResult) -> None:
         self.get(instance_id).gate = gate
 
-    def record_engine_status(self, instance_id: int, rank: int, status: Mapping[str, object]) -> None:
-        self.get(instance_id).engine_statuses[rank] = dict(status)
+    def record_engine_status(self, instance_id: int, rank: int, status: Any) -> None:
+        self.get(instance_id).engine_statuses[rank] = status
 
     def commit_round(self, instance_id: int, removed: Iterable[int]) -> FtRuntime:
         """dead_committed += removed; pending cleared. Ranks outside the instance are refused."""

@@ -1,73 +1,104 @@
-"""Per-transaction timelines: each phase entry and each remote call with timestamps and outcome.
+"""Per-transaction timelines: the evidence that opened a round, each decision, phase entry and remote
+call, with timestamps, outcome and typed facts.
 
-Kept in memory for the last transactions of every instance (observed state, never persisted). Times
-are wall-clock seconds passed in by the caller.
+Events are `motor.v1.TimelineEvent` messages from the start, so GetTimeline, the JSON page, motorctl,
+the benchmark and the tests all read the same typed fields; `detail` is only the human line. Kept in
+memory for the last transactions of every instance (observed state, never persisted). Times are
+wall-clock seconds passed in by the caller.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from typing import Any
+
+from gen.motor.v1 import controller_pb2
+from motor.controller.fault_tolerance.evidence import RankEvidence
+from motor.controller.fault_tolerance.runtime import FtPhase
+
+Kind = controller_pb2.TimelineEventKind
+Cause = controller_pb2.FallbackCause
+
+# The first contract's lower-case `kind` string, still filled for its readers.
+_LEGACY_KIND = {
+    Kind.TIMELINE_EVENT_KIND_EVIDENCE: "evidence",
+    Kind.TIMELINE_EVENT_KIND_DECISION: "decision",
+    Kind.TIMELINE_EVENT_KIND_PHASE: "phase",
+    Kind.TIMELINE_EVENT_KIND_CALL: "call",
+    Kind.TIMELINE_EVENT_KIND_NOTE: "note",
+}
 
 
-@dataclass
-class TimelineEvent:
-    at_sec: float
-    kind: str  # "phase", "call", "decision" or "note"
-    name: str
-    target: str = ""
-    outcome: str = "ok"
-    detail: str = ""
-    duration_sec: float = 0.0
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "at_unix_sec": round(self.at_sec, 6),
-            "kind": self.kind,
-            "name": self.name,
-            "target": self.target,
-            "outcome": self.outcome,
-            "detail": self.detail,
-            "duration_sec": round(self.duration_sec, 6),
-        }
+def phase_proto(phase: FtPhase) -> int:
+    return controller_pb2.FtPhase.Value(f"FT_PHASE_{phase}")
 
 
-@dataclass
+def evidence_kind_proto(kind: str) -> int:
+    return controller_pb2.SoftwareFaultKind.Value(f"SOFTWARE_FAULT_KIND_{kind}")
+
+
+def fallback_cause_proto(cause: str) -> int:
+    return controller_pb2.FallbackCause.Value(f"FALLBACK_CAUSE_{cause}")
+
+
+def gate_reason_proto(code: str) -> int:
+    return controller_pb2.GateReason.Value(f"GATE_REASON_{code}")
+
+
 class Transaction:
-    instance_id: int
-    strategy: str
-    request_id: str
-    started_at_sec: float
-    ended_at_sec: float = 0.0
-    outcome: str = "running"
-    events: list[TimelineEvent] = field(default_factory=list)
+    """One recovery transaction; its `proto` is what GetTimeline returns."""
 
-    def phase(self, name: str, at_sec: float, detail: str = "") -> None:
-        self.events.append(TimelineEvent(at_sec, "phase", name, detail=detail))
+    def __init__(self, instance_id: int, strategy: str, request_id: str, started_at_sec: float) -> None:
+        self.instance_id = instance_id
+        self.proto = controller_pb2.Transaction(
+            request_id=request_id, strategy=strategy, started_at_unix_sec=started_at_sec, outcome="running"
+        )
 
-    def note(self, name: str, at_sec: float, detail: str = "", outcome: str = "ok") -> None:
-        self.events.append(TimelineEvent(at_sec, "note", name, outcome=outcome, detail=detail))
+    @property
+    def strategy(self) -> str:
+        return self.proto.strategy
 
-    def decision(self, name: str, at_sec: float, detail: str) -> None:
-        self.events.append(TimelineEvent(at_sec, "decision", name, detail=detail))
+    @property
+    def request_id(self) -> str:
+        return self.proto.request_id
 
-    def call(self, name: str, target: str, started_sec: float, duration_sec: float, outcome: str, detail: str = "") -> None:
-        self.events.append(TimelineEvent(started_sec, "call", name, target, outcome, detail, duration_sec))
+    @property
+    def outcome(self) -> str:
+        return self.proto.outcome
+
+    @property
+    def events(self):  # RepeatedCompositeFieldContainer[controller_pb2.TimelineEvent]
+        return self.proto.events
+
+    def add(self, kind: int, name: str, at_sec: float, **facts: Any) -> controller_pb2.TimelineEvent:
+        return self.proto.events.add(event_kind=kind, kind=_LEGACY_KIND[kind], name=name, at_unix_sec=at_sec, **facts)
+
+    def evidence(self, ev: RankEvidence) -> None:
+        self.add(
+            Kind.TIMELINE_EVENT_KIND_EVIDENCE, str(ev.kind), ev.observed_at_sec,
+            ranks=[ev.rank], evidence_kind=evidence_kind_proto(ev.kind), observed_at_unix_sec=ev.observed_at_sec,
+            received_at_unix_sec=ev.received_at_sec, detail=f"rank {ev.rank} {ev.kind}: {ev.detail}",
+        )
+
+    def phase(self, phase: FtPhase, at_sec: float, detail: str = "") -> None:
+        self.add(Kind.TIMELINE_EVENT_KIND_PHASE, str(phase), at_sec, phase=phase_proto(phase), detail=detail)
+
+    def decision(self, name: str, at_sec: float, detail: str, **facts: Any) -> None:
+        self.add(Kind.TIMELINE_EVENT_KIND_DECISION, name, at_sec, detail=detail, **facts)
+
+    def note(self, name: str, at_sec: float, detail: str = "", outcome: str = "ok", **facts: Any) -> None:
+        self.add(Kind.TIMELINE_EVENT_KIND_NOTE, name, at_sec, outcome=outcome, detail=detail, **facts)
+
+    def call(self, name: str, target: str, started_sec: float, duration_sec: float, error: str = "",
+             **facts: Any) -> controller_pb2.TimelineEvent:
+        # A call that answered may still carry a refusal in its answer (e.g. "not accepted").
+        outcome = f"error: {error}" if error else facts.pop("outcome", "ok")
+        return self.add(Kind.TIMELINE_EVENT_KIND_CALL, name, started_sec, target=target, duration_sec=duration_sec,
+                        outcome=outcome, error=error, **facts)
 
     def finish(self, outcome: str, at_sec: float) -> None:
-        self.outcome = outcome
-        self.ended_at_sec = at_sec
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "instance_id": self.instance_id,
-            "request_id": self.request_id,
-            "strategy": self.strategy,
-            "started_at_unix_sec": round(self.started_at_sec, 6),
-            "ended_at_unix_sec": round(self.ended_at_sec, 6),
-            "outcome": self.outcome,
-            "events": [e.as_dict() for e in self.events],
-        }
+        self.proto.outcome = outcome
+        self.proto.ended_at_unix_sec = at_sec
 
 
 class TimelineBook:

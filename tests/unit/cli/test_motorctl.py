@@ -90,8 +90,8 @@ def test_timeline_renders_stages() -> None:
     assert request.instance_id == 7
     txn = controller_pb2.Transaction(request_id="sd-7-abc", strategy="dp_scale_down", started_at_unix_sec=100.0,
                                      ended_at_unix_sec=103.5, outcome="succeeded")
-    txn.events.add(at_unix_sec=100.0, kind="phase", name="DECIDING")
-    txn.events.add(at_unix_sec=101.0, kind="call", name="apply", target="127.0.0.2:1", outcome="ok", duration_sec=0.004,
+    txn.events.add(at_unix_sec=100.0, event_kind=controller_pb2.TIMELINE_EVENT_KIND_PHASE, name="DECIDING")
+    txn.events.add(at_unix_sec=101.0, event_kind=controller_pb2.TIMELINE_EVENT_KIND_CALL, name="apply", target="127.0.0.2:1", outcome="ok", duration_sec=0.004,
                    detail="rank 0: HTTP 202")
     rpc.terminate(controller_pb2.GetTimelineResponse(transactions=[txn]), (), grpc.StatusCode.OK, "")
     thread.join(10)

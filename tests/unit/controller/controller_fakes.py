@@ -11,7 +11,7 @@ import grpc
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2
 from motor.common.config import ControllerConfig, load_config
-from motor.controller.clients import PeerCallError
+from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
 from motor.controller.persistence import MemoryRuntimeStore
@@ -209,11 +209,8 @@ def make_config(**ft) -> ControllerConfig:
 def make_core(cluster: FakeCluster, config: ControllerConfig | None = None, coordinator: FakeCoordinator | None = None,
               store: MemoryRuntimeStore | None = None, fast_recovery=None) -> tuple[ControllerCore, ManualClock]:
     clock = ManualClock()
-    core = ControllerCore(config or make_config(), store or MemoryRuntimeStore(), clock, fast_recovery)
-    core.nodemanagers = FakeNodeManagers(cluster)  # type: ignore[assignment]
-    core.deps.nodemanagers = core.nodemanagers  # type: ignore[assignment]
-    if coordinator is not None:
-        core.pusher._client = coordinator  # type: ignore[assignment]
+    peers = ControllerPeers(FakeNodeManagers(cluster), coordinator)  # type: ignore[arg-type]
+    core = ControllerCore(config or make_config(), store or MemoryRuntimeStore(), peers, clock, fast_recovery)
     return core, clock
 
 

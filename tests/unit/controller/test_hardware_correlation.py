@@ -15,6 +15,7 @@ from controller_fakes import (
     two_pods,
 )
 
+from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
@@ -82,7 +83,9 @@ async def test_hardware_first_without_ft_perception_reconfigures_after_the_windo
     assert "apply" not in names and names.count("start_engines") == 2
     txn = core.timelines.transactions(7)[-1]
     assert txn.strategy == "instance_reconfiguration"
-    assert "no matching FT snapshot within 5s" in txn.events[0].detail
+    decision = txn.events[0]
+    assert decision.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION
+    assert decision.fallback_cause == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
 
 
 async def test_snapshot_without_the_hardware_rank_is_not_a_match() -> None:

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from gen.motor.v1 import common_pb2
 from motor.controller.fault_tolerance.evidence import (
     EvidenceKind,
     FaultNormalizer,
@@ -16,11 +17,13 @@ from motor.controller.fault_tolerance.runtime import (
     TRANSACTION_PHASES,
     FtPhase,
     FtRuntimeStore,
+    GateResult,
     IllegalTransitionError,
     can_serve,
     serving_ranks,
     transition,
 )
+from motor.controller.status import message_json, runtime_proto
 
 P = FtPhase
 LEGAL = {
@@ -91,7 +94,7 @@ def test_consecutive_rounds_keep_original_ids() -> None:
     assert rt.alive_dp_ranks == [0, 2]
     assert rt.dead_committed == {1, 3}
     assert rt.original_dp_ranks == (0, 1, 2, 3)
-    assert rt.as_dict()["alive_dp_ranks"] == [0, 2]
+    assert message_json(runtime_proto(rt))["alive_dp_ranks"] == [0, 2]
 
 
 def test_generation_moves_with_persisted_changes_only() -> None:
@@ -99,7 +102,7 @@ def test_generation_moves_with_persisted_changes_only() -> None:
     rt = store.create(1, [0, 1], "f")
     g = rt.generation
     store.set_gate(1, rt.gate)
-    store.record_engine_status(1, 0, {"status": "healthy"})
+    store.record_engine_status(1, 0, common_pb2.EngineFtStatus(id=0, status=common_pb2.ENGINE_HEALTH_HEALTHY))
     store.set_published(1, True)
     assert rt.generation == g
     store.set_phase(1, P.DECIDING)
@@ -128,7 +131,7 @@ def test_feature_off_reads_disabled_whatever_runs() -> None:
     assert rt.phase is P.DISABLED
     store.set_phase(1, P.RECONFIGURING)
     assert rt.phase is P.DISABLED
-    assert rt.as_dict()["phase"] == "DISABLED"
+    assert message_json(runtime_proto(rt))["phase"] == "DISABLED"
 
 
 def test_clear_history_after_rebuild() -> None:
@@ -142,13 +145,38 @@ def test_rfc_json_shape() -> None:
     store = FtRuntimeStore(scale_down_enabled=True)
     rt = store.create(7, [0, 1, 2, 3], "instance_reconfiguration", dead_committed=[1], phase=P.SCALED_DOWN_RUNNING)
     store.set_published(7, True)
-    body = rt.as_dict()
-    for key in ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks",
-                "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error",
-                "can_serve"):
-        assert key in body
-    assert body["gate"] == {"allowed": True, "reason_codes": []}
-    assert body["can_serve"] is True and body["last_error"] is None
+    store.begin_round(7, "<scale-down-request-id>", [])
+    body = message_json(runtime_proto(rt))
+    # RFC §7's example, field for field (plus the generation Motor persists).
+    assert body == {
+        "instance_id": 7,
+        "phase": "SCALED_DOWN_RUNNING",
+        "original_dp_ranks": [0, 1, 2, 3],
+        "request_id": "<scale-down-request-id>",
+        "dead_committed": [1],
+        "pending_removed_ranks": [],
+        "alive_dp_ranks": [0, 2, 3],
+        "fallback_strategy": "instance_reconfiguration",
+        "gate": {"allowed": True, "reason_codes": []},
+        "engine_statuses": {},
+        "serving_published": True,
+        "last_error": None,
+        "can_serve": True,
+        "generation": rt.generation,
+    }
+
+
+def test_json_page_renders_engine_statuses_and_gate_reasons_without_enum_prefixes() -> None:
+    store = FtRuntimeStore(scale_down_enabled=True)
+    rt = store.create(7, [0, 1], "f")
+    store.set_gate(7, GateResult(False, ("EPLB_REQUIRED",)))
+    store.record_engine_status(7, 1, common_pb2.EngineFtStatus(id=1, status=common_pb2.ENGINE_HEALTH_UNHEALTHY,
+                                                               fault_info="RuntimeError", mask=[0]))
+    store.set_error(7, "boom")
+    body = message_json(runtime_proto(rt))
+    assert body["gate"] == {"allowed": False, "reason_codes": ["EPLB_REQUIRED"]}
+    assert body["engine_statuses"]["1"]["status"] == "UNHEALTHY" and body["engine_statuses"]["1"]["mask"] == [0]
+    assert body["engine_statuses"]["1"]["ft_state"] == "UNSPECIFIED" and body["last_error"] == "boom"
 
 
 def test_normalizer_maps_to_original_rank_and_filters_committed() -> None:

@@ -372,7 +372,6 @@ async def test_fast_recovery_is_not_preempted_and_its_failure_goes_to_reconfigur
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
     await core.faults.evaluate_all()
     assert core.faults.running(7).name == "fast_recovery"
-    assert not await core.faults.preempt_and_start(7, DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3})))
     fast.release.set()
     await drain_tasks(core)
     names = [c[0] for c in cluster.calls]
@@ -386,14 +385,12 @@ async def test_preemption_waits_for_abort_before_the_next_strategy() -> None:
     await assemble(core, cluster)
     cluster.set(1, DEAD)  # survivors stay healthy: the round keeps polling
     strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
-    assert await core.faults.preempt_and_start(7, strategy)
+    core.faults.center.start_strategy(7, strategy)
     for _ in range(20):
         await asyncio.sleep(0)
     assert cluster.named("guard")
-    fast = FakeFastRecovery(applicable=True, succeeds=True)
-    fast.release.set()
-    assert await core.faults.preempt_and_start(7, fast.create(core.deps, 7))
-    assert strategy.is_finished()
+    await core.faults.center.stop_running(7)
+    assert strategy.is_finished() and core.faults.running(7) is None
     aborts = cluster.named("finalize")
     assert len(aborts) == 2 and all(not c[3] for c in aborts)
     assert not cluster.guard_holder
@@ -407,9 +404,11 @@ async def test_partial_loss_suppressed_in_transaction_window_not_when_running() 
     core.runtimes.set_phase(7, FtPhase.DECIDING)
     core.faults.observe_heartbeat(7, {2, 3}, {2})
     clock.advance(11.0)
-    assert core.faults._partial_loss(7, FtPhase.DECIDING, frozenset(), clock.monotonic()) == ""
-    assert "ranks [3] missing" in core.faults._partial_loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset(), clock.monotonic())
-    assert core.faults._partial_loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), clock.monotonic()) == ""
+    loss = core.faults.intake.partial_loss
+    grace = core.config.heartbeat_timeout_sec
+    assert loss(7, FtPhase.DECIDING, frozenset(), clock.monotonic(), grace) == ""
+    assert "ranks [3] missing" in loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset(), clock.monotonic(), grace)
+    assert loss(7, FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), clock.monotonic(), grace) == ""
 
 
 async def test_restart_during_scaling_down_becomes_reconfiguring_without_apply() -> None:

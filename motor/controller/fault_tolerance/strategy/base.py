@@ -6,21 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from motor.common.config import ControllerConfig
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.evidence import RankEvidence
 from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
-from motor.controller.fault_tolerance.timeline import (
-    TimelineBook,
-    TimelineEvent,
-    Transaction,
-)
+from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
 from motor.controller.instances import InstanceRegistry
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 
@@ -37,8 +33,6 @@ class Priority(IntEnum):
     RECONFIGURATION = 10
     DP_SCALE_DOWN = 20
     FAST_RECOVERY = 30
-    # Slot for TokenReinference-like special strategies that outrank everything else.
-    SPECIAL = 40
 
 
 @dataclass
@@ -56,25 +50,30 @@ class ControllerDeps:
     changed: Callable[[int], None]
 
 
+Facts = Mapping[str, Any]
+
+
 async def timed_call(
     txn: Transaction | None,
     clock: Clock,
     name: str,
     target: str,
     make: Callable[[], Awaitable[T]],
-    detail: str | Callable[[T], str] = "",
+    facts: Facts | None = None,
+    result_facts: Callable[[T], Facts] | None = None,
 ) -> T:
-    """Runs one remote call and records it in the timeline (start, duration, outcome); errors of the
-    peer are recorded and re-raised. `detail` may be computed from the result."""
+    """Runs one remote call and records it in the timeline (start, duration, outcome and typed facts,
+    `result_facts` computed from the answer); errors of the peer are recorded and re-raised."""
     wall, start = clock.wall(), clock.monotonic()
     try:
         result = await make()
     except (PeerCallError, PublishError) as exc:
         if txn is not None:
-            txn.call(name, target, wall, clock.monotonic() - start, f"error: {exc}", detail if isinstance(detail, str) else "")
+            txn.call(name, target, wall, clock.monotonic() - start, str(exc), **(facts or {}))
         raise
     if txn is not None:
-        txn.call(name, target, wall, clock.monotonic() - start, "ok", detail if isinstance(detail, str) else detail(result))
+        txn.call(name, target, wall, clock.monotonic() - start, **(facts or {}),
+                 **(result_facts(result) if result_facts else {}))
     return result
 
 
@@ -89,8 +88,9 @@ async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Tran
         return
     view = project_serving_view(record.topology(), deps.runtimes.get(instance_id))
     try:
+        ids = [e.id for e in view.endpoints]
         await timed_call(txn, deps.clock, "publish", deps.pusher.target, lambda: deps.pusher.add(view),
-                         f"ADD endpoints={[e.id for e in view.endpoints]}")
+                         {"endpoint_ids": ids, "detail": f"ADD endpoints={ids}"})
     except PublishError as exc:
         deps.runtimes.set_published(instance_id, False, f"publish failed: {exc}")
         log.warning("instance=%d publish failed; a later SET converges: %s", instance_id, exc)
@@ -148,14 +148,13 @@ class Strategy(ABC):
         time; the detail says when the Controller received it)."""
         txn = self.deps.timelines.begin(self.instance_id, self.name, request_id, self.deps.clock.wall())
         for ev in self.evidence:
-            txn.events.append(TimelineEvent(
-                ev.observed_at_sec, "evidence", str(ev.kind), detail=f"rank={ev.rank} received_at={ev.received_at_sec:.6f} {ev.detail}"))
+            txn.evidence(ev)
         self.txn = txn
         return txn
 
-    async def timed_call(self, name: str, target: str, make: Callable[[], Awaitable[T]],
-                         detail: str | Callable[[T], str] = "") -> T:
-        return await timed_call(self.txn, self.deps.clock, name, target, make, detail)
+    async def timed_call(self, name: str, target: str, make: Callable[[], Awaitable[T]], facts: Facts | None = None,
+                         result_facts: Callable[[T], Facts] | None = None) -> T:
+        return await timed_call(self.txn, self.deps.clock, name, target, make, facts, result_facts)
 
     async def drain(self) -> None:
         """DEL of exactly the published view. A failed drain is recorded and the strategy goes on:
@@ -165,7 +164,8 @@ class Strategy(ABC):
         if record is not None and deps.pusher.enabled:
             try:
                 await self.timed_call("drain", deps.pusher.target, lambda: deps.pusher.drain(record.topology()),
-                                      lambda ids: f"DEL endpoints={list(ids or [])}")
+                                      result_facts=lambda ids: {"endpoint_ids": list(ids or []),
+                                                                "detail": f"DEL endpoints={list(ids or [])}"})
             except PublishError as exc:
                 log.warning("instance=%d drain failed (continuing): %s", self.instance_id, exc)
         deps.runtimes.set_published(self.instance_id, False)
@@ -176,6 +176,6 @@ class Strategy(ABC):
     def set_phase(self, phase: FtPhase, detail: str = "") -> None:
         runtime = self.deps.runtimes.set_phase(self.instance_id, phase)
         if self.txn is not None:
-            self.txn.phase(str(phase), self.deps.clock.wall(), detail)
+            self.txn.phase(phase, self.deps.clock.wall(), detail)
         log.info("instance=%d phase=%s request_id=%s %s", self.instance_id, runtime.phase, runtime.request_id, detail)
         self.deps.changed(self.instance_id)

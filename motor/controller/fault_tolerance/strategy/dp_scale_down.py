@@ -21,6 +21,13 @@ from typing import TypeVar
 from gen.motor.v1 import common_pb2
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.context import ScaleDownContext
+from motor.controller.fault_tolerance.engine_states import (
+    Verdict,
+    apply_readiness,
+    poll_delay_sec,
+    recovery_state,
+    status_text,
+)
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
@@ -29,6 +36,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
+from motor.controller.fault_tolerance.timeline import gate_reason_proto
 from motor.controller.fault_tolerance.topology import (
     RoundPlan,
     TopologyError,
@@ -41,71 +49,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_HEALTH = common_pb2.EngineHealth
-_FT = common_pb2.FtState
-
-
 class RoundFailed(Exception):
     pass
 
 
 class Preempted(Exception):
     pass
-
-
-def status_text(s: common_pb2.EngineFtStatus) -> str:
-    health = _HEALTH.Name(s.status).removeprefix("ENGINE_HEALTH_").lower()
-    ft = "-" if s.ft_state == _FT.FT_STATE_UNSPECIFIED else (s.raw_ft_state or _FT.Name(s.ft_state).removeprefix("FT_STATE_").lower())
-    text = f"({health}, {ft})"
-    if s.ft_error:
-        text += f" ft_error={s.ft_error!r}"
-    return text
-
-
-def status_dict(s: common_pb2.EngineFtStatus) -> dict[str, object]:
-    out: dict[str, object] = {"id": s.id, "status": _HEALTH.Name(s.status).removeprefix("ENGINE_HEALTH_").lower()}
-    if s.ft_state != _FT.FT_STATE_UNSPECIFIED:
-        out["ft_state"] = s.raw_ft_state or _FT.Name(s.ft_state).removeprefix("FT_STATE_").lower()
-    for key in ("fault_info", "last_ft_request_id", "ft_error"):
-        if getattr(s, key):
-            out[key] = getattr(s, key)
-    if s.mask:
-        out["mask"] = list(s.mask)
-    return out
-
-
-FIRST_POLL_DELAY_SEC = 0.05
-
-
-def poll_delay_sec(polls_done: int, poll_interval_sec: float) -> float:
-    """Doubling from 50 ms up to poll_interval_sec: engines often settle in a fraction of a second
-    (a rebuild takes ~0.1 s on the reference engine), and the interval stays an upper bound."""
-    return min(poll_interval_sec, FIRST_POLL_DELAY_SEC * (2**min(polls_done, 16)))
-
-
-def apply_readiness(s: common_pb2.EngineFtStatus) -> str:
-    """Before apply: 'done' (apply-ready) only on (unhealthy, -); 'wait' on (healthy, -) and
-    (unhealthy, recovering); 'dead' is absorbed by the caller; anything else fails the round."""
-    if s.status == _HEALTH.ENGINE_HEALTH_DEAD:
-        return "dead"
-    if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
-        return "done"
-    if (s.status, s.ft_state) in (
-        (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
-        (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
-    ):
-        return "wait"
-    return "fail"
-
-
-def recovery_state(s: common_pb2.EngineFtStatus) -> str:
-    """After apply: 'done' only on (healthy, -); 'wait' on (unhealthy, -) and (unhealthy, recovering);
-    everything else ((unhealthy, failed), dead, (healthy, recovering), unknown) fails the round."""
-    if s.status == _HEALTH.ENGINE_HEALTH_HEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
-        return "done"
-    if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state in (_FT.FT_STATE_UNSPECIFIED, _FT.FT_STATE_RECOVERING):
-        return "wait"
-    return "fail"
 
 
 class DpScaleDownStrategy(Strategy):
@@ -171,6 +120,8 @@ class DpScaleDownStrategy(Strategy):
         self.txn.decision(
             "scale_down", deps.clock.wall(),
             f"dead={sorted(ctx.dead)} unhealthy={sorted(ctx.unhealthy)} dead_committed={sorted(runtime.dead_committed)}",
+            ranks=sorted(ctx.dead), unhealthy_ranks=sorted(ctx.unhealthy), dead_committed=sorted(runtime.dead_committed),
+            hardware_ranks=sorted(ctx.hardware_ranks),
         )
         deps.runtimes.begin_round(self.instance_id, self.request_id, self._round_dead)
         try:
@@ -219,7 +170,8 @@ class DpScaleDownStrategy(Strategy):
         )
         deps.runtimes.set_gate(self.instance_id, gate)
         if self.txn:
-            self.txn.decision("gate", deps.clock.wall(), f"allowed={gate.allowed} reasons={list(gate.reason_codes)} {note}".strip())
+            self.txn.decision("gate", deps.clock.wall(), f"allowed={gate.allowed} reasons={list(gate.reason_codes)} {note}".strip(),
+                              gate_allowed=gate.allowed, gate_reasons=[gate_reason_proto(c) for c in gate.reason_codes])
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
@@ -243,7 +195,8 @@ class DpScaleDownStrategy(Strategy):
             self._guard_attempted.append(pod.node_manager_address)
             calls.append((pod.node_manager_address, self.timed_call(
                 "guard", pod.node_manager_address,
-                lambda c=client: c.guard(self.instance_id, self.request_id, lease), f"lease_sec={lease:g}",
+                lambda c=client: c.guard(self.instance_id, self.request_id, lease),
+                {"lease_sec": lease, "endpoint_ids": list(pod.status_targets)},
             )))
         await self._gather(calls)
 
@@ -256,7 +209,8 @@ class DpScaleDownStrategy(Strategy):
             calls.append((pod.node_manager_address, self.timed_call(
                 "status", pod.node_manager_address,
                 lambda c=client, ids=pod.status_targets: c.status(self.instance_id, self.request_id, ids),
-                f"endpoint_ids={list(pod.status_targets)}",
+                {"endpoint_ids": list(pod.status_targets)},
+                lambda entries: {"engine_statuses": list(entries)},
             )))
         by_pod = await self._gather(calls)
         self.last_observed_at_sec = self.deps.clock.wall()
@@ -264,7 +218,7 @@ class DpScaleDownStrategy(Strategy):
         for entries in by_pod.values():
             for entry in entries:
                 statuses[entry.id] = entry
-                self.deps.runtimes.record_engine_status(self.instance_id, entry.id, status_dict(entry))
+                self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
         missing = sorted(set(plan.routable_survivors) - set(statuses))
         if missing:
             raise RoundFailed(f"status has no entry for survivors {missing}")
@@ -281,7 +235,7 @@ class DpScaleDownStrategy(Strategy):
     async def _await_recovered(self, plan: RoundPlan) -> None:
         await self._poll(plan, recovery_state, goal="healthy after apply")
 
-    async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], str], *, goal: str,
+    async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict], *, goal: str,
                     on_wait: Callable[[list[int]], None] | None = None) -> RoundPlan:
         """Polls the survivors until `judge` says every one is done (or ready), within the execution
         deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
@@ -294,19 +248,20 @@ class DpScaleDownStrategy(Strategy):
             self._check_stop()
             statuses = await self._query(plan)
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
-            dead = sorted(r for r, v in verdicts.items() if v == "dead")
+            dead = sorted(r for r, v in verdicts.items() if v is Verdict.DEAD)
             if dead:
                 self._round_dead.update(dead)
                 self.deps.runtimes.set_pending(self.instance_id, self._round_dead)
                 if self.txn:
-                    self.txn.decision("absorb", self.deps.clock.wall(), f"survivors {dead} are dead: removed this round")
+                    self.txn.decision("absorb", self.deps.clock.wall(), f"survivors {dead} are dead: removed this round",
+                                      ranks=dead)
                 self._log(logging.INFO, "absorbed newly dead ranks %s; removing %s", dead, sorted(self._round_dead))
                 plan = self._plan()
                 continue
-            failing = sorted(r for r, v in verdicts.items() if v == "fail")
+            failing = sorted(r for r, v in verdicts.items() if v is Verdict.FAIL)
             if failing:
                 raise RoundFailed(f"survivors not {goal}: " + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in failing))
-            waiting = sorted(r for r, v in verdicts.items() if v == "wait")
+            waiting = sorted(r for r, v in verdicts.items() if v is Verdict.WAIT)
             if not waiting:
                 return plan
             if on_wait is not None:
@@ -330,24 +285,20 @@ class DpScaleDownStrategy(Strategy):
         await self._gather(calls)
 
     async def _apply_one(self, client, address: str, plan: RoundPlan, targets: tuple[int, ...]) -> None:
-        wall, start = self.deps.clock.wall(), self.deps.clock.monotonic()
+        facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets),
+                 "dp_master_ip": plan.dp_master_ip}
         try:
-            resp = await client.apply(
-                self.instance_id, self.request_id, plan.removed_cumulative, plan.dp_master_ip, plan.dp_master_rank, targets
+            resp = await self.timed_call(
+                "apply", address,
+                lambda: client.apply(self.instance_id, self.request_id, plan.removed_cumulative, plan.dp_master_ip,
+                                     plan.dp_master_rank, targets),
+                facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
+                                  "outcome": "ok" if r.accepted else "not accepted", "detail": _apply_line(r)},
             )
         except PeerCallError as exc:
-            if self.txn:
-                self.txn.call("apply", address, wall, self.deps.clock.monotonic() - start, f"error: {exc}")
             raise RoundFailed(f"apply not accepted: {exc}") from None
-        detail = "; ".join(
-            f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r} body={r.request_body}"
-            + ("" if r.accepted else f" message={r.message!r}")
-            for r in resp.results
-        )
-        outcome = "ok" if resp.accepted else "not accepted"
-        if self.txn:
-            self.txn.call("apply", address, wall, self.deps.clock.monotonic() - start, outcome, f"dp_store_port={resp.dp_store_port} {detail}")
-        self._log(logging.INFO, "apply to %s %s: %s", address, outcome, detail)
+        self._log(logging.INFO, "apply to %s %s: %s", address, "accepted" if resp.accepted else "not accepted",
+                  _apply_line(resp))
         if not resp.accepted:
             refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
             raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
@@ -358,7 +309,7 @@ class DpScaleDownStrategy(Strategy):
             await self.timed_call(
                 "finalize", pod.node_manager_address,
                 lambda: client.finalize(self.instance_id, self.request_id, True, pod.retired),
-                f"commit retired_ids={list(pod.retired)}",
+                {"commit": True, "endpoint_ids": list(pod.retired)},
             )
             self._committed.add(pod.node_manager_address)
 
@@ -377,7 +328,8 @@ class DpScaleDownStrategy(Strategy):
         async def one(address: str) -> None:
             client = self.deps.nodemanagers.get(address)
             try:
-                await self.timed_call("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()), "abort")
+                await self.timed_call("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()),
+                                      {"commit": False, "detail": "abort"})
             except PeerCallError as exc:
                 # A stale or expired guard is refused by the NodeManager; that is the point of the check.
                 self._log(logging.WARNING, "finalize(abort) to %s failed: %s", address, exc)
@@ -410,6 +362,14 @@ class DpScaleDownStrategy(Strategy):
                 # Best effort and sent once: recycling and replacing the pod is the cluster's job.
                 await self.timed_call("stop_pod", pod.node_manager_address,
                                   lambda c=client: c.stop_pod(self.request_id, "every DP rank of the pod is committed dead"),
-                                  f"ranks={list(pod.ranks)}")
+                                      {"endpoint_ids": list(pod.ranks)})
             except PeerCallError as exc:
                 self._log(logging.WARNING, "stop_pod %s failed (not retried): %s", pod.pod_ip, exc)
+
+
+def _apply_line(resp) -> str:
+    return f"dp_store_port={resp.dp_store_port} " + "; ".join(
+        f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r}"
+        + ("" if r.accepted else f" message={r.message!r}")
+        for r in resp.results
+    )

@@ -12,6 +12,7 @@ import logging
 import uuid
 
 from motor.controller.clients import PeerCallError
+from motor.controller.fault_tolerance.decision import FallbackCause
 from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
     FALLBACK_RECONFIGURATION,
@@ -20,6 +21,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
+from motor.controller.fault_tolerance.timeline import fallback_cause_proto
 from motor.controller.persistence import StoreError
 
 log = logging.getLogger(__name__)
@@ -29,17 +31,19 @@ class ReconfigurationStrategy(Strategy):
     name = FALLBACK_RECONFIGURATION
     priority = Priority.RECONFIGURATION
 
-    def __init__(self, deps: ControllerDeps, instance_id: int, reason: str) -> None:
+    def __init__(self, deps: ControllerDeps, instance_id: int, reason: str, cause: FallbackCause) -> None:
         super().__init__(deps, instance_id)
         self.reason = reason
+        self.cause = cause
         self.request_id = f"reconf-{instance_id}-{uuid.uuid4().hex[:12]}"
 
     async def execute(self) -> Outcome:
         deps = self.deps
         record = deps.registry.get(self.instance_id)
         self.begin_transaction(self.request_id)
-        self.txn.decision("reconfigure", deps.clock.wall(), self.reason)
-        log.warning("instance=%d request_id=%s whole-instance reconfiguration: %s", self.instance_id, self.request_id, self.reason)
+        self.txn.decision("reconfigure", deps.clock.wall(), self.reason, fallback_cause=fallback_cause_proto(self.cause))
+        log.warning("instance=%d request_id=%s whole-instance reconfiguration (%s): %s", self.instance_id,
+                    self.request_id, self.cause, self.reason)
         if deps.runtimes.get(self.instance_id).phase is not FtPhase.RECONFIGURING:
             self.set_phase(FtPhase.RECONFIGURING, self.reason)
         else:
@@ -56,7 +60,9 @@ class ReconfigurationStrategy(Strategy):
         try:
             await asyncio.gather(*(
                 self.timed_call("stop_engines", p.node_manager_address,
-                           lambda p=p: deps.nodemanagers.get(p.node_manager_address).stop_engines(self.instance_id, self.request_id, timeout))
+                                lambda p=p: deps.nodemanagers.get(p.node_manager_address).stop_engines(
+                                    self.instance_id, self.request_id, timeout),
+                                {"endpoint_ids": sorted(p.ranks)})
                 for p in pods
             ))
             master_rank = min(record.original_dp_ranks)
@@ -64,9 +70,9 @@ class ReconfigurationStrategy(Strategy):
             # Port 0: each NodeManager uses its configured initial dp_master_port for the new group.
             await asyncio.gather(*(
                 self.timed_call("start_engines", p.node_manager_address,
-                           lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
-                               self.instance_id, self.request_id, master_ip, 0, timeout),
-                           f"dp_master_ip={master_ip}")
+                                lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
+                                    self.instance_id, self.request_id, master_ip, 0, timeout),
+                                {"endpoint_ids": sorted(p.ranks), "dp_master_ip": master_ip})
                 for p in pods
             ))
         except PeerCallError as exc:

@@ -1,0 +1,119 @@
+"""Software and heartbeat evidence per instance: the inputs of the RFC §4.3 decision. Pure: every time
+is passed in (monotonic seconds for comparisons, wall seconds only for the timeline).
+
+Evidence is in-process only (first-seen times, collection windows, missing heartbeats), never
+persisted: a restarted Controller rebuilds it from the next reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from motor.controller.fault_tolerance.evidence import EvidenceKind, FaultNormalizer, Health, RankEvidence
+from motor.controller.fault_tolerance.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
+
+
+@dataclass
+class InstanceEvidence:
+    evidence: dict[int, RankEvidence] = field(default_factory=dict)
+    first_seen_sec: dict[int, float] = field(default_factory=dict)
+    # The collection window opens at the first UNHEALTHY/DEAD of a round; later reports do not extend it.
+    window_started_sec: float | None = None
+    missing_since_sec: dict[int, float] = field(default_factory=dict)
+
+    def health(self) -> dict[int, Health]:
+        return {rank: ev.health for rank, ev in self.evidence.items()}
+
+
+class EvidenceIntake:
+    def __init__(self) -> None:
+        self._by_instance: dict[int, InstanceEvidence] = {}
+
+    def of(self, instance_id: int) -> InstanceEvidence:
+        return self._by_instance.setdefault(instance_id, InstanceEvidence())
+
+    def instances(self) -> list[InstanceEvidence]:
+        return list(self._by_instance.values())
+
+    def record_software(
+        self, runtime: FtRuntime, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
+        received_at_sec: float, now_sec: float,
+    ) -> RankEvidence | None:
+        """The recorded evidence, or None for a committed dead rank. Raises NormalizationError."""
+        evidence = FaultNormalizer(runtime.original_dp_ranks).normalize(
+            endpoint_id, kind, detail, observed_at_sec, runtime.dead_committed
+        )
+        if evidence is None:
+            return None
+        evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec)
+        state = self.of(runtime.instance_id)
+        if evidence.health is Health.HEALTHY:
+            state.evidence.pop(endpoint_id, None)
+            state.first_seen_sec.pop(endpoint_id, None)
+            if not state.evidence:
+                state.window_started_sec = None
+        else:
+            state.evidence[endpoint_id] = evidence
+            state.first_seen_sec.setdefault(endpoint_id, now_sec)
+            if state.window_started_sec is None:
+                state.window_started_sec = now_sec
+        return evidence
+
+    def observe_heartbeat(self, instance_id: int, expected: Iterable[int], alive: Iterable[int],
+                          now_sec: float) -> frozenset[int]:
+        """Tracks ranks a pod's heartbeat leaves out; returns the ones missing now."""
+        state = self.of(instance_id)
+        expected_set, alive_set = set(expected), set(alive)
+        missing = frozenset(expected_set - alive_set)
+        for rank in expected_set:
+            if rank in missing:
+                state.missing_since_sec.setdefault(rank, now_sec)
+            else:
+                state.missing_since_sec.pop(rank, None)
+        return missing
+
+    def mark_silent(self, instance_id: int, ranks: Iterable[int], since_sec: float) -> None:
+        """A pod whose heartbeats stopped counts as missing every rank it should report."""
+        state = self.of(instance_id)
+        for rank in ranks:
+            state.missing_since_sec.setdefault(rank, since_sec)
+
+    def partial_loss(self, instance_id: int, phase: FtPhase, dead_committed: frozenset[int], now_sec: float,
+                     grace_sec: float) -> str:
+        """The baseline partial-loss whole-instance shutdown; suppressed in the transaction window
+        and never driven by ranks that already have software DEAD evidence (that path decides)."""
+        if phase in TRANSACTION_PHASES:
+            return ""
+        state = self.of(instance_id)
+        lost = sorted(
+            rank
+            for rank, since in state.missing_since_sec.items()
+            if rank not in dead_committed
+            and now_sec - since >= grace_sec
+            and not (rank in state.evidence and state.evidence[rank].health is Health.DEAD)
+        )
+        return f"partial loss: ranks {lost} missing from heartbeats for {grace_sec:g}s" if lost else ""
+
+    def settle(self, instance_id: int, dead_committed: frozenset[int], observed_at_sec: float,
+               whole_rebuild: bool) -> None:
+        """After a successful strategy: engine observations at outcome time supersede older reports,
+        committed ranks are done, and a whole rebuild forgets every missing heartbeat."""
+        state = self.of(instance_id)
+        for rank, ev in list(state.evidence.items()):
+            if rank in dead_committed or ev.observed_at_sec <= observed_at_sec:
+                del state.evidence[rank]
+                state.first_seen_sec.pop(rank, None)
+        for rank in list(state.missing_since_sec):
+            if rank in dead_committed or whole_rebuild:
+                del state.missing_since_sec[rank]
+        state.window_started_sec = min(state.first_seen_sec.values(), default=None)
+
+    def deadlines(self, collection_timeout_sec: float, grace_sec: float) -> list[float]:
+        out = []
+        for state in self._by_instance.values():
+            if state.window_started_sec is not None:
+                out.append(state.window_started_sec + collection_timeout_sec)
+            out.extend(t + grace_sec for t in state.missing_since_sec.values())
+        return out

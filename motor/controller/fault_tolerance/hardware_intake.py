@@ -1,0 +1,131 @@
+"""Hardware evidence (RFC §4.4): de-duplication across sources, the level rule, mapping to original DP
+ranks per instance, and what each mapped fault asks for — nothing (handled, ignored), the original
+strategy at once (unmappable, feature off), or a correlation window. No I/O: the caller passes the
+time and the facts it reads about the instances.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from motor.common.config import FaultToleranceConfig
+from motor.controller.fault_tolerance.correlation import HardwareCorrelation
+from motor.controller.fault_tolerance.decision import FallbackCause
+from motor.controller.fault_tolerance.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore
+from motor.controller.hardware.levels import is_severe, level_text
+from motor.controller.hardware.model import HardwareFault
+from motor.controller.hardware.resolver import InstanceMapping, InstanceTopology, TopologyResolver, Unmappable
+from motor.controller.instances import InstanceRegistry
+
+log = logging.getLogger(__name__)
+
+# Hardware faults remembered for de-duplication across sources (directory, Kubernetes, RPC).
+_SEEN_HARDWARE_MAX = 4096
+
+
+@dataclass(frozen=True)
+class Forced:
+    """The original strategy, asked for by a hardware fault that cannot take the scale-down path."""
+
+    cause: FallbackCause
+    reason: str
+
+
+class HardwareIntake:
+    def __init__(
+        self,
+        ft: FaultToleranceConfig,
+        registry: InstanceRegistry,
+        runtimes: FtRuntimeStore,
+        correlation: HardwareCorrelation,
+        busy: Callable[[int], bool],
+        window_open: Callable[[int], bool],
+    ) -> None:
+        self._ft = ft
+        self._registry = registry
+        self._runtimes = runtimes
+        self.correlation = correlation
+        self._busy = busy
+        self._window_open = window_open
+        self.resolver = TopologyResolver()
+        self._seen: dict[object, float] = {}
+        self._notes: dict[object, str] = {}
+        self._forced: dict[int, Forced] = {}
+
+    def report(self, faults: list[HardwareFault], now_sec: float) -> list[str]:
+        """Returns what was done with each fault."""
+        notes = []
+        for fault in faults:
+            note = self._one(fault, now_sec)
+            self._notes[fault.key] = note
+            notes.append(note)
+        _trim(self._notes)
+        return notes
+
+    def last_note(self, key: object) -> str:
+        return self._notes.get(key, "")
+
+    def take_forced(self, instance_id: int) -> Forced | None:
+        return self._forced.pop(instance_id, None)
+
+    def _one(self, fault: HardwareFault, now_sec: float) -> str:
+        if self._seen.get(fault.key) == fault.fault_time_unix_sec:
+            return f"{fault.describe()}: already seen"
+        self._seen[fault.key] = fault.fault_time_unix_sec
+        _trim(self._seen)
+        if not is_severe(fault.level):
+            return f"{fault.describe()}: {level_text(fault.level)} below L4, logged only"
+        instances = [
+            InstanceTopology(record.topology(), self._active(record.instance_id))
+            for record in self._registry.all()
+            if record.assembled and self._runtimes.find(record.instance_id) is not None
+        ]
+        result = self.resolver.resolve(fault, instances)
+        if result.ignored or not result.mappings:
+            return f"{fault.describe()}: {result.describe()}"
+        notes = [self._for_instance(fault, m, now_sec) for m in result.mappings]
+        return f"{fault.describe()}: " + "; ".join(notes)
+
+    def _active(self, instance_id: int) -> bool:
+        runtime = self._runtimes.find(instance_id)
+        if runtime is None or self._busy(instance_id):
+            return False
+        return runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED
+
+    def _for_instance(self, fault: HardwareFault, mapping: InstanceMapping, now_sec: float) -> str:
+        iid = mapping.instance_id
+        runtime = self._runtimes.get(iid)
+        if mapping.reason is Unmappable.CARD_NOT_FOUND:
+            return f"instance {iid}: card not used by the instance, ignored"
+        if mapping.reason is Unmappable.INSTANCE_NOT_ACTIVE:
+            # No correlation wait; the recovery already running is the original path.
+            return f"instance {iid}: not ACTIVE (phase {runtime.phase}), left to the running recovery"
+        if mapping.reason is not None:
+            reason = f"hardware fault {fault.describe()} cannot be mapped ({mapping.reason.value}): original strategy"
+            self._forced[iid] = Forced(FallbackCause.HARDWARE_UNMAPPABLE, reason)
+            log.warning("instance=%d %s", iid, reason)
+            return f"instance {iid}: unmappable ({mapping.reason.value}), whole-instance reconfiguration"
+        ranks = mapping.ranks
+        if ranks <= runtime.dead_committed:
+            return f"instance {iid}: ranks {sorted(ranks)} already committed dead, handled"
+        if not (self._ft.enable_fault_tolerance and self._ft.enable_dp_scale_down):
+            self._forced[iid] = Forced(
+                FallbackCause.HARDWARE_UNMAPPABLE,
+                f"hardware fault {fault.describe()} on ranks {sorted(ranks)} (scale-down disabled)",
+            )
+            return f"instance {iid}: scale-down disabled, whole-instance reconfiguration"
+        if self._window_open(iid):
+            # Software came first: the FT snapshot alone decides, the hardware fault does not wait.
+            return f"instance {iid}: software evidence first, decided on the FT snapshot"
+        opened = self.correlation.open(iid, fault.key, ranks, now_sec, fault.describe())
+        log.info("instance=%d hardware fault on ranks %s: %s", iid, sorted(ranks),
+                 "correlation window opened" if opened else "already waiting")
+        return (f"instance {iid}: ranks {sorted(ranks)}, waiting up to "
+                f"{self.correlation.window_sec:g}s for the FT framework")
+
+
+def _trim(remembered: dict) -> None:
+    while len(remembered) > _SEEN_HARDWARE_MAX:
+        del remembered[next(iter(remembered))]
