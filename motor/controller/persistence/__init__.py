@@ -1,22 +1,29 @@
 """Persistence of the Controller's desired state (RFC §5 "Controller 重启").
 
-- `store`: the record (`PersistedInstance`), its encoding, the `RuntimeStore` protocol with its
-  memory and etcd backends, and `open_runtime_store`.
+Only what a restart needs is persisted, per instance: phase, generation, original_dp_ranks,
+dead_committed, fallback_strategy, and the topology needed to re-assemble the instance. Observed
+state (engine statuses, fault evidence, timelines) is rebuilt after a restart, never persisted.
+
+- `records`: the record (`PersistedInstance`), its canonical JSON encoding and the pydantic
+  validation of records written and read (`encode_record`, `decode_record`).
+- `errors`: `StoreError` and `StaleWriteError` (a lost compare-and-set on the generation).
+- `base`: the `RuntimeStore` protocol, its CAS and fail-closed semantics, and the caller-side
+  checks both backends share.
+- `memory`: `MemoryRuntimeStore`, the embedded default without etcd; state is lost on restart.
+- `etcd`: `EtcdRuntimeStore`, etcd v3 key layout and one CAS transaction per write.
+- `etcd_connection`: `EtcdConnection`, endpoint probing and failover, bounded calls, errors mapped
+  to `StoreError`.
+- `factory`: `open_runtime_store`, the backend the configuration asks for.
 - `persister`: `RuntimePersister`, the glue between the in-memory runtime and a store
   (compare-and-set on the generation) and the restart rule.
 """
 
-from motor.controller.persistence.store import (
-    EtcdRuntimeStore,
-    MemoryRuntimeStore,
-    PersistedInstance,
-    RuntimeStore,
-    StaleWriteError,
-    StoreError,
-    decode_record,
-    encode_record,
-    open_runtime_store,
-)
+from motor.controller.persistence.base import RuntimeStore
+from motor.controller.persistence.errors import StaleWriteError, StoreError
+from motor.controller.persistence.etcd import EtcdRuntimeStore
+from motor.controller.persistence.factory import open_runtime_store
+from motor.controller.persistence.memory import MemoryRuntimeStore
+from motor.controller.persistence.records import PersistedInstance, decode_record, encode_record
 
 __all__ = [
     "EtcdRuntimeStore",

@@ -15,12 +15,9 @@ from motor.controller.fault_tolerance.runtime import (
 )
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
 from motor.controller.instances import InstanceRegistry
-from motor.controller.persistence.store import (
-    PersistedInstance,
-    RuntimeStore,
-    StaleWriteError,
-    StoreError,
-)
+from motor.controller.persistence.base import RuntimeStore
+from motor.controller.persistence.errors import StaleWriteError, StoreError
+from motor.controller.persistence.records import PersistedInstance
 
 log = logging.getLogger(__name__)
 

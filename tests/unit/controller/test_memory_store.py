@@ -249,11 +249,85 @@ def test_decode_refuses_missing_field() -> None:
         decode_record(json.dumps(doc).encode(), key="/p/instances/1")
 
 
+@pytest.mark.parametrize("field, value, named", [
+    ("phase", ["NORMAL"], "phase ['NORMAL']"),  # wrong type
+    ("fallback_strategy", 7, "fallback_strategy 7"),
+    ("generation", True, "generation True"),  # bool is not an int
+    ("instance_id", False, "instance_id False"),
+    ("generation", 2.0, "generation 2.0"),
+    ("dead_committed", [1, True], "dead_committed[1] True"),
+    ("original_dp_ranks", "0,1", "original_dp_ranks '0,1'"),
+    ("topology_b64", "not*base64", "topology_b64 'not*base64': not base64"),
+    ("topology_b64", "QQ", "topology_b64 'QQ': not base64"),  # missing padding
+    ("schema_version", 2, "schema_version 2 is not 1"),
+    ("schema_version", True, "schema_version True is not 1"),
+    ("schema_version", "1", "schema_version '1' is not 1"),
+])
+def test_decode_errors_name_the_key_field_and_value(field: str, value: object, named: str) -> None:
+    doc = json.loads(encode_record(record()))
+    doc[field] = value
+    with pytest.raises(StoreError) as err:
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+    assert str(err.value).startswith("corrupt runtime record under key '/p/instances/1': ")
+    assert named in str(err.value)
+
+
+def test_decode_names_unknown_keys_and_reports_every_problem() -> None:
+    doc = json.loads(encode_record(record()))
+    doc.update(zeta=1, alpha=2, generation=-1)
+    del doc["phase"]
+    with pytest.raises(StoreError) as err:
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+    assert str(err.value) == ("corrupt runtime record under key '/p/instances/1': missing fields ['phase']; "
+                              "unknown fields ['alpha', 'zeta']; generation -1: Input should be greater than "
+                              "or equal to 0")
+
+
+def test_wrong_schema_version_is_the_only_problem_reported() -> None:
+    # Another version's record may have other fields entirely: listing them would mislead.
+    doc = {"schema_version": 2, "instance": {"id": 1}}
+    with pytest.raises(StoreError) as err:
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+    assert str(err.value) == "corrupt runtime record under key '/p/instances/1': schema_version 2 is not 1"
+
+
+def test_decode_quotes_long_values_shortened() -> None:
+    doc = json.loads(encode_record(record()))
+    doc["phase"] = ["x" * 10_000]
+    with pytest.raises(StoreError) as err:
+        decode_record(json.dumps(doc).encode(), key="/p/instances/1")
+    assert "phase ['xxx" in str(err.value) and "..." in str(err.value)
+    assert len(str(err.value)) < 300
+
+
+def test_decode_accepts_stored_bytes_of_the_previous_encoder() -> None:
+    # Bytes as written before the pydantic model: stored data must keep decoding, and re-encode equal.
+    stored = (b'{"dead_committed":[2],"fallback_strategy":"instance_reconfiguration","generation":3,'
+              b'"instance_id":7,"original_dp_ranks":[0,1,2,3],"phase":"SCALED_DOWN_RUNNING",'
+              b'"schema_version":1,"topology_b64":"CAESAP8="}')
+    rec = decode_record(stored, key="k")
+    assert rec == record(7, 3, phase="SCALED_DOWN_RUNNING", dead_committed=(2,))
+    assert encode_record(rec) == stored
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"generation": True}, "generation True"),
+    ({"instance_id": -2}, "instance -2: invalid runtime record: instance_id -2"),
+    ({"phase": 3}, "phase 3"),
+    ({"dead_committed": (1.5,)}, "dead_committed[0] 1.5"),
+    ({"topology": "not bytes"}, "topology 'not bytes'"),
+])
+def test_invalid_record_error_names_the_field_and_value(bad: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError) as err:
+        encode_record(record(**bad))
+    assert named in str(err.value)
+
+
 # ---- factory ---------------------------------------------------------------------------------------
 
 
 def test_factory_without_endpoints_is_memory_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="motor.controller.persistence.store"):
+    with caplog.at_level(logging.WARNING, logger="motor.controller.persistence.factory"):
         store = open_runtime_store(StoreConfig())
     assert isinstance(store, MemoryRuntimeStore)
     assert store.description == "in-memory (state is lost on restart)"
