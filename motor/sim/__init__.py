@@ -1,0 +1,12 @@
+"""motor-engine-sim, the reference engine: one vLLM DP rank with fault tolerance (see README.md).
+
+Modules:
+- API process: `main` (console script), `config` (flags → SimConfig), `engine` (requests, FT status,
+  applies), `http_api` (which routes exist), `openai_api` (inference), `ft_api` (FT status/apply),
+  `injection` (admin routes) and `injection_state` (armed faults), `executor_client` (the child).
+- FT rules, pure: `ft_state` (status entry and its transitions), `apply_body` (apply body and params,
+  pydantic), `apply_rules` (what a rank does with a well-formed apply), `placement` (experts).
+- Executor process: `executor` (the "EngineCore" loop), `dp_group` (TCPStore + gloo; imports torch),
+  `toy_model` (deterministic tokens).
+- Helpers: `client` (sync HTTP client), `cluster` (start N ranks locally).
+"""

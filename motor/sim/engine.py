@@ -16,19 +16,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from motor.sim.apply_body import ApplyRequest
+from motor.sim.apply_rules import GroupContext, RecoveryPlan, decide_apply
 from motor.sim.config import SimConfig
 from motor.sim.executor_client import ExecutorHandle
-from motor.sim.ft_state import (
-    SCHEMA_VERSION,
-    ApplyRequest,
-    EngineStatus,
-    FtState,
-    FtStatus,
-    GroupContext,
-    RecoveryPlan,
-    decide_apply,
-)
-from motor.sim.injection import InjectionState
+from motor.sim.ft_state import SCHEMA_VERSION, EngineStatus, FtState, FtStatus
+from motor.sim.injection_state import InjectionState
 from motor.sim.placement import initial_placement
 from motor.sim.toy_model import prompt_seed
 

@@ -12,8 +12,8 @@ import logging
 
 from aiohttp import web
 
+from motor.sim.apply_body import ApplyBodyError, parse_apply_body
 from motor.sim.engine import SimEngine
-from motor.sim.ft_state import ApplyBodyError, parse_apply_body
 
 log = logging.getLogger("motor.sim.ft_api")
 

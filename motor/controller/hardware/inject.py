@@ -20,8 +20,8 @@ from typing import Any
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.hardware import levels
-from motor.controller.hardware.model import HardwareFault, HardwareFaultError
-from motor.controller.hardware.parser import (
+from motor.controller.hardware.checkcode import device_info_check_code
+from motor.controller.hardware.formats import (
     CONFIGMAP_NAME_PREFIX,
     CONFIGMAP_NAMESPACE,
     DEVICE_INFO_KEY,
@@ -30,8 +30,8 @@ from motor.controller.hardware.parser import (
     FAULT_TYPE_CARD_NETWORK,
     FAULT_TYPE_NODE,
     MANUALLY_SEPARATE_KEY,
-    device_info_check_code,
 )
+from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 
 DEFAULT_RESOURCE = "huawei.com/Ascend910"
 _DATA_LINK = "..data"

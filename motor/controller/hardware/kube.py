@@ -20,116 +20,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from motor.controller.hardware.dedup import FaultDeduper
+from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE, ParseResult, node_from_configmap_name
+from motor.controller.hardware.kube_api import KubeApi
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.monitor import FaultCallback, call_fault_callback, log_cleared
-from motor.controller.hardware.parser import (
-    CONFIGMAP_NAMESPACE,
-    node_from_configmap_name,
-    parse_configmap,
-    parse_node,
-)
+from motor.controller.hardware.node_parser import parse_node
+from motor.controller.hardware.parser import parse_configmap
+from motor.controller.hardware.source import FaultCallback, absorb, call_fault_callback, log_cleared
 
 log = logging.getLogger(__name__)
 
 CONFIGMAPS = "configmaps"
 NODES = "nodes"
 _MAX_BACKOFF_SEC = 30.0
-_READ_MARGIN_SEC = 30
-_REQUEST_TIMEOUT_SEC = 30
 _GONE = 410
 _MIN_WATCH_SEC = 1.0
+_EventHandler = Callable[[str, Mapping[str, Any]], list[HardwareFault]]
 
 
-class KubeUnavailable(RuntimeError):
-    """No usable Kubernetes client or configuration; the message says which."""
-
-
-class KubeApi(Protocol):
-    """The four blocking calls the source needs; objects as plain dicts (`kubectl get -o json`)."""
-
-    def list_configmaps(self, namespace: str) -> tuple[list[dict[str, Any]], str]: ...
-
-    def watch_configmaps(self, namespace: str, resource_version: str, timeout_sec: int) -> Iterator[tuple[str, dict[str, Any]]]: ...
-
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]: ...
-
-    def watch_nodes(self, resource_version: str, timeout_sec: int) -> Iterator[tuple[str, dict[str, Any]]]: ...
-
-    def stop(self) -> None:
-        """Best effort: ends the watches in progress."""
-
-
-def load_kube_api() -> tuple[KubeApi, str]:
-    """In-cluster config, else a kubeconfig; returns (api, how) or raises KubeUnavailable."""
-    try:
-        from kubernetes import client, config
-    except ImportError as exc:
-        raise KubeUnavailable(f"the kubernetes package is not installed ({exc})") from None
-    try:
-        config.load_incluster_config()
-        how = "in-cluster config"
-    except config.ConfigException as in_cluster:
-        try:
-            config.load_kube_config()
-            how = "kubeconfig"
-        except Exception as exc:  # the loader raises ConfigException, OSError or parser errors
-            raise KubeUnavailable(f"no in-cluster config ({in_cluster}) and no usable kubeconfig ({exc})") from None
-    return KubernetesClientApi(client.ApiClient()), how
-
-
-class KubernetesClientApi:
-    """KubeApi over the official `kubernetes` client (imported lazily)."""
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client, watch
-
-        self._core = client.CoreV1Api(api_client)
-        self._to_dict: Callable[[Any], Any] = api_client.sanitize_for_serialization
-        self._watch_type = watch.Watch
-        self._lock = threading.Lock()
-        self._watches: set[Any] = set()
-
-    def list_configmaps(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
-        resp = self._core.list_namespaced_config_map(namespace, _request_timeout=_REQUEST_TIMEOUT_SEC)
-        return [self._to_dict(item) for item in resp.items], resp.metadata.resource_version
-
-    def watch_configmaps(self, namespace: str, resource_version: str, timeout_sec: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        return self._stream(self._core.list_namespaced_config_map, resource_version, timeout_sec, namespace)
-
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        resp = self._core.list_node(_request_timeout=_REQUEST_TIMEOUT_SEC)
-        return [self._to_dict(item) for item in resp.items], resp.metadata.resource_version
-
-    def watch_nodes(self, resource_version: str, timeout_sec: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        return self._stream(self._core.list_node, resource_version, timeout_sec)
-
-    def stop(self) -> None:
-        with self._lock:
-            watches = list(self._watches)
-        for w in watches:
-            w.stop()
-
-    def _stream(self, func: Any, resource_version: str, timeout_sec: int, *args: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        w = self._watch_type()
-        with self._lock:
-            self._watches.add(w)
-        try:
-            for event in w.stream(
-                func, *args, resource_version=resource_version, timeout_seconds=timeout_sec,
-                allow_watch_bookmarks=True, _request_timeout=timeout_sec + _READ_MARGIN_SEC,
-            ):
-                kind = event.get("type", "")
-                if kind == "ERROR":
-                    yield kind, dict(event.get("raw_object") or {})
-                else:
-                    yield kind, self._to_dict(event.get("object"))
-        finally:
-            w.stop()
-            with self._lock:
-                self._watches.discard(w)
+def _object_name(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 class _Expired(Exception):
@@ -170,73 +84,59 @@ class KubernetesConfigMapSource:
 
     def handle_configmap_event(self, event_type: str, obj: Mapping[str, Any]) -> list[HardwareFault]:
         """ADDED / MODIFIED / DELETED of a ConfigMap in the namespace → new or changed faults."""
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or node_from_configmap_name(name) is None:
+        name = _object_name(obj)
+        if name is None or node_from_configmap_name(name) is None:
             return []
-        source = f"k8s:configmap/{self._namespace}/{name}"
         if event_type == "DELETED":
-            self._configmaps.discard(name)
             log.info("hardware: ConfigMap %s/%s deleted", self._namespace, name)
-            log_cleared(self._dedup.forget(f"cm/{name}"), source)
-            return []
-        if event_type not in ("ADDED", "MODIFIED"):
-            return []
-        self._configmaps.add(name)
-        result = parse_configmap(obj, source=source)
-        for problem in result.problems:
-            log.warning("hardware: %s", problem)
-        if not result.faults and result.problems:
-            return []  # unreadable as a whole: keep what we knew
-        fresh, cleared = self._dedup.update(f"cm/{name}", result.faults)
-        log_cleared(cleared, source)
-        return fresh
+        return self._handle(
+            self._configmaps, name, f"cm/{name}", f"k8s:configmap/{self._namespace}/{name}", event_type,
+            lambda source: parse_configmap(obj, source=source),
+        )
 
     def handle_configmap_sync(self, items: list[Mapping[str, Any]]) -> list[HardwareFault]:
         """A full list (start, or relist after 410): also forgets ConfigMaps deleted meanwhile."""
-        fresh: list[HardwareFault] = []
-        listed: set[str] = set()
-        for obj in items:
-            name = (obj.get("metadata") or {}).get("name") if isinstance(obj, Mapping) else None
-            if isinstance(name, str) and node_from_configmap_name(name) is not None:
-                listed.add(name)
-                fresh += self.handle_configmap_event("MODIFIED", obj)
-        for gone in sorted(self._configmaps - listed):
-            self.handle_configmap_event("DELETED", {"metadata": {"name": gone}})
-        return fresh
+        return self._sync(items, self._configmaps, self.handle_configmap_event,
+                          lambda name: node_from_configmap_name(name) is not None)
 
     def handle_node_event(self, event_type: str, obj: Mapping[str, Any]) -> list[HardwareFault]:
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
+        name = _object_name(obj)
+        if name is None:
             return []
-        source = f"k8s:node/{name}"
+        return self._handle(
+            self._nodes, name, f"node/{name}", f"k8s:node/{name}", event_type,
+            lambda source: parse_node(obj, source=source),
+        )
+
+    def handle_node_sync(self, items: list[Mapping[str, Any]]) -> list[HardwareFault]:
+        return self._sync(items, self._nodes, self.handle_node_event, lambda name: True)
+
+    def _handle(
+        self, known: set[str], name: str, doc_key: str, source: str, event_type: str,
+        parse: Callable[[str], ParseResult],
+    ) -> list[HardwareFault]:
         if event_type == "DELETED":
-            self._nodes.discard(name)
-            log_cleared(self._dedup.forget(f"node/{name}"), source)
+            known.discard(name)
+            log_cleared(self._dedup.forget(doc_key), source)
             return []
         if event_type not in ("ADDED", "MODIFIED"):
             return []
-        self._nodes.add(name)
-        result = parse_node(obj, source=source)
-        for problem in result.problems:
-            log.warning("hardware: %s", problem)
-        if not result.faults and result.problems:
-            return []
-        fresh, cleared = self._dedup.update(f"node/{name}", result.faults)
-        log_cleared(cleared, source)
-        return fresh
+        known.add(name)
+        return absorb(self._dedup, doc_key, parse(source), source)
 
-    def handle_node_sync(self, items: list[Mapping[str, Any]]) -> list[HardwareFault]:
+    @staticmethod
+    def _sync(
+        items: list[Mapping[str, Any]], known: set[str], handle: _EventHandler, wanted: Callable[[str], bool]
+    ) -> list[HardwareFault]:
         fresh: list[HardwareFault] = []
         listed: set[str] = set()
         for obj in items:
-            name = (obj.get("metadata") or {}).get("name") if isinstance(obj, Mapping) else None
-            if isinstance(name, str) and name:
+            name = _object_name(obj)
+            if name is not None and wanted(name):
                 listed.add(name)
-                fresh += self.handle_node_event("MODIFIED", obj)
-        for gone in sorted(self._nodes - listed):
-            self.handle_node_event("DELETED", {"metadata": {"name": gone}})
+                fresh += handle("MODIFIED", obj)
+        for gone in sorted(known - listed):
+            handle("DELETED", {"metadata": {"name": gone}})
         return fresh
 
     # --- lifecycle ---------------------------------------------------------------------------

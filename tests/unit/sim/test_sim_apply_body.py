@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from motor.sim.ft_state import ApplyBodyError, Instruction, parse_apply_body
+from motor.sim.apply_body import ApplyBodyError, Instruction, parse_apply_body
 
 pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included
 

@@ -4,15 +4,9 @@ from typing import Any
 
 import pytest
 
-from motor.sim.ft_state import (
-    ApplyRequest,
-    EngineStatus,
-    FtState,
-    FtStatus,
-    GroupContext,
-    Instruction,
-    decide_apply,
-)
+from motor.sim.apply_body import ApplyRequest, Instruction
+from motor.sim.apply_rules import GroupContext, decide_apply
+from motor.sim.ft_state import EngineStatus, FtState, FtStatus
 from motor.sim.placement import initial_placement, replace_after_scale_down
 
 pytestmark = pytest.mark.timeout(30)  # per test, module fixtures included

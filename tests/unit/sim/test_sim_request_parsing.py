@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from motor.sim.injection import InjectionError, InjectionState, parse_inject_body
+from motor.sim.injection import InjectionError, parse_inject_body
+from motor.sim.injection_state import InjectionState
 from motor.sim.openai_api import ApiError, parse_chat, parse_completion
 from motor.sim.toy_model import expected_completion, prompt_seed, token_id, token_text
 

@@ -9,6 +9,7 @@ import pytest
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.hardware import levels
+from motor.controller.hardware.checkcode import device_info_check_code
 from motor.controller.hardware.inject import (
     build_configmap,
     build_device_info_cfg,
@@ -16,7 +17,7 @@ from motor.controller.hardware.inject import (
     write_configmap_fault,
 )
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
-from motor.controller.hardware.parser import device_info_check_code, parse_configmap
+from motor.controller.hardware.parser import parse_configmap
 
 CARDS = [f"Ascend910-{i}" for i in range(16)]
 LOST = HardwareFault("node-a", "Ascend910-10", ("80E18402", "A8028801"), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.25)

@@ -21,12 +21,10 @@ from hw_samples import (
 )
 
 from motor.controller.hardware import levels
-from motor.controller.hardware.parser import (
-    device_info_check_code,
-    node_from_configmap_name,
-    parse_configmap,
-    parse_node,
-)
+from motor.controller.hardware.checkcode import device_info_check_code
+from motor.controller.hardware.formats import node_from_configmap_name
+from motor.controller.hardware.node_parser import parse_node
+from motor.controller.hardware.parser import parse_configmap
 
 
 def _by_card(faults):

@@ -1,0 +1,189 @@
+"""The FT ``apply`` rules: what a rank does with a well-formed command (pure, no I/O).
+
+* An apply is answered 202 as soon as its body is well-formed (``apply_body``); everything else is
+  decided here at once and is visible in status before the 202 is sent: a rejected apply is
+  recorded in status without touching the DP group.
+* An apply whose request_id equals the running recovery, or the last request that already ended
+  (success or failure), is a duplicate delivery: acknowledged and ignored, status untouched.
+* An apply with a different request_id while a recovery runs is rejected but status is left to
+  the running recovery (overwriting it would misreport that recovery); the rejection is logged.
+* ``removed_dp_ranks`` is cumulative: it must include every rank removed by earlier rounds.
+* Unknown keys in ``params`` are ignored (logged by the caller), not rejected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from motor.sim.apply_body import KNOWN_PARAMS, ApplyParams, ApplyRequest, Instruction, ParamsError, validate_params
+from motor.sim.ft_state import EngineStatus, FtState, FtStatus
+from motor.sim.placement import ExpertPlacement, PlacementError, replace_after_scale_down
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """What a rank knows about its DP group when an apply arrives."""
+
+    rank: int
+    dp_size: int
+    members: tuple[int, ...]  # current members, original ranks, sorted
+    removed: tuple[int, ...]  # cumulative removed original ranks, sorted
+    master_ip: str
+    master_port: int
+
+    @property
+    def master_rank(self) -> int:
+        return min(self.members)
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    request_id: str
+    instruction: Instruction
+    members: tuple[int, ...]  # new members (original ranks), sorted; new dense rank = index
+    removed: tuple[int, ...]  # cumulative removed original ranks, sorted
+    newly_removed: tuple[int, ...]
+    master_ip: str
+    master_port: int
+    placement: ExpertPlacement
+
+    @property
+    def master_rank(self) -> int:
+        return self.members[0]
+
+
+@dataclass(frozen=True)
+class ApplyDecision:
+    """``plan`` set: accept. ``rejection`` set: record in status. ``ignored`` set: log only."""
+
+    plan: RecoveryPlan | None = None
+    rejection: str | None = None
+    ignored: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _master(params: ApplyParams, required: bool) -> tuple[str, int] | str | None:
+    """(ip, port), an error string, or None when both are absent and optional."""
+    ip, port = params.dp_master_ip, params.dp_store_port
+    if ip is None and port is None and not required:
+        return None
+    if ip is None:
+        return "params.dp_master_ip is required"
+    if port is None:
+        return "params.dp_store_port is required"
+    return ip, port
+
+
+def _typed_params(req: ApplyRequest, ctx: GroupContext) -> ApplyParams | str:
+    """The instruction's own params, typed; other keys are only warned about (see unknown_params)."""
+    own = {k: v for k, v in req.params.items() if k in KNOWN_PARAMS[req.instruction]}
+    try:
+        return validate_params(own, ctx.dp_size)
+    except ParamsError as exc:
+        return str(exc)
+
+
+def decide_apply(
+    status: FtStatus, req: ApplyRequest, ctx: GroupContext, placement: ExpertPlacement
+) -> ApplyDecision:
+    """Pure decision for an accepted (well-formed) apply body; see the module docstring."""
+    warnings = [f"ignoring unknown params {req.unknown_params()}"] if req.unknown_params() else []
+    if status.ft_state is FtState.RECOVERING:
+        if req.request_id == status.last_ft_request_id:
+            return ApplyDecision(ignored=f"duplicate apply for running recovery {req.request_id}")
+        return ApplyDecision(
+            ignored=f"recovery {status.last_ft_request_id} is already running; "
+            f"apply {req.request_id} rejected, status left to the running recovery"
+        )
+    if req.request_id == status.last_ft_request_id:
+        return ApplyDecision(ignored=f"duplicate apply {req.request_id} (already ended, status unchanged)")
+    if status.status is EngineStatus.DEAD:
+        return ApplyDecision(rejection=f"rank {ctx.rank} is dead; {req.instruction.value} needs an unhealthy engine")
+    if status.status is EngineStatus.HEALTHY:
+        return ApplyDecision(
+            rejection=f"rank {ctx.rank} is healthy; {req.instruction.value} is only accepted "
+            "while the engine is unhealthy"
+        )
+    if req.instruction is Instruction.RETRY:
+        return _decide_retry(req, ctx, placement, warnings)
+    return _decide_scale_down(req, ctx, placement, warnings)
+
+
+def _decide_retry(
+    req: ApplyRequest, ctx: GroupContext, placement: ExpertPlacement, warnings: list[str]
+) -> ApplyDecision:
+    params = _typed_params(req, ctx)
+    if isinstance(params, str):
+        return ApplyDecision(rejection=params)
+    master = _master(params, required=False)
+    if isinstance(master, str):
+        return ApplyDecision(rejection=master)
+    ip, port = master if master is not None else (ctx.master_ip, ctx.master_port)
+    plan = RecoveryPlan(
+        request_id=req.request_id,
+        instruction=req.instruction,
+        members=ctx.members,
+        removed=ctx.removed,
+        newly_removed=(),
+        master_ip=ip,
+        master_port=port,
+        placement=placement,
+    )
+    return ApplyDecision(plan=plan, warnings=warnings)
+
+
+def _decide_scale_down(
+    req: ApplyRequest, ctx: GroupContext, placement: ExpertPlacement, warnings: list[str]
+) -> ApplyDecision:
+    if "removed_dp_ranks" not in req.params:
+        return ApplyDecision(rejection="params.removed_dp_ranks is required")
+    params = _typed_params(req, ctx)
+    if isinstance(params, str):
+        return ApplyDecision(rejection=params)
+    raw = params.removed_dp_ranks or []
+    if len(set(raw)) != len(raw):
+        dups = sorted({r for r in raw if raw.count(r) > 1})
+        return ApplyDecision(rejection=f"params.removed_dp_ranks {raw} repeats ranks {dups}")
+    removed = set(raw)
+    survivors = tuple(r for r in ctx.members if r not in removed)
+    if not survivors:
+        return ApplyDecision(rejection=f"removed_dp_ranks {sorted(removed)} would remove every rank of {list(ctx.members)}")
+    if ctx.rank in removed:
+        return ApplyDecision(rejection=f"removed_dp_ranks {sorted(removed)} names this engine's own rank {ctx.rank}")
+    forgotten = sorted(set(ctx.removed) - removed)
+    if forgotten:
+        return ApplyDecision(
+            rejection=f"removed_dp_ranks {sorted(removed)} is not cumulative: it omits ranks {forgotten} "
+            "removed by earlier rounds"
+        )
+    newly_removed = tuple(sorted(removed - set(ctx.removed)))
+    if not newly_removed:
+        return ApplyDecision(
+            rejection=f"removed_dp_ranks {sorted(removed)} names no newly removed rank "
+            f"(already removed: {list(ctx.removed)})"
+        )
+    master = _master(params, required=True)
+    if isinstance(master, str):
+        return ApplyDecision(rejection=master)
+    assert master is not None
+    ip, port = master
+    if ctx.master_rank in newly_removed and (ip, port) == (ctx.master_ip, ctx.master_port):
+        return ApplyDecision(
+            rejection=f"current dp master rank {ctx.master_rank} is removed but the new master "
+            f"{ip}:{port} is the old one; a new dp_master_ip/dp_store_port is required"
+        )
+    try:
+        new_placement = replace_after_scale_down(placement, survivors)
+    except PlacementError as exc:
+        return ApplyDecision(rejection=str(exc))
+    plan = RecoveryPlan(
+        request_id=req.request_id,
+        instruction=req.instruction,
+        members=survivors,
+        removed=tuple(sorted(removed)),
+        newly_removed=newly_removed,
+        master_ip=ip,
+        master_port=port,
+        placement=new_placement,
+    )
+    return ApplyDecision(plan=plan, warnings=warnings)

@@ -1,0 +1,67 @@
+"""Armed fault injections of one rank: what the engine consults at its hook points.
+
+Set by the ``/motor/admin/inject`` routes (``injection``); kept apart from them so that the engine
+depends on this state only, never on the routes that drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_MAX_HANG_SEC = 24 * 3600.0  # "forever" still has a bound
+
+
+@dataclass
+class InjectionState:
+    fail_next_apply: str | None = None
+    stall_next_apply: bool = False
+    slow_rebuild_sec: float = 0.0
+    status_hang_until: float | None = None  # monotonic; None: not hanging
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take_fail_next_apply(self) -> str | None:
+        reason, self.fail_next_apply = self.fail_next_apply, None
+        return reason
+
+    def take_stall_next_apply(self) -> bool:
+        stall, self.stall_next_apply = self.stall_next_apply, False
+        return stall
+
+    def hang_status(self, duration_sec: float | None) -> None:
+        self._release.clear()
+        self.status_hang_until = time.monotonic() + (duration_sec if duration_sec is not None else _MAX_HANG_SEC)
+
+    async def wait_status_released(self) -> None:
+        """Block a status request while a hang is armed (bounded by the hang window)."""
+        until = self.status_hang_until
+        if until is None:
+            return
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            self.status_hang_until = None
+            return
+        try:
+            await asyncio.wait_for(self._release.wait(), timeout=remaining)
+        except TimeoutError:
+            pass
+
+    def clear(self) -> None:
+        self.fail_next_apply = None
+        self.stall_next_apply = False
+        self.slow_rebuild_sec = 0.0
+        self.status_hang_until = None
+        self._release.set()
+
+    def to_json(self) -> dict[str, Any]:
+        hang = None
+        if self.status_hang_until is not None:
+            hang = max(0.0, round(self.status_hang_until - time.monotonic(), 3))
+        return {
+            "fail_next_apply": self.fail_next_apply,
+            "stall_next_apply": self.stall_next_apply,
+            "slow_rebuild_sec": self.slow_rebuild_sec,
+            "status_hang_remaining_sec": hang,
+        }
