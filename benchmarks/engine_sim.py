@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from motor.launch.ports import free_port
+from motor.common.ports import free_port
 from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 

@@ -3,7 +3,7 @@ feature on, no fault", against the feature-off baseline).
 
 For each N (default 1, 8, 16) a real ``motor-nodemanager`` process supervises N local "engines" and
 polls their FT status every ``engine_status_poll_interval_sec`` (1 s, the default). The engines'
-HTTP APIs are N light fake engines served by ONE helper process (nodemanager.testing.fake_engine),
+HTTP APIs are N light fake engines served by ONE helper process (motor.testing.fake_engine),
 so the measurement is not drowned by N torch processes; the supervised processes themselves are
 ``sleep`` placeholders (the NodeManager still launches, watches and health-checks them). A recording
 Controller peer (in this process) answers Register/Heartbeat.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
-from motor.launch.ports import free_ports
-from motor.launch.process import ManagedProcess, start_process
-from nodemanager.testing.fake_controller import FakeController, wait_for
+from motor.common.ports import free_ports
+from motor.common.process import ManagedProcess, start_process
+from motor.testing.fake_controller import FakeController, wait_for
 
 HOST = "127.0.0.1"
 BIN = Path(sys.executable).parent
@@ -79,7 +79,7 @@ def run_one(n: int, polling: bool, window_sec: float, warmup_sec: float, run_dir
     controller.start()
     try:
         helper = start_process(
-            [sys.executable, "-m", "nodemanager.testing.fake_engine", "--host", HOST,
+            [sys.executable, "-m", "motor.testing.fake_engine", "--host", HOST,
              "--ports", ",".join(map(str, ports)), "--ranks", ",".join(map(str, range(n)))],
             log_path=run_dir / f"fake-engines-n{n}.log", name="fake-engines",
         )

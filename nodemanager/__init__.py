@@ -2,6 +2,8 @@
 
 It launches and watches the local engine processes, turns what it sees into fault evidence for the
 Controller, and is the only path by which the Controller touches an engine's FT API (RFC §4.4, §6).
+Production code only: process and port helpers come from ``motor.common``, and neither the launcher
+(``motor.launch``) nor the test doubles (``motor.testing``) are imported here.
 
 Modules:
   main               entry point, NodeManagerService (gRPC server + agent), exit statuses
@@ -20,5 +22,4 @@ Modules:
   ft_service         motor.v1.NodeManagerFaultTolerance servicer
   lifecycle_service  motor.v1.NodeManager servicer
   errors, rpc        typed refusals and their one mapping to gRPC status codes
-  testing/           doubles of the peers for tests and benchmarks (fake engine, fake Controller)
 """

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gen.motor.v1 import common_pb2, controller_pb2
 from motor.common.config import NodeManagerConfig
-from motor.launch.ports import free_port
+from motor.common.ports import free_port
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance

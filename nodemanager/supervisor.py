@@ -1,6 +1,6 @@
 """ProcessSupervisor: starts the local engine processes, waits for their readiness, watches them.
 
-Each engine runs in its own process group (motor.launch.process) with its log appended to
+Each engine runs in its own process group (motor.common.process) with its log appended to
 ``<log_dir>/rank<r>.log``. Exit is seen at once through a pidfd (polling where pidfds are missing),
 independently of the engine's FT status route, and handed to ``on_exit`` exactly once per run with
 ``intentional`` telling a stop the NodeManager asked for from a death. Readiness is ``GET /health``
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from motor.common.config import EngineSpec, NodeManagerConfig
-from motor.launch.ports import free_port
-from motor.launch.process import (
+from motor.common.ports import free_port, port_free
+from motor.common.process import (
     ManagedProcess,
     ProcessError,
     ProcessExitedError,
@@ -101,18 +100,6 @@ class EngineSlot:
             RunState.STARTING, RunState.READY, RunState.STOPPING) else 0
 
 
-def _port_free(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        # As HTTP servers bind (SO_REUSEADDR): connections of the old run in TIME_WAIT do not count.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 async def _wait_exit(proc: ManagedProcess, pidfd: int | None) -> int | None:
     """Waits for the process to end and returns its exit status (reaping it)."""
     if pidfd is not None:
@@ -189,7 +176,7 @@ class ProcessSupervisor:
     def _choose_port(self, s: EngineSlot) -> int:
         if s.spec.port:
             return s.spec.port
-        if s.port and _port_free(s.host, s.port):
+        if s.port and port_free(s.host, s.port):
             return s.port  # keep the endpoint's address across relaunches when possible
         return free_port(s.host)
 

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -30,8 +29,8 @@ from gen.motor.v1 import (
     node_manager_pb2,
     node_manager_pb2_grpc,
 )
-from motor.launch.ports import free_port
-from motor.launch.process import ManagedProcess, start_process
+from motor.common.ports import free_port, port_free
+from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import inject_fault
 
 log = logging.getLogger(__name__)
@@ -101,18 +100,9 @@ def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
     first = 20000 + (os.getpid() * 97) % 10000
     for i in range(attempts):
         base = 20000 + (first - 20000 + i * 131) % (32768 - 20000 - dp_size)
-        if all(_port_free(ip, base + r) for r in range(dp_size)):
+        if all(port_free(ip, base + r, ignore_time_wait=False) for r in range(dp_size)):
             return base
     raise RuntimeError(f"no block of {dp_size} free ports below 32768 on {ip} after {attempts} tries")
-
-
-def _port_free(ip: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((ip, port))
-        except OSError:
-            return False
-    return True
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -25,8 +25,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from motor.launch.ports import free_ports
-from motor.launch.process import ManagedProcess, ProcessExitedError, start_process
+from motor.common.ports import free_ports
+from motor.common.process import ManagedProcess, ProcessExitedError, start_process
 
 logger = logging.getLogger(__name__)
 

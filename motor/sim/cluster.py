@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import motor
-from motor.launch.ports import free_port
-from motor.launch.process import ManagedProcess, ProcessError, start_process
+from motor.common.ports import free_port
+from motor.common.process import ManagedProcess, ProcessError, start_process
 from motor.sim.client import SimClient
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.launch.process import start_process
+from motor.common.process import start_process
 
 BIN = Path(sys.executable).parent
 GRPCURL = BIN / "grpcurl"

@@ -22,6 +22,7 @@ import aetcd
 import pytest
 
 from motor.common.config import StoreConfig
+from motor.common.ports import free_port
 from motor.controller.persistence import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,
@@ -33,7 +34,6 @@ from motor.controller.persistence import (
     open_runtime_store,
 )
 from motor.launch.etcd import astart_etcd
-from motor.launch.ports import free_port
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.etcd]
 

@@ -26,7 +26,7 @@ from coordinator_helpers import (
 )
 
 from gen.motor.v1 import coordinator_pb2, coordinator_pb2_grpc
-from motor.launch.process import start_process
+from motor.common.process import start_process
 
 pytestmark = pytest.mark.timeout(90)
 

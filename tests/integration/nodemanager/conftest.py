@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nodemanager.testing.fake_controller import FakeController
+from motor.testing.fake_controller import FakeController
 
 
 @pytest.fixture

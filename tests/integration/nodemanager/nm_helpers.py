@@ -21,7 +21,7 @@ from nodemanager.main import NodeManagerService
 POD_IP = "127.0.0.2"
 INSTANCE = 7
 FAKE_ENGINE_COMMAND = [
-    sys.executable, "-m", "nodemanager.testing.fake_engine",
+    sys.executable, "-m", "motor.testing.fake_engine",
     "--host", "{host}", "--port", "{port}", "--dp-rank", "{dp_rank}", "--ft-api-prefix", "{ft_api_prefix}",
 ]
 

@@ -1,6 +1,6 @@
 """The FT proxy over real gRPC with real (fake-engine) processes launched by the NodeManager:
 status identity contract, malformed and hanging engines, apply forwarding, guard, finalize, bad
-input, proxy off. Engines here are the light fake engine (nodemanager.testing.fake_engine)."""
+input, proxy off. Engines here are the light fake engine (motor.testing.fake_engine)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
-from nodemanager.testing.fake_controller import FakeController, async_wait_for
+from motor.testing.fake_controller import FakeController, async_wait_for
 
 from nm_helpers import INSTANCE, POD_IP, fake_applies, fake_control, nm_config, rpc_error, running_nm
 

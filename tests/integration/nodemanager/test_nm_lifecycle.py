@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from gen.motor.v1 import controller_pb2, node_manager_pb2 as nm
-from motor.launch.ports import free_port
-from nodemanager.testing.fake_controller import FakeController, async_wait_for
+from motor.common.ports import free_port
+from motor.testing.fake_controller import FakeController, async_wait_for
 
 from nm_helpers import INSTANCE, POD_IP, fake_exit, nm_config, rpc_error, running_nm
 

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from gen.motor.v1 import node_manager_pb2 as nm, node_manager_pb2_grpc
-from motor.launch.process import ManagedProcess, group_alive, start_process, stop_process_group
+from motor.common.process import ManagedProcess, group_alive, start_process, stop_process_group
 from motor.sim.client import SimClient
-from nodemanager.testing.fake_controller import FakeController, wait_for
+from motor.testing.fake_controller import FakeController, wait_for
 
 from nm_helpers import POD_IP, nm_config
 

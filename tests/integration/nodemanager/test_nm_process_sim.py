@@ -17,10 +17,10 @@ import grpc
 import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm, node_manager_pb2_grpc
-from motor.launch.ports import free_port
-from motor.launch.process import ManagedProcess, group_alive, start_process, stop_process_group
+from motor.common.ports import free_port
+from motor.common.process import ManagedProcess, group_alive, start_process, stop_process_group
 from motor.sim.client import SimClient
-from nodemanager.testing.fake_controller import FakeController, wait_for
+from motor.testing.fake_controller import FakeController, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 

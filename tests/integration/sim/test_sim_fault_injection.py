@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from motor.launch.process import read_json_file
+from motor.common.process import read_json_file
 from motor.sim.client import SimClient, wait_until
 from motor.sim.cluster import SimCluster
 

@@ -1,4 +1,4 @@
-"""motor.launch.process / ports with small real processes."""
+"""motor.common.process / ports with small real processes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from motor.launch.ports import free_port, free_ports
-from motor.launch.process import (
+from motor.common.ports import free_port, free_ports
+from motor.common.process import (
     ProcessExitedError,
     ReadyTimeoutError,
     group_alive,

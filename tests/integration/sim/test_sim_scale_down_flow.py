@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from motor.launch.ports import free_port
+from motor.common.ports import free_port
 from motor.sim.client import SimClient, wait_until
 from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import expected_completion

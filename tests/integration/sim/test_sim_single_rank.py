@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.launch.process import ManagedProcess, start_process
+from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.sim.toy_model import expected_completion
 

@@ -1,4 +1,5 @@
-"""Start, watch and stop OS processes (real-process tests, local-cluster launcher, supervisors).
+"""Start, watch and stop OS processes: the NodeManager's engine supervisor, the local-cluster
+launcher and real-process tests.
 
 Every process runs in its own session/process group (``start_new_session=True``) with stdout and
 stderr appended to one log file, so it and everything it forks can be stopped as a unit by pid:
@@ -194,58 +195,60 @@ class ManagedProcess:
         if code is not None:
             raise ProcessExitedError(self.name, code, self.log_tail())
 
-    def _ready_file_result(self, path: Path, required_keys: Sequence[str]) -> dict[str, Any] | None:
+    def _ready_file_poll(self, path: Path, required_keys: Sequence[str], deadline: float,
+                         timeout_sec: float) -> dict[str, Any] | None:
+        """One look at the ready file: its document, None to look again, or the timeout error."""
         doc = read_json_file(path)
         if doc is not None and all(k in doc for k in required_keys):
             return doc
         self._check_alive()
+        if time.monotonic() >= deadline:
+            raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}) wrote no ready file {path} "
+                                    f"within {timeout_sec:g}s; log tail:\n{self.log_tail()}")
         return None
 
     def wait_ready_file(self, path: str | os.PathLike[str], timeout_sec: float,
                         required_keys: Sequence[str] = ()) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_sec
-        while True:
-            doc = self._ready_file_result(Path(path), required_keys)
-            if doc is not None:
-                return doc
-            if time.monotonic() >= deadline:
-                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}) wrote no ready file {path} "
-                                        f"within {timeout_sec:g}s; log tail:\n{self.log_tail()}")
+        while (doc := self._ready_file_poll(Path(path), required_keys, deadline, timeout_sec)) is None:
             time.sleep(_POLL_SEC)
+        return doc
 
     async def await_ready_file(self, path: str | os.PathLike[str], timeout_sec: float,
                                required_keys: Sequence[str] = ()) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_sec
-        while True:
-            doc = self._ready_file_result(Path(path), required_keys)
-            if doc is not None:
-                return doc
-            if time.monotonic() >= deadline:
-                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}) wrote no ready file {path} "
-                                        f"within {timeout_sec:g}s; log tail:\n{self.log_tail()}")
+        while (doc := self._ready_file_poll(Path(path), required_keys, deadline, timeout_sec)) is None:
             await asyncio.sleep(_POLL_SEC)
+        return doc
+
+    @staticmethod
+    def _probe_timeout(deadline: float) -> float:
+        return min(1.0, max(0.05, deadline - time.monotonic()))
+
+    def _http_poll_done(self, url: str, status: int | None, deadline: float, timeout_sec: float) -> bool:
+        """True once ``url`` answered 200; raises the timeout error when the deadline passed."""
+        if status == 200:
+            return True
+        if time.monotonic() >= deadline:
+            raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}): {url} not 200 within "
+                                    f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
+        return False
 
     def wait_http_ok(self, url: str, timeout_sec: float) -> None:
         deadline = time.monotonic() + timeout_sec
         while True:
             self._check_alive()
-            if http_status(url, min(1.0, max(0.05, deadline - time.monotonic()))) == 200:
+            if self._http_poll_done(url, http_status(url, self._probe_timeout(deadline)), deadline, timeout_sec):
                 return
-            if time.monotonic() >= deadline:
-                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}): {url} not 200 within "
-                                        f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
             time.sleep(_POLL_SEC * 2)
 
     async def await_http_ok(self, url: str, timeout_sec: float) -> None:
         deadline = time.monotonic() + timeout_sec
         while True:
             self._check_alive()
-            status = await asyncio.to_thread(http_status, url, min(1.0, max(0.05, deadline - time.monotonic())))
-            if status == 200:
+            status = await asyncio.to_thread(http_status, url, self._probe_timeout(deadline))
+            if self._http_poll_done(url, status, deadline, timeout_sec):
                 return
-            if time.monotonic() >= deadline:
-                raise ReadyTimeoutError(f"process {self.name} (pid {self.pid}): {url} not 200 within "
-                                        f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
             await asyncio.sleep(_POLL_SEC * 2)
 
     async def await_exit(self, timeout_sec: float) -> int | None:

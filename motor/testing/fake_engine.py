@@ -4,8 +4,8 @@ For NodeManager tests (identity violations, garbage, hangs, apply answers) and t
 benchmark (many engines without many torch processes). One port per rank, each rank with its own
 switchable behaviour:
 
-  python -m nodemanager.testing.fake_engine --host 127.0.0.2 --port 8001 --dp-rank 1
-  python -m nodemanager.testing.fake_engine --host 127.0.0.1 --ports 9001,9002 --ranks 0,1
+  python -m motor.testing.fake_engine --host 127.0.0.2 --port 8001 --dp-rank 1
+  python -m motor.testing.fake_engine --host 127.0.0.1 --ports 9001,9002 --ranks 0,1
 
 Routes per port: ``GET /health``; ``GET {prefix}/status``; ``POST {prefix}/apply``;
 ``POST /fake/control`` ``{"status_mode"?, "apply_mode"?, "status"?, "ft_state"?, "fault_info"?,

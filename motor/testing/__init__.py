@@ -1,0 +1,13 @@
+"""Test and benchmark doubles of the NodeManager's peers. Production code never imports this
+package (motor.controller, motor.coordinator, motor.sim and nodemanager stay free of it).
+
+They stand in for the *peers* (engine HTTP API, Controller gRPC), never for the parts under test.
+
+Modules:
+  fake_engine      the FT HTTP API of one or many DP ranks in one small aiohttp process, each rank
+                   switchable (identity violations, garbage, hangs, apply answers, exit on demand);
+                   run as ``python -m motor.testing.fake_engine``
+  fake_controller  FakeController, a recording motor.v1.Controller on a real gRPC server (Register,
+                   Heartbeat, ReportSoftwareFault, settable NodeManagerFtConfig), and the
+                   wait_for / async_wait_for polling helpers
+"""
