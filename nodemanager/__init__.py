@@ -10,8 +10,11 @@ Modules:
   agent              the daemon: wiring, engine-exit handling, heartbeat alive set, lifecycle, all-dead exit
   supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
   engine_command     engine argv templates (reference engine by default)
-  engine_http        the HTTP bridge to an engine's FT API (status identity contract, apply)
+  engine_answers     the FT API's documents: status/apply/error answers checked by pydantic models
+                     (identity contract, diagnosing), their typed errors, the scale_down body
+  engine_http        the HTTP bridge to an engine's FT API (bounded status reads and applies)
   ft_poller          EngineFtManager: status polling after readiness, dedupe, fault evidence
+                     (diagnosing is no news: never reported)
   reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault
   controller_client  the one client wrapper for the Controller peer (deadlines)
   controller_link    registration (retried forever) and heartbeat, config adoption

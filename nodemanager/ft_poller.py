@@ -10,6 +10,9 @@ Status RPC uses, bounded by ``engine_request_timeout_sec``:
 
 * ``unhealthy`` → UNHEALTHY, ``dead`` → DEAD; the first timeout or connection failure at run time
   is DEAD evidence too; an identity-contract violation or malformed answer → PROTOCOL_ERROR;
+* ``diagnosing`` (vLLM's transient state while it queries its all2all mask) is no news yet: nothing
+  is reported and the dedupe state is left as it was, so the verdict that follows is judged against
+  what was last reported;
 * each is reported when the endpoint's reported state changes to it (never again while it
   persists); a return to ``healthy`` after a report sends RECOVERED once and re-arms.
 """
@@ -23,14 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gen.motor.v1 import controller_pb2
-from nodemanager.engine_http import (
-    EngineAddress,
-    EngineHttpClient,
-    EngineProtocolError,
-    EngineStatusEntry,
-    EngineTimeout,
-    EngineUnreachable,
-)
+from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
+from nodemanager.engine_http import EngineAddress, EngineHttpClient
 
 log = logging.getLogger("nodemanager.ft_poller")
 
@@ -88,11 +85,14 @@ class FaultDeduper:
         return None if entry is None else entry[0]
 
 
-def classify(entry: EngineStatusEntry) -> int:
+def classify(entry: EngineStatusEntry) -> int | None:
+    """The observation an entry is, or None while the engine is still diagnosing (no evidence yet)."""
     if entry.status == "dead":
         return DEAD
     if entry.status == "unhealthy":
         return UNHEALTHY
+    if entry.status == "diagnosing":
+        return None
     return HEALTHY_OBSERVATION
 
 
@@ -166,6 +166,7 @@ class EngineFtManager:
             return None
         self.polls += 1
         entry: EngineStatusEntry | None = None
+        observation: int | None
         try:
             entry = await self._http.read_status(addr, self._timeout)
             observation = classify(entry)
@@ -176,6 +177,9 @@ class EngineFtManager:
             observation, evidence = PROTOCOL_ERROR, str(exc)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
+        if observation is None:
+            log.debug("instance=%d rank=%d FT status %s: no verdict yet", self._instance, endpoint_id, evidence)
+            return None
         kind = self.dedupe.observe(endpoint_id, observation, (entry.fault_info or "") if entry is not None else "")
         if kind is None:
             return None

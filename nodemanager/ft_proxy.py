@@ -27,16 +27,15 @@ from dataclasses import dataclass
 from gen.motor.v1 import node_manager_pb2
 from motor.common.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
-from nodemanager.engine_http import (
-    ApplyOutcome,
+from nodemanager.engine_answers import (
     EngineCallError,
-    EngineHttpClient,
     EngineProtocolError,
     EngineStatusEntry,
     EngineTimeout,
     EngineUnreachable,
     build_scale_down_body,
 )
+from nodemanager.engine_http import ApplyOutcome, EngineHttpClient
 from nodemanager.errors import (
     DeadlineExceeded,
     FailedPrecondition,

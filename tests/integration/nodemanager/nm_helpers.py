@@ -120,6 +120,21 @@ async def fake_applies(base_url: str) -> list[dict[str, Any]]:
             return await r.json()
 
 
+async def fake_polled(base_url: str, count: int, timeout_sec: float = 5.0) -> None:
+    """Returns once the fake engine has answered ``count`` more status reads than now."""
+    async def status_requests() -> int:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                return int((await r.json())["status_requests"])
+
+    target = await status_requests() + count
+    deadline = asyncio.get_running_loop().time() + timeout_sec
+    while (seen := await status_requests()) < target:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{base_url}: {seen} status reads, expected {target} within {timeout_sec:g}s")
+        await asyncio.sleep(0.05)
+
+
 async def fake_exit(base_url: str, code: int) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{base_url}/fake/exit", json={"code": code}, timeout=aiohttp.ClientTimeout(total=5)):

@@ -15,7 +15,7 @@ import pytest
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController, async_wait_for
 
-from nm_helpers import INSTANCE, POD_IP, fake_applies, fake_control, nm_config, rpc_error, running_nm
+from nm_helpers import INSTANCE, POD_IP, fake_applies, fake_control, fake_polled, nm_config, rpc_error, running_nm
 
 pytestmark = pytest.mark.timeout(60)
 SCALE_DOWN = nm.INSTRUCTION_SCALE_DOWN
@@ -94,6 +94,25 @@ async def test_poller_reports_unhealthy_dead_once_each(controller: FakeControlle
         await asyncio.sleep(0.8)
         kinds = [r.kind for r in controller.reports_of(0)]
         assert kinds == [controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY, controller_pb2.SOFTWARE_FAULT_KIND_DEAD]
+
+
+async def test_diagnosing_is_passed_through_and_never_reported(controller: FakeController, tmp_path: Path) -> None:
+    """vLLM's transient state while it queries its all2all mask: Status answers DIAGNOSING (no protocol
+    error); the poller reports nothing while it lasts, neither before a verdict nor after one."""
+    async with running_nm(nm_config(controller.address, tmp_path)) as n:
+        url = n.engine_url(0)
+        await fake_control(url, status="diagnosing")
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1]), timeout=5)
+        assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_DIAGNOSING, common_pb2.ENGINE_HEALTH_HEALTHY]
+        await fake_polled(url, 3)
+        assert controller.reports_of(0) == []
+        await fake_control(url, status="unhealthy", fault_info="peer 1 gone")
+        await async_wait_for(lambda: controller.reports_of(0), 5, "UNHEALTHY report")
+        await fake_control(url, status="diagnosing")
+        await fake_polled(url, 3)
+        await fake_control(url, status="unhealthy")  # the same fault, as the engine says it again
+        await fake_polled(url, 3)
+        assert [r.kind for r in controller.reports_of(0)] == [controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY]
 
 
 async def test_apply_forwards_once_with_same_request_id_and_store_port(controller: FakeController, tmp_path: Path) -> None:

@@ -3,16 +3,18 @@ persists; healthy after a report sends RECOVERED once and re-arms."""
 
 from __future__ import annotations
 
-from nodemanager.engine_http import EngineStatusEntry
+from nodemanager.engine_answers import EngineStatusEntry
 from nodemanager.ft_poller import (
     DEAD,
-    HEALTHY_OBSERVATION as H,
     PROTOCOL_ERROR,
     RECOVERED,
     UNHEALTHY,
     FaultDeduper,
     classify,
     kind_name,
+)
+from nodemanager.ft_poller import (
+    HEALTHY_OBSERVATION as H,
 )
 
 

@@ -1,5 +1,5 @@
-"""The engine bridge's pure parts: status identity contract, malformed answers, proto mapping,
-the apply body and the apply answer (202 / 400 with string or list detail)."""
+"""The engine FT API's documents: status identity contract, malformed answers, diagnosing, proto
+mapping, the apply body and the apply answer (202 / 400 with string or list detail)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gen.motor.v1 import common_pb2
-from nodemanager.engine_http import (
+from nodemanager.engine_answers import (
     EngineIdentityError,
     EngineStatusMalformed,
     build_scale_down_body,
@@ -36,6 +36,34 @@ def test_full_entry_maps_every_field() -> None:
     assert (pb.fault_info, pb.last_ft_request_id, pb.ft_error, list(pb.mask)) == ("peer 2 gone", "r9", "boom", [2])
     assert parse_status(1, 200, doc({"id": 1, "status": "dead", "ft_state": "recovering"})).to_pb().ft_state == \
         common_pb2.FT_STATE_RECOVERING
+
+
+def test_diagnosing_is_a_known_status_passed_through() -> None:
+    # vLLM's transient state after a fault while it queries its all2all mask: never a protocol error.
+    e = parse_status(2, 200, doc({"id": 2, "status": "diagnosing", "dp_rank": 2}))
+    assert (e.id, e.status, e.ft_state, e.mask) == (2, "diagnosing", None, ())
+    assert e.to_pb().status == common_pb2.ENGINE_HEALTH_DIAGNOSING
+
+
+def test_extra_keys_are_ignored() -> None:
+    e = parse_status(4, 200, doc({"id": 4, "status": "unhealthy", "dp_rank": 4, "mask": [1], "future": {"x": 1}},
+                                 future_top_level=True))
+    assert (e.status, e.mask) == ("unhealthy", (1,))
+
+
+def test_unknown_status_names_every_known_one() -> None:
+    with pytest.raises(EngineStatusMalformed) as info:
+        parse_status(1, 200, doc({"id": 1, "status": "rebuilding"}))
+    expected = "engines[0].status is rebuilding, not one of ['dead', 'diagnosing', 'healthy', 'unhealthy']"
+    assert expected in str(info.value)
+
+
+def test_long_bad_values_are_quoted_shortened() -> None:
+    with pytest.raises(EngineStatusMalformed) as info:
+        parse_status(1, 200, doc({"id": 1, "status": "healthy", "fault_info": ["x" * 500]}))
+    text = str(info.value)
+    assert "engines[0].fault_info must be a string, received ['xxx" in text and text.endswith("...")
+    assert len(text) < 200
 
 
 def test_unknown_ft_state_is_kept_raw() -> None:
@@ -119,3 +147,18 @@ def test_apply_400_with_list_detail_vllm_033() -> None:
 def test_apply_other_answers_are_not_accepted() -> None:
     assert parse_apply_answer(200, b'{"request_id": "x"}')[0] is False
     assert parse_apply_answer(500, b"oops") == (False, "", "HTTP 500: 'oops'")
+
+
+def test_apply_202_body_is_informative_only() -> None:
+    # 202 means accepted; a key of the wrong type is dropped rather than turning it into a failure.
+    assert parse_apply_answer(202, b'{"message": "ok", "request_id": 5}') == (True, "", "ok")
+    body = b'{"request_id": "r", "message": null}'
+    assert parse_apply_answer(202, body) == (True, "r", body.decode())
+    assert parse_apply_answer(202, b"[1]") == (True, "", "[1]")
+
+
+def test_apply_error_details_of_other_shapes_are_rendered() -> None:
+    body = json.dumps({"detail": ["plain", {"no_msg": 1}, {"msg": "bad", "loc": ["body", None, "params"]}]})
+    assert parse_apply_answer(400, body.encode())[2] == 'HTTP 400: plain; {"no_msg": 1}; body.params: bad'
+    assert parse_apply_answer(409, b'{"detail": {"code": 7}}')[2] == 'HTTP 409: {"code": 7}'
+    assert parse_apply_answer(400, b'{"error": "x"}')[2] == "HTTP 400: '{\"error\": \"x\"}'"

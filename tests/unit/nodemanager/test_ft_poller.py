@@ -1,0 +1,79 @@
+"""The FT poller's verdicts over scripted status reads (no sockets): ``diagnosing`` is no news, so it
+is never reported and leaves the dedupe state alone; the verdict after it is judged against what
+was reported before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from nodemanager.engine_answers import EngineStatusEntry, EngineTimeout
+from nodemanager.engine_http import EngineAddress
+from nodemanager.ft_poller import DEAD, RECOVERED, UNHEALTHY, EngineFtManager, FaultReport, classify
+
+RANK = 3
+
+
+class ScriptedHttp:
+    """Answers each read with the next scripted entry (or raises it, for a transport error)."""
+
+    def __init__(self, answers: Iterable[EngineStatusEntry | Exception]) -> None:
+        self._answers = list(answers)
+
+    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None) -> EngineStatusEntry:
+        answer = self._answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def entry(status: str, fault_info: str | None = None) -> EngineStatusEntry:
+    return EngineStatusEntry(RANK, status, fault_info=fault_info)
+
+
+async def poll_all(answers: list[EngineStatusEntry | Exception]) -> tuple[list[int | None], list[FaultReport]]:
+    reports: list[FaultReport] = []
+    manager = EngineFtManager(
+        ScriptedHttp(answers), interval_sec=1.0, timeout_sec=0.5,  # type: ignore[arg-type]
+        address_of=lambda i: EngineAddress(i, "127.0.0.2", 9000), report=reports.append, instance_id=1,
+    )
+    kinds = [await manager.poll_once(RANK) for _ in answers]
+    return kinds, reports
+
+
+def test_diagnosing_is_no_verdict() -> None:
+    assert classify(entry("diagnosing")) is None
+
+
+async def test_diagnosing_alone_is_never_reported() -> None:
+    kinds, reports = await poll_all([entry("diagnosing")] * 3 + [entry("healthy")])
+    assert kinds == [None, None, None, None] and reports == []
+
+
+async def test_diagnosing_before_the_verdict_reports_only_the_verdict() -> None:
+    # vLLM: healthy → diagnosing (querying the all2all mask) → unhealthy with fault_info and mask.
+    kinds, reports = await poll_all([entry("healthy"), entry("diagnosing"), entry("diagnosing"),
+                                     entry("unhealthy", "peer 1 gone")])
+    assert kinds == [None, None, None, UNHEALTHY]
+    assert [(r.endpoint_id, r.kind) for r in reports] == [(RANK, UNHEALTHY)]
+    assert reports[0].status is not None and reports[0].status.fault_info == "peer 1 gone"
+
+
+async def test_diagnosing_after_a_report_neither_recovers_nor_rearms() -> None:
+    # Not RECOVERED (the engine was not seen healthy), and the same fault seen again stays reported.
+    kinds, _ = await poll_all([entry("unhealthy", "peer 1 gone"), entry("diagnosing"),
+                               entry("unhealthy", "peer 1 gone"), entry("diagnosing"), entry("healthy")])
+    assert kinds == [UNHEALTHY, None, None, None, RECOVERED]
+
+
+async def test_diagnosing_does_not_hide_a_death_or_a_new_fault() -> None:
+    kinds, _ = await poll_all([entry("unhealthy", "peer 1 gone"), entry("diagnosing"), entry("dead"),
+                               entry("diagnosing"), EngineTimeout(RANK, "GET ... did not answer within 0.5s")])
+    assert kinds == [UNHEALTHY, None, DEAD, None, None]
+
+
+@pytest.mark.parametrize("status", ["healthy", "diagnosing", "unhealthy", "dead"])
+async def test_every_known_status_is_polled_without_error(status: str) -> None:
+    kinds, _ = await poll_all([entry(status)])
+    assert kinds == [{"unhealthy": UNHEALTHY, "dead": DEAD}.get(status)]
