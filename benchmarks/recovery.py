@@ -37,6 +37,7 @@ import psutil
 
 from motor.launch.cluster import ClusterSpec, LocalCluster
 from motor.launch.load import LoadGenerator, RequestResult
+from motor.launch.shutdown import exit_on_sigterm
 
 STAGES = (
     ("fault", "first_evidence_nm"),
@@ -54,7 +55,7 @@ STAGES = (
 
 
 def _calls(txn: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [e for e in txn["events"] if e["kind"] == "call" and e["name"] == name]
+    return [e for e in txn["events"] if e["event_kind"] == "CALL" and e["name"] == name]
 
 
 def _end(event: dict[str, Any]) -> float:
@@ -63,8 +64,7 @@ def _end(event: dict[str, Any]) -> float:
 
 def stage_times(txn: dict[str, Any], fault_sec: float, results: list[RequestResult]) -> dict[str, float]:
     """Absolute wall times of each stage of one successful round, from its timeline."""
-    evidence = [e for e in txn["events"] if e["kind"] == "evidence"]
-    received = [float(e["detail"].split("received_at=")[1].split()[0]) for e in evidence]
+    evidence = [e for e in txn["events"] if e["event_kind"] == "EVIDENCE"]
     status = _calls(txn, "status")
     drain = _calls(txn, "drain")
     apply = _calls(txn, "apply")
@@ -72,8 +72,8 @@ def stage_times(txn: dict[str, Any], fault_sec: float, results: list[RequestResu
     publish = _calls(txn, "publish")
     t: dict[str, float] = {
         "fault": fault_sec,
-        "first_evidence_nm": min(e["at_unix_sec"] for e in evidence),
-        "report_controller": min(received),
+        "first_evidence_nm": min(e["observed_at_unix_sec"] for e in evidence),
+        "report_controller": min(e["received_at_unix_sec"] for e in evidence),
         "decision": txn["started_at_unix_sec"],
         "guard_done": max(_end(e) for e in _calls(txn, "guard")),
         "apply_ready": max(_end(e) for e in status if e["at_unix_sec"] < drain[0]["at_unix_sec"]),
@@ -87,7 +87,7 @@ def stage_times(txn: dict[str, Any], fault_sec: float, results: list[RequestResu
     t["first_success"] = min(after) if after else float("nan")
     # Where the Controller itself spent time: evidence-to-decision processing is split from waiting
     # for the snapshot to complete (NodeManager polls of the other ranks).
-    t["controller_rpc_sec"] = sum(e["duration_sec"] for e in txn["events"] if e["kind"] == "call")
+    t["controller_rpc_sec"] = sum(e["duration_sec"] for e in txn["events"] if e["event_kind"] == "CALL")
     return t
 
 
@@ -296,4 +296,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # SIGTERM tears the cluster being measured down, then exits 143
+        sys.exit(main())

@@ -12,8 +12,8 @@ import pytest
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.launch.load import LoadGenerator, trigger_traffic
 
-def decision_detail(txn: dict) -> str:
-    return next(e["detail"] for e in txn["events"] if e["kind"] == "decision")
+def fallback_cause(txn: dict) -> str:
+    return next(e["fallback_cause"] for e in txn["events"] if e["event_kind"] == "DECISION")
 
 
 pytestmark = pytest.mark.timeout(300)
@@ -70,7 +70,7 @@ def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) ->
     data = artifacts.collect(cluster)
     assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
     assert not _calls(data, "apply")
-    assert "all active ranks unhealthy" in decision_detail(data["controller_timeline"][0])
+    assert fallback_cause(data["controller_timeline"][0]) == "ALL_UNHEALTHY_TIMEOUT"
     assert rt["alive_dp_ranks"] == [0, 1, 2, 3]
     _infer_all_ranks(cluster, artifacts)
 
@@ -127,7 +127,7 @@ def _assert_failed_round_then_fallback(cluster, artifacts, message: str) -> None
     applies = [e for e in first["events"] if e["name"] == "apply"]
     assert len(applies) == 2  # one per pod with survivors, never retried
     finalizes = [e for e in first["events"] if e["name"] == "finalize"]
-    assert len(finalizes) == 2 and all(e["detail"] == "abort" for e in finalizes)
+    assert len(finalizes) == 2 and not any(e["commit"] for e in finalizes)
     assert data["runtime"]["dead_committed"] == [] and data["runtime"]["alive_dp_ranks"] == [0, 1, 2, 3]
     _infer_all_ranks(cluster, artifacts)
 

@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
 from motor.launch.load import LoadGenerator, trigger_traffic
 
 pytestmark = pytest.mark.timeout(240)
@@ -30,6 +30,29 @@ def _applies(txn) -> list[dict]:
     return [e for e in txn["events"] if e["name"] == "apply"]
 
 
+def _assert_typed_grpc_timeline(cluster) -> None:
+    """GetTimeline carries the round's facts as typed fields: removed ranks, apply targets, 202s and
+    the request id each engine answered with."""
+    with grpc.insecure_channel(cluster.controller_address) as channel:
+        resp = controller_pb2_grpc.ControllerStub(channel).GetTimeline(
+            controller_pb2.GetTimelineRequest(instance_id=cluster.spec.instance_id), timeout=5)
+    txn = resp.transactions[-1]
+    kinds = [e.event_kind for e in txn.events]
+    assert kinds[0] == controller_pb2.TIMELINE_EVENT_KIND_EVIDENCE and controller_pb2.TIMELINE_EVENT_KIND_PHASE in kinds
+    evidence = [e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_EVIDENCE]
+    assert 1 in {r for e in evidence for r in e.ranks}
+    assert all(e.received_at_unix_sec >= e.observed_at_unix_sec > 0 for e in evidence)
+    decision = next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION)
+    assert decision.name == "scale_down" and list(decision.ranks) == [1]
+    assert sorted(decision.unhealthy_ranks) == [0, 2, 3]
+    applies = [e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_CALL and e.name == "apply"]
+    assert all(list(e.ranks) == [1] and e.dp_master_ip == "127.0.0.2" and e.dp_store_port > 0 for e in applies)
+    assert sorted(i for e in applies for i in e.endpoint_ids) == [0, 2, 3]
+    results = [r for e in applies for r in e.apply_results]
+    assert sorted(r.endpoint_id for r in results if r.http_status == 202) == [0, 2, 3]
+    assert {r.engine_request_id for r in results} == {txn.request_id}
+
+
 def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     cluster = start_cluster()
     load = LoadGenerator(cluster.coordinator_http, concurrency=4, max_tokens=8, max_duration_sec=120).start()
@@ -47,10 +70,12 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     assert txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded"
     applies = _applies(txn)
     assert len(applies) == 2 and all(a["outcome"] == "ok" for a in applies)  # one per pod with survivors
-    details = " ".join(a["detail"] for a in applies)
-    assert [details.count(f"rank {r}: HTTP 202") for r in (0, 1, 2, 3)] == [1, 0, 1, 1]  # once per survivor
-    assert all("HTTP 202" in a["detail"] and '"removed_dp_ranks": [1]' in a["detail"] for a in applies)
+    accepted = [res["endpoint_id"] for a in applies for res in a["apply_results"] if res["http_status"] == 202]
+    assert sorted(accepted) == [0, 2, 3]  # one 202 per survivor
+    assert all(a["ranks"] == [1] and a["endpoint_ids"] for a in applies)
+    assert all(res["engine_request_id"] for a in applies for res in a["apply_results"])
     assert not data["pod_stops"]  # pod 127.0.0.2 still hosts rank 0
+    _assert_typed_grpc_timeline(cluster)
     counts = load.counts()
     artifacts.record("load", counts)
     assert counts["succeeded"] > 0 and counts["failed"] == 0, counts
@@ -72,8 +97,7 @@ def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> No
     second = data["controller_timeline"][-1]
     applies = _applies(second)
     # Cumulative list, new master = lowest survivor (rank 2 on 127.0.0.3), original ids kept.
-    assert applies and all('"removed_dp_ranks": [0, 1]' in a["detail"] and '"dp_master_ip": "127.0.0.3"' in a["detail"]
-                           for a in applies)
+    assert applies and all(a["ranks"] == [0, 1] and a["dp_master_ip"] == "127.0.0.3" for a in applies)
     assert len(applies) == 1 and applies[0]["target"].startswith("127.0.0.3:")  # the only pod with survivors
     # Pod 127.0.0.2 is emptied but scale-up is off: kept (缩卡不缩 Pod).
     assert not data["pod_stops"]
@@ -104,7 +128,7 @@ def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_
     rounds = [t for t in data["controller_timeline"] if t["strategy"] == "dp_scale_down"]
     # Both dead ranks leave in rounds that each sent exactly one apply per pod with survivors.
     assert all(t["outcome"] == "succeeded" for t in rounds)
-    assert any('"removed_dp_ranks": [0, 1]' in a["detail"] for t in rounds for a in _applies(t))
+    assert any(a["ranks"] == [0, 1] for t in rounds for a in _applies(t))
     if scale_up:
         assert len(data["pod_stops"]) == 1 and data["pod_stops"][0]["target"].startswith("127.0.0.2")
         assert cluster.nodemanagers["127.0.0.2"].proc.wait_exit(15) == 0
@@ -127,5 +151,7 @@ def test_heartbeat_and_ft_proxy_after_commit(start_cluster, artifacts) -> None:
             ft.Status(node_manager_pb2.StatusRequest(instance_id=1, endpoint_ids=[1]), timeout=5)
     artifacts.record("describe_pod", json.loads(json.dumps([{"id": e.endpoint.id, "retired": e.retired} for e in pod.engines])))
     assert {e.endpoint.id: e.retired for e in pod.engines} == {0: False, 1: True}
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1" in info.value.details()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    refusal = info.value.details()
+    assert "retired" in refusal and "[1]" in refusal, refusal
     artifacts.collect(cluster)
