@@ -461,7 +461,7 @@ async def test_stale_writer_cannot_overwrite() -> None:
 
 
 def test_poll_delay_doubles_from_50ms_and_never_exceeds_the_interval() -> None:
-    from motor.controller.fault_tolerance.strategy.dp_scale_down import poll_delay_sec
+    from motor.controller.fault_tolerance.engine_states import poll_delay_sec
 
     assert [poll_delay_sec(n, 1.0) for n in range(6)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
     assert poll_delay_sec(100, 1.0) == 1.0

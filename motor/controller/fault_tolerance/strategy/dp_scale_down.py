@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 from gen.motor.v1 import common_pb2
-from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.engine_states import (
     Verdict,
@@ -36,6 +35,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
+from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed
 from motor.controller.fault_tolerance.timeline import gate_reason_proto
 from motor.controller.fault_tolerance.topology import (
     RoundPlan,
@@ -48,10 +48,6 @@ from motor.controller.persistence import StoreError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-class RoundFailed(Exception):
-    pass
-
 
 class Preempted(Exception):
     pass
@@ -66,8 +62,7 @@ class DpScaleDownStrategy(Strategy):
         self.ctx = ctx
         self.request_id = request_id or f"sd-{ctx.instance_id}-{uuid.uuid4().hex[:12]}"
         self._round_dead: set[int] = set()
-        self._guard_attempted: list[str] = []
-        self._committed: set[str] = set()
+        self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call)
         self._controller_committed = False
         self.last_observed_at_sec = 0.0
 
@@ -129,17 +124,18 @@ class DpScaleDownStrategy(Strategy):
             await self._persist(must=True)
             self._gate()
             plan = self._plan()
-            await self._guard_all(plan)
+            await self.calls.guard_all(plan, deps.config.fault_tolerance_config.guard_lease_sec)
             plan = await self._await_apply_ready(plan)
             await self.drain()
             self._check_stop()
             self.set_phase(FtPhase.SCALING_DOWN, f"apply removed_dp_ranks={list(plan.removed_cumulative)}")
             await self._persist(must=True)
-            await self._apply(plan)
+            await self.calls.apply(plan)
             await self._await_recovered(plan)
             self.set_phase(FtPhase.POST_SCALE_CLEANUP)
             await self._persist(must=True)
-            await self._finalize_commit(plan)
+            await self.calls.finalize_commit(plan)
+            self._commit(plan)
         except (RoundFailed, Preempted) as exc:
             return self._failed(str(exc))
         except asyncio.CancelledError:
@@ -147,7 +143,7 @@ class DpScaleDownStrategy(Strategy):
             raise
         finally:
             if not self._controller_committed:
-                await self._abort_uncommitted()
+                await self.calls.abort_uncommitted()
         return await self._after_commit(plan)
 
     def _failed(self, reason: str) -> Outcome:
@@ -175,55 +171,25 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _gather(self, calls: Iterable[tuple[str, Awaitable[T]]]) -> dict[str, T]:
-        """Runs per-NodeManager calls concurrently; the first error fails the round (after all ended)."""
-        items = list(calls)
-        results = await asyncio.gather(*(c for _, c in items), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for r in errors:
-            if isinstance(r, asyncio.CancelledError):
-                raise r
-        if errors:
-            raise RoundFailed("; ".join(str(e) for e in errors))
-        return {addr: r for (addr, _), r in zip(items, results)}  # type: ignore[misc]
-
-    async def _guard_all(self, plan: RoundPlan) -> None:
-        lease = self.deps.config.fault_tolerance_config.guard_lease_sec
-        calls = []
-        for pod in plan.pods:
-            client = self.deps.nodemanagers.get(pod.node_manager_address)
-            self._guard_attempted.append(pod.node_manager_address)
-            calls.append((pod.node_manager_address, self.timed_call(
-                "guard", pod.node_manager_address,
-                lambda c=client: c.guard(self.instance_id, self.request_id, lease),
-                {"lease_sec": lease, "endpoint_ids": list(pod.status_targets)},
-            )))
-        await self._gather(calls)
-
     async def _query(self, plan: RoundPlan) -> dict[int, common_pb2.EngineFtStatus]:
-        calls = []
-        for pod in plan.pods:
-            if not pod.status_targets:
-                continue
-            client = self.deps.nodemanagers.get(pod.node_manager_address)
-            calls.append((pod.node_manager_address, self.timed_call(
-                "status", pod.node_manager_address,
-                lambda c=client, ids=pod.status_targets: c.status(self.instance_id, self.request_id, ids),
-                {"endpoint_ids": list(pod.status_targets)},
-                lambda entries: {"engine_statuses": list(entries)},
-            )))
-        by_pod = await self._gather(calls)
+        entries = await self.calls.status(plan)
         self.last_observed_at_sec = self.deps.clock.wall()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
-        for entries in by_pod.values():
-            for entry in entries:
-                statuses[entry.id] = entry
-                self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
+        for entry in entries:
+            statuses[entry.id] = entry
+            self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
         missing = sorted(set(plan.routable_survivors) - set(statuses))
         if missing:
             raise RoundFailed(f"status has no entry for survivors {missing}")
         self.deps.changed(self.instance_id)
         return statuses
+
+    def _commit(self, plan: RoundPlan) -> None:
+        # Every NodeManager committed: the engines' result is final, so the Controller commits too.
+        self.deps.runtimes.commit_round(self.instance_id, plan.removed_this_round)
+        self._controller_committed = True
+        self._log(logging.INFO, "committed removal of %s; dead_committed=%s", list(plan.removed_this_round),
+                  sorted(self.deps.runtimes.get(self.instance_id).dead_committed))
 
     async def _await_apply_ready(self, plan: RoundPlan) -> RoundPlan:
         def waiting(ranks: list[int]) -> None:
@@ -275,67 +241,6 @@ class DpScaleDownStrategy(Strategy):
             await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
             polls += 1
 
-    async def _apply(self, plan: RoundPlan) -> None:
-        calls = []
-        for pod in plan.pods:
-            if not pod.status_targets:
-                continue
-            client = self.deps.nodemanagers.get(pod.node_manager_address)
-            calls.append((pod.node_manager_address, self._apply_one(client, pod.node_manager_address, plan, pod.status_targets)))
-        await self._gather(calls)
-
-    async def _apply_one(self, client, address: str, plan: RoundPlan, targets: tuple[int, ...]) -> None:
-        facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets),
-                 "dp_master_ip": plan.dp_master_ip}
-        try:
-            resp = await self.timed_call(
-                "apply", address,
-                lambda: client.apply(self.instance_id, self.request_id, plan.removed_cumulative, plan.dp_master_ip,
-                                     plan.dp_master_rank, targets),
-                facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
-                                  "outcome": "ok" if r.accepted else "not accepted", "detail": _apply_line(r)},
-            )
-        except PeerCallError as exc:
-            raise RoundFailed(f"apply not accepted: {exc}") from None
-        self._log(logging.INFO, "apply to %s %s: %s", address, "accepted" if resp.accepted else "not accepted",
-                  _apply_line(resp))
-        if not resp.accepted:
-            refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
-            raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
-
-    async def _finalize_commit(self, plan: RoundPlan) -> None:
-        async def one(pod) -> None:
-            client = self.deps.nodemanagers.get(pod.node_manager_address)
-            await self.timed_call(
-                "finalize", pod.node_manager_address,
-                lambda: client.finalize(self.instance_id, self.request_id, True, pod.retired),
-                {"commit": True, "endpoint_ids": list(pod.retired)},
-            )
-            self._committed.add(pod.node_manager_address)
-
-        await self._gather((pod.node_manager_address, one(pod)) for pod in plan.pods)
-        # From here on the engines' result is committed: the Controller commits too, whatever follows.
-        self.deps.runtimes.commit_round(self.instance_id, plan.removed_this_round)
-        self._controller_committed = True
-        self._log(logging.INFO, "committed removal of %s; dead_committed=%s", list(plan.removed_this_round),
-                  sorted(self.deps.runtimes.get(self.instance_id).dead_committed))
-
-    async def _abort_uncommitted(self) -> None:
-        targets = [a for a in dict.fromkeys(self._guard_attempted) if a not in self._committed]
-        if not targets:
-            return
-
-        async def one(address: str) -> None:
-            client = self.deps.nodemanagers.get(address)
-            try:
-                await self.timed_call("finalize", address, lambda: client.finalize(self.instance_id, self.request_id, False, ()),
-                                      {"commit": False, "detail": "abort"})
-            except PeerCallError as exc:
-                # A stale or expired guard is refused by the NodeManager; that is the point of the check.
-                self._log(logging.WARNING, "finalize(abort) to %s failed: %s", address, exc)
-
-        await asyncio.gather(*(one(a) for a in targets))
-
     async def _after_commit(self, plan: RoundPlan) -> Outcome:
         deps = self.deps
         runtime = deps.runtimes.get(self.instance_id)
@@ -354,22 +259,5 @@ class DpScaleDownStrategy(Strategy):
         if record is None:
             return
         runtime = self.deps.runtimes.get(self.instance_id)
-        emptied = [p for p in recyclable_pods(record.pod_infos(), runtime.dead_committed)
-                   if set(p.ranks) & set(plan.removed_this_round)]
-        for pod in emptied:
-            client = self.deps.nodemanagers.get(pod.node_manager_address)
-            try:
-                # Best effort and sent once: recycling and replacing the pod is the cluster's job.
-                await self.timed_call("stop_pod", pod.node_manager_address,
-                                  lambda c=client: c.stop_pod(self.request_id, "every DP rank of the pod is committed dead"),
-                                      {"endpoint_ids": list(pod.ranks)})
-            except PeerCallError as exc:
-                self._log(logging.WARNING, "stop_pod %s failed (not retried): %s", pod.pod_ip, exc)
-
-
-def _apply_line(resp) -> str:
-    return f"dp_store_port={resp.dp_store_port} " + "; ".join(
-        f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r}"
-        + ("" if r.accepted else f" message={r.message!r}")
-        for r in resp.results
-    )
+        await self.calls.stop_pods(p for p in recyclable_pods(record.pod_infos(), runtime.dead_committed)
+                                   if set(p.ranks) & set(plan.removed_this_round))

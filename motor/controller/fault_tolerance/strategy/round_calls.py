@@ -1,0 +1,148 @@
+"""The NodeManager calls of one DP scale-down round, fanned out concurrently per pod and each recorded
+in the round's timeline: guard, status, apply, finalize(commit) and finalize(abort), stop_pod. It keeps
+which NodeManagers were guarded and which committed, so an abort reaches exactly the ones not
+committed. No decisions here: the strategy judges the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from gen.motor.v1 import common_pb2, node_manager_pb2
+from motor.controller.clients import NodeManagerClients, PeerCallError
+from motor.controller.fault_tolerance.topology import PodInfo, RoundPlan
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# strategy.timed_call: (name, target, make, facts, result_facts) -> the call's answer.
+TimedCall = Callable[..., Awaitable[Any]]
+
+
+class RoundFailed(Exception):
+    pass
+
+
+def apply_line(resp: node_manager_pb2.ApplyResponse) -> str:
+    return f"dp_store_port={resp.dp_store_port} " + "; ".join(
+        f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r}"
+        + ("" if r.accepted else f" message={r.message!r}")
+        for r in resp.results
+    )
+
+
+class RoundCalls:
+    def __init__(self, nodemanagers: NodeManagerClients, instance_id: int, request_id: str, timed: TimedCall) -> None:
+        self._nodemanagers = nodemanagers
+        self._instance_id = instance_id
+        self._request_id = request_id
+        self._timed = timed
+        self._guard_attempted: list[str] = []
+        self._committed: set[str] = set()
+
+    async def _gather(self, calls: Iterable[tuple[str, Awaitable[T]]]) -> dict[str, T]:
+        """Runs per-NodeManager calls concurrently; the first error fails the round (after all ended)."""
+        items = list(calls)
+        results = await asyncio.gather(*(c for _, c in items), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in errors:
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+        if errors:
+            raise RoundFailed("; ".join(str(e) for e in errors))
+        return {addr: r for (addr, _), r in zip(items, results)}  # type: ignore[misc]
+
+    async def guard_all(self, plan: RoundPlan, lease_sec: float) -> None:
+        calls = []
+        for pod in plan.pods:
+            client = self._nodemanagers.get(pod.node_manager_address)
+            self._guard_attempted.append(pod.node_manager_address)
+            calls.append((pod.node_manager_address, self._timed(
+                "guard", pod.node_manager_address,
+                lambda c=client: c.guard(self._instance_id, self._request_id, lease_sec),
+                {"lease_sec": lease_sec, "endpoint_ids": list(pod.status_targets)},
+            )))
+        await self._gather(calls)
+
+    async def status(self, plan: RoundPlan) -> list[common_pb2.EngineFtStatus]:
+        calls = []
+        for pod in plan.pods:
+            if not pod.status_targets:
+                continue
+            client = self._nodemanagers.get(pod.node_manager_address)
+            calls.append((pod.node_manager_address, self._timed(
+                "status", pod.node_manager_address,
+                lambda c=client, ids=pod.status_targets: c.status(self._instance_id, self._request_id, ids),
+                {"endpoint_ids": list(pod.status_targets)},
+                lambda entries: {"engine_statuses": list(entries)},
+            )))
+        by_pod = await self._gather(calls)
+        return [entry for entries in by_pod.values() for entry in entries]
+
+    async def apply(self, plan: RoundPlan) -> None:
+        calls = [(pod.node_manager_address, self._apply_one(pod.node_manager_address, plan, pod.status_targets))
+                 for pod in plan.pods if pod.status_targets]
+        await self._gather(calls)
+
+    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...]) -> None:
+        client = self._nodemanagers.get(address)
+        facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets), "dp_master_ip": plan.dp_master_ip}
+        try:
+            resp = await self._timed(
+                "apply", address,
+                lambda: client.apply(self._instance_id, self._request_id, plan.removed_cumulative, plan.dp_master_ip,
+                                     plan.dp_master_rank, targets),
+                facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
+                                  "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
+            )
+        except PeerCallError as exc:
+            raise RoundFailed(f"apply not accepted: {exc}") from None
+        log.info("instance=%d request_id=%s apply to %s %s: %s", self._instance_id, self._request_id, address,
+                 "accepted" if resp.accepted else "not accepted", apply_line(resp))
+        if not resp.accepted:
+            refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
+            raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
+
+    async def finalize_commit(self, plan: RoundPlan) -> None:
+        async def one(pod) -> None:
+            client = self._nodemanagers.get(pod.node_manager_address)
+            await self._timed(
+                "finalize", pod.node_manager_address,
+                lambda: client.finalize(self._instance_id, self._request_id, True, pod.retired),
+                {"commit": True, "endpoint_ids": list(pod.retired)},
+            )
+            self._committed.add(pod.node_manager_address)
+
+        await self._gather((pod.node_manager_address, one(pod)) for pod in plan.pods)
+
+    async def abort_uncommitted(self) -> None:
+        targets = [a for a in dict.fromkeys(self._guard_attempted) if a not in self._committed]
+
+        async def one(address: str) -> None:
+            client = self._nodemanagers.get(address)
+            try:
+                await self._timed("finalize", address,
+                                  lambda: client.finalize(self._instance_id, self._request_id, False, ()),
+                                  {"commit": False, "detail": "abort"})
+            except PeerCallError as exc:
+                # A stale or expired guard is refused by the NodeManager; that is the point of the check.
+                log.warning("instance=%d request_id=%s finalize(abort) to %s failed: %s", self._instance_id,
+                            self._request_id, address, exc)
+
+        await asyncio.gather(*(one(a) for a in targets))
+
+    async def stop_pods(self, pods: Iterable[PodInfo]) -> None:
+        for pod in pods:
+            client = self._nodemanagers.get(pod.node_manager_address)
+            try:
+                # Best effort and sent once: recycling and replacing the pod is the cluster's job.
+                await self._timed("stop_pod", pod.node_manager_address,
+                                  lambda c=client: c.stop_pod(self._request_id, "every DP rank of the pod is committed dead"),
+                                  {"endpoint_ids": list(pod.ranks)})
+            except PeerCallError as exc:
+                log.warning("instance=%d request_id=%s stop_pod %s failed (not retried): %s", self._instance_id,
+                            self._request_id, pod.pod_ip, exc)
