@@ -1,0 +1,19 @@
+"""motor-controller: assembles instances from NodeManager registrations, takes in fault evidence,
+runs recovery strategies and reports the RFC §7 runtime.
+
+Modules:
+  main             the process: config, gRPC and HTTP servers, ready file {grpc_port, http_port}
+  core             ControllerCore: registration, heartbeats, fault intake, periodic SET, restore
+  servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
+  clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
+  instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability
+  serving          the serving projection (Instance view of the survivors) and EventPusher (ADD/DEL/SET)
+  status           runtime as protobuf, `message_json` (the one JSON rendering of the pages),
+                   RuntimeBroadcaster (Watch), the aiohttp status and timeline pages
+  clock            SystemClock and ManualClock (tests)
+
+Packages:
+  fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)
+  persistence      the persisted record, memory and etcd stores, RuntimePersister and the restart rule
+  hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
+"""

@@ -1,0 +1,1 @@
+"""Recovery strategies: the side-effecting executors (see the module map of fault_tolerance)."""
