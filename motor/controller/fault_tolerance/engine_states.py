@@ -2,6 +2,8 @@
 and after apply (recovered?), the poll cadence, and the human rendering of a status. Pure.
 
 (status, ft_state) pairs; ft_state is absent in vLLM's dialect and present in the RFC-era one.
+`diagnosing` (vLLM's transient state while it queries its all2all mask) is never a failure: the
+survivor is not ready yet, so the round waits, within its deadline, for what the engine decides.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def poll_delay_sec(polls_done: int, poll_interval_sec: float) -> float:
 
 
 def apply_readiness(s: common_pb2.EngineFtStatus) -> Verdict:
-    """Before apply: DONE (apply-ready) only on (unhealthy, -); WAIT on (healthy, -) and
+    """Before apply: DONE (apply-ready) only on (unhealthy, -); WAIT on (healthy, -), diagnosing and
     (unhealthy, recovering); DEAD is absorbed by the caller; anything else fails the round."""
     if s.status == _HEALTH.ENGINE_HEALTH_DEAD:
         return Verdict.DEAD
     if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
         return Verdict.DONE
     if (s.status, s.ft_state) in (
+        (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED),
         (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
         (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
     ):
@@ -46,10 +49,13 @@ def apply_readiness(s: common_pb2.EngineFtStatus) -> Verdict:
 
 
 def recovery_state(s: common_pb2.EngineFtStatus) -> Verdict:
-    """After apply: DONE only on (healthy, -); WAIT on (unhealthy, -) and (unhealthy, recovering);
-    everything else ((unhealthy, failed), dead, (healthy, recovering), unknown) fails the round."""
+    """After apply: DONE only on (healthy, -); WAIT on (unhealthy, -), diagnosing and (unhealthy,
+    recovering); everything else ((unhealthy, failed), dead — e.g. a failed vote, "Recovery failed;
+    full restart required" —, (healthy, recovering), unknown) fails the round."""
     if s.status == _HEALTH.ENGINE_HEALTH_HEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
         return Verdict.DONE
+    if (s.status, s.ft_state) == (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED):
+        return Verdict.WAIT
     if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state in (_FT.FT_STATE_UNSPECIFIED, _FT.FT_STATE_RECOVERING):
         return Verdict.WAIT
     return Verdict.FAIL
@@ -61,4 +67,6 @@ def status_text(s: common_pb2.EngineFtStatus) -> str:
     text = f"({health}, {ft})"
     if s.ft_error:
         text += f" ft_error={s.ft_error!r}"
+    if s.fault_info:
+        text += f" fault_info={s.fault_info!r}"
     return text

@@ -31,10 +31,11 @@ class Engine:
     recover_after_polls: int | None = 1
     fail_on_apply: str = ""
     polls_since_apply: int = -1
+    fault_info: str = ""
 
     def proto(self) -> common_pb2.EngineFtStatus:
         return common_pb2.EngineFtStatus(id=self.rank, status=self.status, ft_state=self.ft_state, ft_error=self.ft_error,
-                                         last_ft_request_id=self.last_request_id)
+                                         last_ft_request_id=self.last_request_id, fault_info=self.fault_info)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import controller_fakes
 import grpc
 import pytest
 from controller_fakes import (
@@ -488,3 +489,67 @@ async def test_missing_capability_fails_closed() -> None:
     await core.register(register_request(cluster, "127.0.0.3:1", capability=False))
     _, outcome = await run_round(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "reported no FT capability" in outcome.detail
+
+
+DIAGNOSING = controller_fakes.common_pb2.ENGINE_HEALTH_DIAGNOSING
+
+
+async def test_diagnosing_survivor_is_waited_for_before_apply_not_a_failure() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2})
+    cluster.set(3, DIAGNOSING)
+
+    def settle_after_two_polls(polls: int) -> None:
+        if polls == 3:
+            cluster.set(3, UNHEALTHY)
+
+    cluster.on_status = settle_after_two_polls
+    strategy, outcome = await run_round(core, {1}, {0, 2})
+    assert outcome.succeeded, outcome.detail
+    assert len(cluster.named("apply")) == 2
+    seen = [s.status for e in strategy.txn.events for s in e.engine_statuses if s.id == 3]
+    assert seen[0] == DIAGNOSING and UNHEALTHY in seen
+
+
+async def test_diagnosing_after_apply_waits_for_the_engine_outcome() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.engines[2].recover_after_polls = 3
+    applied = {"polls": None}
+
+    def diagnose_right_after_apply(polls: int) -> None:
+        if cluster.named("apply") and applied["polls"] is None:
+            applied["polls"] = polls
+            cluster.set(2, DIAGNOSING)
+
+    cluster.on_status = diagnose_right_after_apply
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    assert core.runtimes.get(7).dead_committed == {1}
+
+
+async def test_survivor_dead_after_apply_fails_the_round_with_the_engine_message() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    for r in (0, 2, 3):
+        cluster.engines[r].recover_after_polls = None
+
+    def vote_failed(polls: int) -> None:
+        if cluster.named("apply"):
+            for r in (0, 2, 3):
+                cluster.engines[r].polls_since_apply = -1
+                cluster.engines[r].status, cluster.engines[r].ft_state = DEAD, controller_fakes.NONE
+                cluster.engines[r].fault_info = "Recovery failed; full restart required"
+
+    cluster.on_status = vote_failed
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded
+    assert len(cluster.named("apply")) == 2 and not [c for c in cluster.named("finalize") if c[3]]
+    assert "Recovery failed; full restart required" in core.runtimes.get(7).last_error
+    assert core.runtimes.get(7).dead_committed == frozenset()
