@@ -4,7 +4,8 @@ Starts a controller (in-memory store), a coordinator and two NodeManagers on 127
 127.0.0.3, each hosting two reference-engine ranks of one DP=4 instance with redundant experts;
 drives a steady stream of completions through the coordinator; kills the executor of rank 1, then
 of rank 0; shows the timelines and the alive ranks after each round; reports request counts; tears
-everything down. Exits non-zero when any expectation fails.
+everything down. Exits non-zero when any expectation fails; on SIGTERM it tears everything down and
+exits with status 143.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from motor.launch.cluster import ClusterSpec, LocalCluster
 from motor.launch.load import LoadGenerator
+from motor.launch.shutdown import Terminated, exit_on_sigterm, sigterm_deferred
 
 
 class Progress:
@@ -111,14 +113,18 @@ def run_demo(run_dir: Path, round_timeout_sec: float) -> int:
         probe = load.send_one("after recovery")
         expect(probe.ok and probe.rank in (2, 3), f"inference after recovery served by rank {probe.rank}")
         expect(counts["failed"] == 0, "no request lost during the scale-downs")
+    except Terminated:
+        print("\nmotor demo: SIGTERM received", flush=True)
+        raise
     except Exception as exc:  # noqa: BLE001 - the demo reports and fails, it never hangs
         failures.append(f"{type(exc).__name__}: {exc}")
         print(f"\nmotor demo: {type(exc).__name__}: {exc}")
     finally:
-        if load is not None:
-            load.stop(timeout_sec=10)
-        print("\nmotor demo: stopping every process")
-        cluster.stop()
+        with sigterm_deferred():  # a second SIGTERM must not cut the teardown short
+            if load is not None:
+                load.stop(timeout_sec=10)
+            print("\nmotor demo: stopping every process")
+            cluster.stop()
     if failures:
         print(f"motor demo: FAILED ({len(failures)}): " + "; ".join(failures))
         return 1
@@ -135,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         run_dir = args.run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-        return run_demo(run_dir.resolve(), args.round_timeout_sec)
+        with exit_on_sigterm():
+            return run_demo(run_dir.resolve(), args.round_timeout_sec)
     return 2
 
 

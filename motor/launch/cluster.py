@@ -3,7 +3,9 @@ reference engines, as real processes on this machine.
 
 `motor demo`, the e2e tests and the benchmarks all start clusters through `LocalCluster`. Every
 process logs to a file in the run directory; everything is torn down by pid (process groups, and the
-engines the NodeManagers started, found as their descendants) even when a test fails.
+engines the NodeManagers started, found as their descendants) even when a test fails, and, in a
+holder inside `motor.launch.shutdown.exit_on_sigterm()`, when the holder gets SIGTERM. A cluster
+starts once.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from gen.motor.v1 import (
     node_manager_pb2,
     node_manager_pb2_grpc,
 )
+from motor.common.config import set_dotted
 from motor.common.ports import free_port, port_free
 from motor.common.process import ManagedProcess, start_process
+from motor.launch.shutdown import sigterm_deferred
 from motor.sim.client import inject_fault
 
 log = logging.getLogger(__name__)
@@ -105,13 +109,6 @@ def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
     raise RuntimeError(f"no block of {dp_size} free ports below 32768 on {ip} after {attempts} tries")
 
 
-def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        data = data.setdefault(key, {})
-    data[keys[-1]] = value
-
-
 class LocalCluster:
     def __init__(self, spec: ClusterSpec, run_dir: Path) -> None:
         self.spec = spec
@@ -121,6 +118,7 @@ class LocalCluster:
         self.controller: ServiceProc | None = None
         self.nodemanagers: dict[str, ServiceProc] = {}
         self._engine_pids: set[int] = set()
+        self._started = False
         self.dp_master_port = free_port("127.0.0.2")
         self.dp_store_port_base = store_port_base(spec.dp_size, spec.pods()[0][0])
 
@@ -139,6 +137,13 @@ class LocalCluster:
         return ServiceProc(name, proc, info, config_path, argv)
 
     def start(self, ready_timeout_sec: float = 180.0) -> LocalCluster:
+        """Starts every process and waits until the instance serves; once per LocalCluster (a second
+        start would orphan the first one's processes, and the ports chosen at construction)."""
+        if self._started:
+            pids = [svc.proc.pid for svc in self.services()]
+            raise RuntimeError(f"LocalCluster in {self.run_dir} was already started (service pids {pids}); "
+                               "a cluster starts once: stop() it and create a new LocalCluster")
+        self._started = True
         try:
             self._start(ready_timeout_sec)
         except BaseException:
@@ -150,7 +155,7 @@ class LocalCluster:
         spec = self.spec
         coord_cfg: dict[str, Any] = {"server": {"host": "127.0.0.1", "port": 0}, "http": {"host": "127.0.0.1", "port": 0}}
         for key, value in spec.coordinator_overrides.items():
-            _set(coord_cfg, key, value)
+            set_dotted(coord_cfg, key, value)
         self.coordinator = self._start_service("coordinator", "motor-coordinator", coord_cfg, ["grpc_port", "http_port"])
         self.controller = self._start_service("controller", "motor-controller", self.controller_config(), ["grpc_port", "http_port"])
         for pod_ip, ranks in spec.pods():
@@ -176,7 +181,7 @@ class LocalCluster:
         if spec.etcd_endpoints:
             cfg["store"] = {"etcd_endpoints": spec.etcd_endpoints, "key_prefix": f"/motor-{self.run_dir.name}"}
         for key, value in spec.controller_overrides.items():
-            _set(cfg, key, value)
+            set_dotted(cfg, key, value)
         return cfg
 
     def nodemanager_config(self, pod_ip: str, ranks: list[int]) -> dict[str, Any]:
@@ -213,7 +218,7 @@ class LocalCluster:
             ],
         }
         for key, value in spec.nodemanager_overrides.items():
-            _set(cfg, key, value)
+            set_dotted(cfg, key, value)
         return cfg
 
     # ---- observe -----------------------------------------------------------------------------
@@ -339,21 +344,23 @@ class LocalCluster:
     # ---- stop --------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        self._collect_engine_pids()
-        for svc in reversed(self.services()):
-            try:
-                svc.proc.stop(grace_sec=10)
-            except Exception as exc:  # noqa: BLE001 - keep tearing the rest down
-                log.warning("stopping %s failed: %s", svc.name, exc)
-        for pid in sorted(self._engine_pids):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """Tears every process down by pid (idempotent); a SIGTERM meanwhile waits until it is done."""
+        with sigterm_deferred():
+            self._collect_engine_pids()
+            for svc in reversed(self.services()):
+                try:
+                    svc.proc.stop(grace_sec=10)
+                except Exception as exc:  # noqa: BLE001 - keep tearing the rest down
+                    log.warning("stopping %s failed: %s", svc.name, exc)
+            for pid in sorted(self._engine_pids):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def __enter__(self) -> LocalCluster:
         return self.start()
