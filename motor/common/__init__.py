@@ -1,0 +1,13 @@
+"""What every Motor process shares (production code: no test or launcher helpers here).
+
+Modules:
+  config       typed configuration of every service (pydantic models, RFC §7 keys and defaults),
+               load_config / set_dotted / parse_override, ConfigError naming each bad key and value
+  service      process entry of a service: arguments, config, logging, SIGTERM/SIGINT, ready file
+  grpc_server  the grpc.aio server bootstrap (health, reflection, TLS/mTLS) and client channels
+  metadata     gRPC metadata keys of Motor's contracts
+  process      ManagedProcess: start an OS process in its own process group with a log file, wait
+               for its readiness (ready file / HTTP 200), stop or kill the whole group by pid
+  ports        free_port(s) on an address and port_free, the one check that a port can be bound
+  text         shorten: bounded rendering of untrusted values for errors and logs
+"""
