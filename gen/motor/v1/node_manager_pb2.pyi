@@ -70,7 +70,7 @@ class ApplyRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EngineApplyResult(_message.Message):
-    __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec")
+    __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec", "sent_at_unix_sec")
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class EngineApplyResult(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BODY_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_SEC_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     endpoint_id: int
     accepted: bool
     http_status: int
@@ -85,7 +86,8 @@ class EngineApplyResult(_message.Message):
     message: str
     request_body: str
     elapsed_sec: float
-    def __init__(self, endpoint_id: _Optional[int] = ..., accepted: _Optional[bool] = ..., http_status: _Optional[int] = ..., engine_request_id: _Optional[str] = ..., message: _Optional[str] = ..., request_body: _Optional[str] = ..., elapsed_sec: _Optional[float] = ...) -> None: ...
+    sent_at_unix_sec: float
+    def __init__(self, endpoint_id: _Optional[int] = ..., accepted: _Optional[bool] = ..., http_status: _Optional[int] = ..., engine_request_id: _Optional[str] = ..., message: _Optional[str] = ..., request_body: _Optional[str] = ..., elapsed_sec: _Optional[float] = ..., sent_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
     __slots__ = ("accepted", "results", "dp_store_port")
