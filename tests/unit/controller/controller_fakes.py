@@ -49,6 +49,8 @@ class FakeCluster:
     retired: dict[str, set[int]] = field(default_factory=dict)
     fail: dict[tuple[str, str], grpc.StatusCode] = field(default_factory=dict)
     apply_refused: set[int] = field(default_factory=set)
+    # When each engine's apply was sent (EngineApplyResult.sent_at_unix_sec), by rank.
+    apply_sent_at: dict[int, float] = field(default_factory=dict)
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
     status_polls: int = 0
@@ -120,6 +122,7 @@ class FakeNodeManagerClient:
             accepted = r not in c.apply_refused
             results.append(node_manager_pb2.EngineApplyResult(
                 endpoint_id=r, accepted=accepted, http_status=202 if accepted else 400, engine_request_id=request_id,
+                sent_at_unix_sec=c.apply_sent_at.get(r, 0.0),
                 request_body='{"instruction": "scale_down"}', message="" if accepted else "Invalid instruction"))
             if accepted:
                 eng = c.engines[r]

@@ -553,3 +553,15 @@ async def test_survivor_dead_after_apply_fails_the_round_with_the_engine_message
     assert len(cluster.named("apply")) == 2 and not [c for c in cluster.named("finalize") if c[3]]
     assert "Recovery failed; full restart required" in core.runtimes.get(7).last_error
     assert core.runtimes.get(7).dead_committed == frozenset()
+
+
+async def test_apply_skew_is_recorded_from_the_send_times_of_every_survivor() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.apply_sent_at = {0: 1000.0, 2: 1000.25, 3: 1000.5}
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    skew = next(e for e in strategy.txn.events if e.name == "apply_skew")
+    assert skew.skew_sec == pytest.approx(0.5) and list(skew.endpoint_ids) == [0, 2, 3]

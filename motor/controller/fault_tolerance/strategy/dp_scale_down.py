@@ -130,7 +130,7 @@ class DpScaleDownStrategy(Strategy):
             self._check_stop()
             self.set_phase(FtPhase.SCALING_DOWN, f"apply removed_dp_ranks={list(plan.removed_cumulative)}")
             await self._persist(must=True)
-            await self.calls.apply(plan)
+            self._note_skew(await self.calls.apply(plan))
             await self._await_recovered(plan)
             self.set_phase(FtPhase.POST_SCALE_CLEANUP)
             await self._persist(must=True)
@@ -183,6 +183,17 @@ class DpScaleDownStrategy(Strategy):
             raise RoundFailed(f"status has no entry for survivors {missing}")
         self.deps.changed(self.instance_id)
         return statuses
+
+    def _note_skew(self, results) -> None:
+        """Every survivor must check in to the engine's round within its window (10 s in vLLM's PR):
+        the spread of the applies' send times is what eats into it."""
+        sent = {r.endpoint_id: r.sent_at_unix_sec for r in results if r.sent_at_unix_sec > 0}
+        if not sent or self.txn is None:
+            return
+        skew = max(sent.values()) - min(sent.values())
+        self.txn.note("apply_skew", self.deps.clock.wall(), f"applies sent within {skew * 1000:.1f} ms",
+                      skew_sec=skew, endpoint_ids=sorted(sent))
+        self._log(logging.INFO, "apply skew %.3fs over survivors %s", skew, sorted(sent))
 
     def _commit(self, plan: RoundPlan) -> None:
         # Every NodeManager committed: the engines' result is final, so the Controller commits too.

@@ -83,12 +83,14 @@ class RoundCalls:
         by_pod = await self._gather(calls)
         return [entry for entries in by_pod.values() for entry in entries]
 
-    async def apply(self, plan: RoundPlan) -> None:
+    async def apply(self, plan: RoundPlan) -> list[node_manager_pb2.EngineApplyResult]:
         calls = [(pod.node_manager_address, self._apply_one(pod.node_manager_address, plan, pod.status_targets))
                  for pod in plan.pods if pod.status_targets]
-        await self._gather(calls)
+        by_pod = await self._gather(calls)
+        return [r for results in by_pod.values() for r in results]
 
-    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...]) -> None:
+    async def _apply_one(self, address: str, plan: RoundPlan,
+                         targets: tuple[int, ...]) -> list[node_manager_pb2.EngineApplyResult]:
         client = self._nodemanagers.get(address)
         facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets), "dp_master_ip": plan.dp_master_ip}
         try:
@@ -106,6 +108,7 @@ class RoundCalls:
         if not resp.accepted:
             refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
             raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
+        return list(resp.results)
 
     async def finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:
