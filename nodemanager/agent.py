@@ -189,6 +189,7 @@ class NodeManagerAgent:
     def _on_commit(self, newly_retired: list[int], request_id: str) -> None:
         for i in newly_retired:
             self.poller.unwatch(i)
+        self.poller.rearm([i for i in self.poller.watched if i not in newly_retired])
         if self.link is not None:
             self.link.poke()
         self._spawn_background(

@@ -47,6 +47,7 @@ class ApplyOutcome:
     message: str
     request_body: str
     elapsed_sec: float = 0.0
+    sent_at_unix_sec: float = 0.0
 
 
 # -- client ------------------------------------------------------------------------------------
@@ -106,10 +107,11 @@ class EngineHttpClient:
         assert self._apply_session is not None, "EngineHttpClient.start() not called"
         bound = self._bound(timeout_sec)
         url = addr.base_url + self.ft_api_prefix + "/apply"
-        started = time.monotonic()
+        started, sent_at = time.monotonic(), time.time()
 
         def outcome(accepted: bool, status: int, rid: str, message: str) -> ApplyOutcome:
-            return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, time.monotonic() - started)
+            return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, time.monotonic() - started,
+                                sent_at)
 
         try:
             async with self._apply_session.post(

@@ -11,10 +11,10 @@ Status RPC uses, bounded by ``engine_request_timeout_sec``:
 * ``unhealthy`` → UNHEALTHY, ``dead`` → DEAD; the first timeout or connection failure at run time
   is DEAD evidence too; an identity-contract violation or malformed answer → PROTOCOL_ERROR;
 * ``diagnosing`` (vLLM's transient state while it queries its all2all mask) is no news yet: nothing
-  is reported and the dedupe state is left as it was, so the verdict that follows is judged against
-  what was last reported;
-* each is reported when the endpoint's reported state changes to it (never again while it
-  persists); a return to ``healthy`` after a report sends RECOVERED once and re-arms.
+  is reported, but it is an observed change, so the verdict that follows is reported;
+* each is reported when the engine's entry changes (never again while the same entry persists); a
+  return to ``healthy`` after a report sends RECOVERED once; a committed round re-arms every
+  survivor (`rearm`), so the next fault is reported even if its entry reads the same.
 """
 
 from __future__ import annotations
@@ -53,46 +53,61 @@ class FaultReport:
     observed_at_unix_sec: float = 0.0
 
 
-class FaultDeduper:
-    """Per endpoint: which fault was last reported (pure).
+DIAGNOSING_OBSERVATION = -1  # not a report kind: the engine is still diagnosing
 
-    A fault is its kind plus the engine's fault_info: the same kind with another fault_info is a new
-    fault (e.g. a survivor that fails again right after a rebuild, before any poll saw it healthy),
-    and it is reported, since the Controller dropped the old evidence when the rebuild succeeded.
+
+class FaultDeduper:
+    """Per endpoint: what was last seen and which fault is reported and not yet recovered (pure).
+
+    A fault's identity is the whole status entry the engine pushed (status, fault_info, mask,
+    last_ft_request_id, ft_error), never fault_info alone: vLLM's fault_info is only the exception's
+    type name, the same on every fault. The engine replaces the entry on every change, so a changed
+    entry is a new fault; any other observation in between (diagnosing, healthy) re-arms, and so do a
+    committed round and a restart (`reset`), so a survivor that fails again right after a rebuild is
+    always reported, whether or not a poll saw it healthy in between.
     """
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[int, str]] = {}
+        self._seen: dict[int, tuple] = {}
+        self._reported: dict[int, int] = {}
 
-    def observe(self, endpoint_id: int, observation: int, fault_key: str = "") -> int | None:
-        """The kind to report for this observation, or None when nothing changed."""
-        last = self._last.get(endpoint_id)
-        if observation == HEALTHY_OBSERVATION:
-            if last is None:
-                return None
-            del self._last[endpoint_id]
-            return RECOVERED
-        if last is not None and observation == last[0] and (not fault_key or fault_key == last[1]):
+    def observe(self, endpoint_id: int, observation: int, identity: tuple = ()) -> int | None:
+        """The kind to report for this observation, or None when nothing is to be reported."""
+        key = (observation, *identity)
+        previous = self._seen.get(endpoint_id)
+        self._seen[endpoint_id] = key
+        if observation == DIAGNOSING_OBSERVATION:
             return None
-        self._last[endpoint_id] = (observation, fault_key)
+        if observation == HEALTHY_OBSERVATION:
+            return RECOVERED if self._reported.pop(endpoint_id, None) is not None else None
+        if previous == key and endpoint_id in self._reported:
+            return None
+        self._reported[endpoint_id] = observation
         return observation
 
     def reset(self, endpoint_id: int) -> None:
-        self._last.pop(endpoint_id, None)
+        self._seen.pop(endpoint_id, None)
+        self._reported.pop(endpoint_id, None)
 
     def last(self, endpoint_id: int) -> int | None:
-        entry = self._last.get(endpoint_id)
-        return None if entry is None else entry[0]
+        """The fault reported and not yet recovered, if any."""
+        return self._reported.get(endpoint_id)
 
 
-def classify(entry: EngineStatusEntry) -> int | None:
-    """The observation an entry is, or None while the engine is still diagnosing (no evidence yet)."""
+def entry_identity(entry: EngineStatusEntry | None) -> tuple:
+    if entry is None:
+        return ()
+    return (entry.status, entry.ft_state, entry.fault_info, entry.mask, entry.last_ft_request_id, entry.ft_error)
+
+
+def classify(entry: EngineStatusEntry) -> int:
+    """The observation an entry is; diagnosing is no evidence yet (nothing to report)."""
     if entry.status == "dead":
         return DEAD
     if entry.status == "unhealthy":
         return UNHEALTHY
     if entry.status == "diagnosing":
-        return None
+        return DIAGNOSING_OBSERVATION
     return HEALTHY_OBSERVATION
 
 
@@ -130,6 +145,12 @@ class EngineFtManager:
         self._tasks[endpoint_id] = asyncio.create_task(self._loop(endpoint_id), name=f"ft-poll-rank{endpoint_id}")
         log.info("instance=%d rank=%d FT status polling started (every %gs)", self._instance, endpoint_id, self._interval)
 
+    def rearm(self, endpoint_ids: list[int]) -> None:
+        """After a committed round: the Controller dropped the survivors' old evidence, so whatever
+        they report next is news."""
+        for endpoint_id in endpoint_ids:
+            self.dedupe.reset(endpoint_id)
+
     def unwatch(self, endpoint_id: int) -> None:
         task = self._tasks.pop(endpoint_id, None)
         if task is not None and not task.done():
@@ -166,7 +187,6 @@ class EngineFtManager:
             return None
         self.polls += 1
         entry: EngineStatusEntry | None = None
-        observation: int | None
         try:
             entry = await self._http.read_status(addr, self._timeout)
             observation = classify(entry)
@@ -177,10 +197,9 @@ class EngineFtManager:
             observation, evidence = PROTOCOL_ERROR, str(exc)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
-        if observation is None:
+        kind = self.dedupe.observe(endpoint_id, observation, entry_identity(entry))
+        if observation == DIAGNOSING_OBSERVATION:
             log.debug("instance=%d rank=%d FT status %s: no verdict yet", self._instance, endpoint_id, evidence)
-            return None
-        kind = self.dedupe.observe(endpoint_id, observation, (entry.fault_info or "") if entry is not None else "")
         if kind is None:
             return None
         log.log(logging.INFO if kind == RECOVERED else logging.WARNING, "instance=%d rank=%d FT status %s: %s",

@@ -194,6 +194,11 @@ class FtProxy:
         body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
         log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
                  body)
+        delay = self._config.fault_injection.apply_delay_sec
+        if delay:
+            log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,
+                        request_id, delay)
+            await asyncio.sleep(delay)
 
         async def send(i: int) -> ApplyOutcome:
             addr = self._supervisor.address(i)

@@ -60,7 +60,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
                 node_manager_pb2.EngineApplyResult(
                     endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,
                     engine_request_id=o.engine_request_id, message=o.message, request_body=o.request_body,
-                    elapsed_sec=o.elapsed_sec,
+                    elapsed_sec=o.elapsed_sec, sent_at_unix_sec=o.sent_at_unix_sec,
                 )
                 for o in result.outcomes
             ],

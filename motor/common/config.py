@@ -297,6 +297,14 @@ class FtCapabilityConfig(_Model):
     num_redundant_experts: Annotated[int, Field(ge=0)] = 0
 
 
+class NodeManagerFaultInjection(_Model):
+    """Test-only faults of the NodeManager itself (all off by default; never set in production)."""
+
+    # Hold every apply this long before forwarding it to the engines: one pod's survivors then
+    # check in late, past the engines' check-in window.
+    apply_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = 0.0
+
+
 class NodeManagerConfig(_Model):
     """motor-nodemanager: one per pod."""
 
@@ -339,6 +347,7 @@ class NodeManagerConfig(_Model):
     fault_report_queue_size: Annotated[int, Field(ge=1, le=65536)] = 1024
     # Delivery attempts of one fault report (each with the controller deadline) before it is dropped.
     fault_report_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    fault_injection: NodeManagerFaultInjection = NodeManagerFaultInjection()
 
     @field_validator("pod_ip", "dp_master_ip")
     @classmethod

@@ -98,7 +98,8 @@ async def test_poller_reports_unhealthy_dead_once_each(controller: FakeControlle
 
 async def test_diagnosing_is_passed_through_and_never_reported(controller: FakeController, tmp_path: Path) -> None:
     """vLLM's transient state while it queries its all2all mask: Status answers DIAGNOSING (no protocol
-    error); the poller reports nothing while it lasts, neither before a verdict nor after one."""
+    error); the poller reports nothing while it lasts, and the verdict after it is reported even when
+    it reads like the last one (vLLM's fault_info is only the exception's type name)."""
     async with running_nm(nm_config(controller.address, tmp_path)) as n:
         url = n.engine_url(0)
         await fake_control(url, status="diagnosing")
@@ -110,9 +111,12 @@ async def test_diagnosing_is_passed_through_and_never_reported(controller: FakeC
         await async_wait_for(lambda: controller.reports_of(0), 5, "UNHEALTHY report")
         await fake_control(url, status="diagnosing")
         await fake_polled(url, 3)
-        await fake_control(url, status="unhealthy")  # the same fault, as the engine says it again
         await fake_polled(url, 3)
-        assert [r.kind for r in controller.reports_of(0)] == [controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY]
+        assert len(controller.reports_of(0)) == 1
+        await fake_control(url, status="unhealthy", fault_info="peer 1 gone")  # a new fault that reads alike
+        await async_wait_for(lambda: len(controller.reports_of(0)) == 2, 5, "second UNHEALTHY report")
+        await fake_polled(url, 3)
+        assert [r.kind for r in controller.reports_of(0)] == [controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY] * 2
 
 
 async def test_apply_forwards_once_with_same_request_id_and_store_port(controller: FakeController, tmp_path: Path) -> None:
@@ -123,9 +127,11 @@ async def test_apply_forwards_once_with_same_request_id_and_store_port(controlle
         assert grant.request_id == "rid-A" and not grant.renewed
         req = nm.ApplyRequest(instance_id=INSTANCE, request_id="rid-A", instruction=SCALE_DOWN, removed_dp_ranks=[2, 0],
                               dp_master_ip=POD_IP, dp_master_rank=1, endpoint_ids=[3, 1])
+        before = time.time()
         resp = await n.ft.Apply(req, timeout=5)
         assert resp.accepted and resp.dp_store_port == 31001
         assert [r.endpoint_id for r in resp.results] == [3, 1]
+        assert all(r.sent_at_unix_sec >= before for r in resp.results)  # the round's apply skew is built on it
         expected = {"instruction": "scale_down", "request_id": "rid-A",
                     "params": {"removed_dp_ranks": [0, 2], "dp_master_ip": POD_IP, "dp_store_port": 31001}}
         for r in resp.results:

@@ -9,6 +9,7 @@ from nodemanager.ft_poller import (
     PROTOCOL_ERROR,
     RECOVERED,
     UNHEALTHY,
+    DIAGNOSING_OBSERVATION,
     FaultDeduper,
     classify,
     kind_name,
@@ -58,12 +59,36 @@ def test_classify_and_names() -> None:
         "HEALTHY", "UNHEALTHY", "DEAD", "PROTOCOL_ERROR", "RECOVERED"]
 
 
-def test_a_new_fault_of_the_same_kind_is_reported_again() -> None:
-    # A survivor fails again right after a rebuild, before any poll saw it healthy: the engine's
-    # fault_info changes, and the Controller (which dropped the old evidence) must hear of it.
+def test_a_changed_entry_of_the_same_kind_is_a_new_fault() -> None:
     d = FaultDeduper()
-    assert d.observe(3, UNHEALTHY, "collective failed in group 'init'") == UNHEALTHY
-    assert d.observe(3, UNHEALTHY, "collective failed in group 'init'") is None
-    assert d.observe(3, UNHEALTHY, "") is None
-    assert d.observe(3, UNHEALTHY, "collective timed out in group 'sd-1'") == UNHEALTHY
-    assert d.observe(3, UNHEALTHY, "collective timed out in group 'sd-1'") is None
+    first = ("unhealthy", None, "RuntimeError", (1,), None, None)
+    again = ("unhealthy", None, "RuntimeError", (1,), "sd-7-abc", "scale_down refused")
+    assert d.observe(3, UNHEALTHY, first) == UNHEALTHY
+    assert d.observe(3, UNHEALTHY, first) is None
+    assert d.observe(3, UNHEALTHY, again) == UNHEALTHY
+    assert d.observe(3, UNHEALTHY, again) is None
+
+
+def test_vllm_fault_info_is_the_same_every_time_and_diagnosing_between_faults_rearms() -> None:
+    # vLLM's fault_info is the exception's type name: two faults can read exactly alike. The engine
+    # pushes diagnosing before each verdict, which is an observed change.
+    d = FaultDeduper()
+    entry = ("unhealthy", None, "RuntimeError", (), None, None)
+    assert d.observe(2, DIAGNOSING_OBSERVATION, ("diagnosing",)) is None
+    assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
+    assert d.observe(2, DIAGNOSING_OBSERVATION, ("diagnosing",)) is None
+    assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
+
+
+def test_a_committed_round_rearms_so_an_identical_next_fault_is_reported() -> None:
+    # The survivor failed again right after the rebuild, before any poll saw it healthy or diagnosing.
+    d = FaultDeduper()
+    entry = ("unhealthy", None, "RuntimeError", (), None, None)
+    assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
+    d.reset(2)  # finalize(commit)
+    assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
+
+
+def test_diagnosing_is_never_reported_and_never_recovers() -> None:
+    assert run([DIAGNOSING_OBSERVATION, DIAGNOSING_OBSERVATION, H]) == [None, None, None]
+    assert run([UNHEALTHY, DIAGNOSING_OBSERVATION, H]) == [UNHEALTHY, None, RECOVERED]

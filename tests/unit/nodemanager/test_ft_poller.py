@@ -10,7 +10,15 @@ import pytest
 
 from nodemanager.engine_answers import EngineStatusEntry, EngineTimeout
 from nodemanager.engine_http import EngineAddress
-from nodemanager.ft_poller import DEAD, RECOVERED, UNHEALTHY, EngineFtManager, FaultReport, classify
+from nodemanager.ft_poller import (
+    DEAD,
+    DIAGNOSING_OBSERVATION,
+    RECOVERED,
+    UNHEALTHY,
+    EngineFtManager,
+    FaultReport,
+    classify,
+)
 
 RANK = 3
 
@@ -43,7 +51,7 @@ async def poll_all(answers: list[EngineStatusEntry | Exception]) -> tuple[list[i
 
 
 def test_diagnosing_is_no_verdict() -> None:
-    assert classify(entry("diagnosing")) is None
+    assert classify(entry("diagnosing")) == DIAGNOSING_OBSERVATION
 
 
 async def test_diagnosing_alone_is_never_reported() -> None:
@@ -60,17 +68,18 @@ async def test_diagnosing_before_the_verdict_reports_only_the_verdict() -> None:
     assert reports[0].status is not None and reports[0].status.fault_info == "peer 1 gone"
 
 
-async def test_diagnosing_after_a_report_neither_recovers_nor_rearms() -> None:
-    # Not RECOVERED (the engine was not seen healthy), and the same fault seen again stays reported.
-    kinds, _ = await poll_all([entry("unhealthy", "peer 1 gone"), entry("diagnosing"),
-                               entry("unhealthy", "peer 1 gone"), entry("diagnosing"), entry("healthy")])
-    assert kinds == [UNHEALTHY, None, None, None, RECOVERED]
+async def test_diagnosing_after_a_report_does_not_recover_but_rearms() -> None:
+    # Not RECOVERED (the engine was not seen healthy); but diagnosing is an observed change (vLLM
+    # pushes it before every verdict), so a verdict that reads like the last one is a new fault.
+    kinds, _ = await poll_all([entry("unhealthy", "RuntimeError"), entry("diagnosing"),
+                               entry("unhealthy", "RuntimeError"), entry("diagnosing"), entry("healthy")])
+    assert kinds == [UNHEALTHY, None, UNHEALTHY, None, RECOVERED]
 
 
 async def test_diagnosing_does_not_hide_a_death_or_a_new_fault() -> None:
     kinds, _ = await poll_all([entry("unhealthy", "peer 1 gone"), entry("diagnosing"), entry("dead"),
                                entry("diagnosing"), EngineTimeout(RANK, "GET ... did not answer within 0.5s")])
-    assert kinds == [UNHEALTHY, None, DEAD, None, None]
+    assert kinds == [UNHEALTHY, None, DEAD, None, DEAD]
 
 
 @pytest.mark.parametrize("status", ["healthy", "diagnosing", "unhealthy", "dead"])
