@@ -1,13 +1,21 @@
 """The FT ``apply`` rules: what a rank does with a well-formed command (pure, no I/O).
 
-* An apply is answered 202 as soon as its body is well-formed (``apply_body``); everything else is
-  decided here at once and is visible in status before the 202 is sent: a rejected apply is
-  recorded in status without touching the DP group.
+* An apply is answered once its body is well-formed (``apply_body``); everything else is decided
+  here at once and is visible in status before the answer goes out; a rejected apply is recorded
+  in status without touching the DP group.
+* Commands run only while the rank is ``unhealthy``. Otherwise (healthy, diagnosing, dead) they are
+  rejected; the vLLM dialect answers that with HTTP 400 (``ApplyDecision.not_ready``), the RFC
+  dialect with its 202 and ``ft_state: failed``.
 * An apply whose request_id equals the running recovery, or the last request that already ended
   (success or failure), is a duplicate delivery: acknowledged and ignored, status untouched.
 * An apply with a different request_id while a recovery runs is rejected but status is left to
   the running recovery (overwriting it would misreport that recovery); the rejection is logged.
-* ``removed_dp_ranks`` is cumulative: it must include every rank removed by earlier rounds.
+* ``scale_down`` (PR #46370's engine rules): ``removed_dp_ranks`` are original ranks; refused when
+  empty, out of range, repeated, naming this engine's own rank, removing every rank, naming no newly
+  removed rank, or with dp_size 1. The DP store master is the lowest alive (current member) rank;
+  ``dp_master_ip``/``dp_store_port`` are required when it is removed. The vLLM dialect allows the
+  list to omit earlier rounds' ranks (they stay removed) and, when the master survives, reuses its
+  store if no new address is given; the RFC dialect requires the cumulative list and an address.
 * Unknown keys in ``params`` are ignored (logged by the caller), not rejected.
 """
 
@@ -16,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from motor.sim.apply_body import KNOWN_PARAMS, ApplyParams, ApplyRequest, Instruction, ParamsError, validate_params
-from motor.sim.ft_state import EngineStatus, FtState, FtStatus
+from motor.sim.ft_state import EngineStatus, FtStatus
 from motor.sim.placement import ExpertPlacement, PlacementError, replace_after_scale_down
 
 
@@ -54,23 +62,27 @@ class RecoveryPlan:
 
 @dataclass(frozen=True)
 class ApplyDecision:
-    """``plan`` set: accept. ``rejection`` set: record in status. ``ignored`` set: log only."""
+    """``plan`` set: accept. ``rejection`` set: record in status. ``ignored`` set: log only.
+
+    ``not_ready``: the rejection is about the rank's state, not the command (vLLM answers 400).
+    """
 
     plan: RecoveryPlan | None = None
     rejection: str | None = None
     ignored: str | None = None
+    not_ready: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
-def _master(params: ApplyParams, required: bool) -> tuple[str, int] | str | None:
+def _master(params: ApplyParams, required: bool, why: str = "") -> tuple[str, int] | str | None:
     """(ip, port), an error string, or None when both are absent and optional."""
     ip, port = params.dp_master_ip, params.dp_store_port
     if ip is None and port is None and not required:
         return None
     if ip is None:
-        return "params.dp_master_ip is required"
+        return f"params.dp_master_ip is required{why}"
     if port is None:
-        return "params.dp_store_port is required"
+        return f"params.dp_store_port is required{why}"
     return ip, port
 
 
@@ -88,25 +100,28 @@ def decide_apply(
 ) -> ApplyDecision:
     """Pure decision for an accepted (well-formed) apply body; see the module docstring."""
     warnings = [f"ignoring unknown params {req.unknown_params()}"] if req.unknown_params() else []
-    if status.ft_state is FtState.RECOVERING:
-        if req.request_id == status.last_ft_request_id:
+    if status.recovering_id is not None:
+        if req.request_id == status.recovering_id:
             return ApplyDecision(ignored=f"duplicate apply for running recovery {req.request_id}")
         return ApplyDecision(
-            ignored=f"recovery {status.last_ft_request_id} is already running; "
+            ignored=f"recovery {status.recovering_id} is already running; "
             f"apply {req.request_id} rejected, status left to the running recovery"
         )
-    if req.request_id == status.last_ft_request_id:
+    if req.request_id == status.handled_id:
         return ApplyDecision(ignored=f"duplicate apply {req.request_id} (already ended, status unchanged)")
     if status.status is EngineStatus.DEAD:
-        return ApplyDecision(rejection=f"rank {ctx.rank} is dead; {req.instruction.value} needs an unhealthy engine")
-    if status.status is EngineStatus.HEALTHY:
         return ApplyDecision(
-            rejection=f"rank {ctx.rank} is healthy; {req.instruction.value} is only accepted "
-            "while the engine is unhealthy"
+            rejection=f"rank {ctx.rank} is dead; {req.instruction.value} needs an unhealthy engine", not_ready=True
+        )
+    if status.status is not EngineStatus.UNHEALTHY:
+        return ApplyDecision(
+            rejection=f"rank {ctx.rank} is {status.status.value}; {req.instruction.value} is only accepted "
+            "while the engine is unhealthy",
+            not_ready=True,
         )
     if req.instruction is Instruction.RETRY:
         return _decide_retry(req, ctx, placement, warnings)
-    return _decide_scale_down(req, ctx, placement, warnings)
+    return _decide_scale_down(req, ctx, placement, warnings, vllm=status.vllm)
 
 
 def _decide_retry(
@@ -133,8 +148,10 @@ def _decide_retry(
 
 
 def _decide_scale_down(
-    req: ApplyRequest, ctx: GroupContext, placement: ExpertPlacement, warnings: list[str]
+    req: ApplyRequest, ctx: GroupContext, placement: ExpertPlacement, warnings: list[str], *, vllm: bool
 ) -> ApplyDecision:
+    if ctx.dp_size == 1:
+        return ApplyDecision(rejection="scale_down needs data parallelism; this engine runs with dp_size 1")
     if "removed_dp_ranks" not in req.params:
         return ApplyDecision(rejection="params.removed_dp_ranks is required")
     params = _typed_params(req, ctx)
@@ -144,7 +161,8 @@ def _decide_scale_down(
     if len(set(raw)) != len(raw):
         dups = sorted({r for r in raw if raw.count(r) > 1})
         return ApplyDecision(rejection=f"params.removed_dp_ranks {raw} repeats ranks {dups}")
-    removed = set(raw)
+    # vLLM keeps earlier rounds' ranks removed whether or not the list repeats them.
+    removed = (set(raw) | set(ctx.removed)) if vllm else set(raw)
     survivors = tuple(r for r in ctx.members if r not in removed)
     if not survivors:
         return ApplyDecision(rejection=f"removed_dp_ranks {sorted(removed)} would remove every rank of {list(ctx.members)}")
@@ -159,15 +177,17 @@ def _decide_scale_down(
     newly_removed = tuple(sorted(removed - set(ctx.removed)))
     if not newly_removed:
         return ApplyDecision(
-            rejection=f"removed_dp_ranks {sorted(removed)} names no newly removed rank "
+            rejection=f"removed_dp_ranks {sorted(raw)} names no newly removed rank "
             f"(already removed: {list(ctx.removed)})"
         )
-    master = _master(params, required=True)
+    master_removed = ctx.master_rank in newly_removed
+    why = f" (dp master rank {ctx.master_rank}, the lowest alive rank, is removed)" if master_removed else ""
+    master = _master(params, required=master_removed or not vllm, why=why)
     if isinstance(master, str):
         return ApplyDecision(rejection=master)
-    assert master is not None
-    ip, port = master
-    if ctx.master_rank in newly_removed and (ip, port) == (ctx.master_ip, ctx.master_port):
+    # The master survives: its store serves the round unless a new address is given.
+    ip, port = master if master is not None else (ctx.master_ip, ctx.master_port)
+    if master_removed and (ip, port) == (ctx.master_ip, ctx.master_port):
         return ApplyDecision(
             rejection=f"current dp master rank {ctx.master_rank} is removed but the new master "
             f"{ip}:{port} is the old one; a new dp_master_ip/dp_store_port is required"

@@ -11,9 +11,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
+from motor.sim.ft_state import FtDialect
 from motor.sim.placement import PlacementError, slots_per_rank
 
 PROG = "motor-engine-sim"
+
+# Today's defaults keep the RFC-era behaviour while Motor's NodeManager/Controller learn
+# `diagnosing`; vLLM's own behaviour is `--ft-dialect vllm --diagnosing-sec 1.5`.
+DEFAULT_FT_DIALECT = FtDialect.RFC
+DEFAULT_DIAGNOSING_SEC = 0.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,10 @@ class SimConfig:
     collective_timeout_sec: float
     engine_recovery_timeout_sec: float
     enable_fault_tolerance: bool
+    ft_dialect: FtDialect
+    diagnosing_sec: float
+    scale_down_checkin_sec: float
+    idle_step_interval_sec: float
     model_load_sec: float
     model: str
     enable_fault_injection: bool
@@ -112,6 +122,13 @@ def _prefix(text: str) -> str:
     return text
 
 
+def _dialect(text: str) -> FtDialect:
+    try:
+        return FtDialect(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(FtDialect)}") from None
+
+
 def _model(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is blank")
@@ -148,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--enable-fault-tolerance", action="store_true", help="serve the FT API")
     f.add_argument("--ft-api-prefix", type=_prefix, default="/v1/fault_tolerance", help="FT API route prefix")
     f.add_argument("--engine-recovery-timeout-sec", type=_seconds(0, inclusive=False), default=120.0, help="bound on one apply (peers must join within it)")
+    f.add_argument("--ft-dialect", type=_dialect, metavar="{vllm,rfc}", default=DEFAULT_FT_DIALECT,
+                   help="status dialect: vllm (no ft_state, entry replaced on every change) or rfc (ft_state recovering/failed)")
+    f.add_argument("--diagnosing-sec", type=_seconds(0, inclusive=True), default=DEFAULT_DIAGNOSING_SEC,
+                   help="how long a fault shows as 'diagnosing' before 'unhealthy' (0: no diagnosing phase)")
+    f.add_argument("--scale-down-checkin-sec", type=_seconds(0, inclusive=False), default=10.0,
+                   help="every survivor must check in to a round within this window, else the round fails")
+    f.add_argument("--idle-step-interval-sec", type=_seconds(0, inclusive=False), default=0.1,
+                   help="vllm dialect: after a committed scale_down an idle rank runs a dummy step this often")
     f.add_argument("--enable-fault-injection", action="store_true", help="serve /motor/admin/* (tests and demos only)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     return p
@@ -187,6 +212,10 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         collective_timeout_sec=ns.collective_timeout_sec,
         engine_recovery_timeout_sec=ns.engine_recovery_timeout_sec,
         enable_fault_tolerance=ns.enable_fault_tolerance,
+        ft_dialect=ns.ft_dialect,
+        diagnosing_sec=ns.diagnosing_sec,
+        scale_down_checkin_sec=ns.scale_down_checkin_sec,
+        idle_step_interval_sec=ns.idle_step_interval_sec,
         model_load_sec=ns.model_load_sec,
         model=ns.model,
         enable_fault_injection=ns.enable_fault_injection,

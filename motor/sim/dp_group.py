@@ -87,8 +87,11 @@ def _bind_listener(ip: str, port: int) -> socket.socket:
     return sock
 
 
-def open_store(ip: str, port: int, *, is_server: bool, deadline: float, rank: int, tag: str) -> StoreHandle:
-    """Serve (lowest member) or connect to the DP store at ``ip:port`` before ``deadline``."""
+def open_store(ip: str, port: int, *, is_server: bool, deadline: float, rank: int, tag: str,
+               reach_by: float | None = None, bound: str = "before the deadline") -> StoreHandle:
+    """Serve (lowest member) or connect to the DP store at ``ip:port``; the store's operations are
+    bounded by ``deadline``, reaching it by ``reach_by`` (default: the deadline; ``bound`` names it)."""
+    reach_by = deadline if reach_by is None else reach_by
     if is_server:
         try:
             sock = _bind_listener(ip, port)
@@ -109,16 +112,16 @@ def open_store(ip: str, port: int, *, is_server: bool, deadline: float, rank: in
     # Wait for the listener ourselves: TCPStore's own connect retry backs off for seconds.
     last_error: Exception | None = None
     attempts = 0
-    while _remaining(deadline) > 0 and attempts < 1_000_000:
+    while _remaining(reach_by) > 0 and attempts < 1_000_000:
         attempts += 1
         try:
-            with socket.create_connection((ip, port), timeout=min(1.0, max(0.05, _remaining(deadline)))):
+            with socket.create_connection((ip, port), timeout=min(1.0, max(0.05, _remaining(reach_by)))):
                 break
         except OSError as exc:
             last_error = exc
-            time.sleep(min(_POLL_SEC, max(0.0, _remaining(deadline))))
+            time.sleep(min(_POLL_SEC, max(0.0, _remaining(reach_by))))
     else:
-        raise DpGroupError(f"DP store at {ip}:{port} not reachable before the deadline: {last_error}")
+        raise DpGroupError(f"DP store at {ip}:{port} not reachable {bound}: {last_error}")
     try:
         store = TCPStore(ip, port, None, False, timeout=_td(_remaining(deadline)))
     except Exception as exc:
@@ -242,18 +245,31 @@ def form_group(
     gloo_host: str,
     deadline: float,
     reuse_store: StoreHandle | None = None,
+    checkin_sec: float | None = None,
 ) -> DpGroup:
-    """Form the group ``members`` (sorted original ranks) or raise DpGroupError by ``deadline``."""
+    """Form the group ``members`` (sorted original ranks) or raise DpGroupError by ``deadline``.
+
+    ``checkin_sec``: every member must reach the store and check in (its join key under the
+    group's tag, i.e. the round's request_id) within this window from now, else the round fails.
+    """
     members = tuple(sorted(members))
     dense = members.index(rank)
+    checkin_deadline, bound = deadline, "before the deadline"
+    if checkin_sec is not None and time.monotonic() + checkin_sec < deadline:
+        checkin_deadline, bound = time.monotonic() + checkin_sec, f"within the {checkin_sec:g}s check-in window"
+
+    def connect(is_server: bool) -> StoreHandle:
+        return open_store(master_ip, master_port, is_server=is_server, deadline=deadline, rank=rank, tag=tag,
+                          reach_by=checkin_deadline, bound=bound)
+
     if reuse_store is not None and (reuse_store.ip, reuse_store.port) == (master_ip, master_port):
         store = reuse_store
         if not store.is_server and not _store_usable(store):
             # Our old connection broke (the server may still be fine): connect afresh.
-            store = open_store(master_ip, master_port, is_server=False, deadline=deadline, rank=rank, tag=tag)
+            store = connect(False)
         log.info("rank=%d tag=%s reusing DP store %s", rank, tag, store.address)
     else:
-        store = open_store(master_ip, master_port, is_server=dense == 0, deadline=deadline, rank=rank, tag=tag)
+        store = connect(dense == 0)
     prefix_store = PrefixStore(f"motor/{tag}/", store.store)
     # Explicit join barrier: on timeout it names the ranks that never came (gloo would not).
     try:
@@ -265,10 +281,10 @@ def form_group(
             missing = {d for d in missing if not prefix_store.check([f"join/{d}"])}
             if not missing:
                 break
-            if _remaining(deadline) <= 0:
+            if _remaining(checkin_deadline) <= 0:
                 raise DpGroupError(
                     f"dp ranks {sorted(members[d] for d in missing)} did not join DP group "
-                    f"{tag!r} (members {list(members)}) before the deadline"
+                    f"{tag!r} (members {list(members)}) {bound}"
                 )
             time.sleep(_POLL_SEC)
         opts = ProcessGroupGloo._Options()

@@ -16,11 +16,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from motor.sim.apply_body import ApplyRequest
+from motor.sim.apply_body import ApplyRequest, Instruction
 from motor.sim.apply_rules import GroupContext, RecoveryPlan, decide_apply
 from motor.sim.config import SimConfig
 from motor.sim.executor_client import ExecutorHandle
-from motor.sim.ft_state import SCHEMA_VERSION, EngineStatus, FtState, FtStatus
+from motor.sim.ft_state import (
+    RECOVERY_FAILED_INFO,
+    SCHEMA_VERSION,
+    VLLM_DEAD_INFO,
+    VLLM_FAULT_INFO,
+    EngineStatus,
+    FtStatus,
+)
 from motor.sim.injection_state import InjectionState
 from motor.sim.placement import initial_placement
 from motor.sim.toy_model import prompt_seed
@@ -47,7 +54,11 @@ class SimEngine:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.rank = cfg.dp_rank
-        self.ft = FtStatus(rank=cfg.dp_rank)
+        self.ft = FtStatus(rank=cfg.dp_rank, dialect=cfg.ft_dialect)
+        # What went wrong, in words: the vllm dialect's fault_info is only a type name.
+        self.fault_detail: str | None = None
+        self._diagnosis: asyncio.TimerHandle | None = None
+        self._diagnosed_mask: list[int] | None = None
         self.members: tuple[int, ...] = tuple(range(cfg.dp_size))
         self.removed: tuple[int, ...] = ()
         self.master: tuple[str, int] = (cfg.dp_master_ip, cfg.dp_master_port)
@@ -93,11 +104,9 @@ class SimEngine:
     def unavailable_reason(self) -> str | None:
         if self.ft.serving:
             return None
-        if self.ft.status is EngineStatus.DEAD:
-            return f"dp rank {self.rank} is dead: {self.ft.fault_info}"
-        if self.ft.ft_state is FtState.RECOVERING:
-            return f"dp rank {self.rank} is recovering (request_id={self.ft.last_ft_request_id})"
-        return f"dp rank {self.rank} is unhealthy: {self.ft.fault_info}"
+        if self.ft.recovering_id is not None:
+            return f"dp rank {self.rank} is recovering (request_id={self.ft.recovering_id})"
+        return f"dp rank {self.rank} is {self.ft.status.value}: {self.fault_detail}"
 
     async def generate(self, prompt: str, max_tokens: int) -> AsyncIterator[int]:
         """Token ids for ``prompt``; raises EngineUnavailable when the rank cannot (or can no longer) serve."""
@@ -154,7 +163,9 @@ class SimEngine:
         elif ev == "fault":
             self._on_fault(msg["info"])
         elif ev == "fault_mask":
-            if self.ft.set_mask(msg["mask"]):
+            if self.ft.status is EngineStatus.DIAGNOSING:
+                self._diagnosed_mask = msg["mask"]
+            elif self.ft.set_mask(msg["mask"]):
                 log.warning("rank=%d fault mask %s", self.rank, msg["mask"])
         elif ev in ("rebuilt", "rebuild_failed"):
             fut = self._rebuilds.get(msg["request_id"])
@@ -178,9 +189,26 @@ class SimEngine:
             log.warning("rank=%d unknown executor event %r", self.rank, ev)
 
     def _on_fault(self, info: str) -> None:
-        if self.ft.mark_fault(info):
-            log.warning("rank=%d status unhealthy: %s", self.rank, info)
-        self._fail_streams(f"dp rank {self.rank} is unhealthy: {info}")
+        """healthy -> diagnosing (for --diagnosing-sec, while the mask is probed) -> unhealthy."""
+        diagnose_sec = self.cfg.diagnosing_sec
+        changed = self.ft.mark_diagnosing() if diagnose_sec > 0 else self._mark_unhealthy(info, None)
+        if changed:
+            self.fault_detail = info
+        if changed and diagnose_sec > 0:
+            self._diagnosed_mask = None
+            self._diagnosis = asyncio.get_running_loop().call_later(diagnose_sec, self._end_diagnosis, info)
+            log.warning("rank=%d status diagnosing for %.1fs: %s", self.rank, diagnose_sec, info)
+        self._fail_streams(self.unavailable_reason() or f"dp rank {self.rank} faulted: {info}")
+
+    def _end_diagnosis(self, info: str) -> None:
+        self._diagnosis = None
+        self._mark_unhealthy(info, self._diagnosed_mask)
+
+    def _mark_unhealthy(self, info: str, mask: list[int] | None) -> bool:
+        changed = self.ft.mark_fault(VLLM_FAULT_INFO if self.ft.vllm else info, mask)
+        if changed:
+            log.warning("rank=%d status unhealthy (mask=%s): %s", self.rank, mask, info)
+        return changed
 
     def _on_executor_exit(self, msg: dict[str, Any]) -> None:
         info = f"executor process {self.executor_pid} exited ({msg['description']})"
@@ -188,7 +216,12 @@ class SimEngine:
             self._ready.set_exception(StartupError(info))
         if self._stopping:
             return
-        self.ft.mark_dead(info)
+        if self._diagnosis is not None:
+            self._diagnosis.cancel()
+            self._diagnosis = None
+        if self.ft.status is not EngineStatus.DEAD:
+            self.fault_detail = info
+        self.ft.mark_dead(VLLM_DEAD_INFO if self.ft.vllm else info)
         log.error("rank=%d status dead: %s", self.rank, info)
         self._fail_streams(f"dp rank {self.rank} is dead: {info}")
         for request_id, fut in list(self._rebuilds.items()):
@@ -205,20 +238,23 @@ class SimEngine:
             master_ip=self.master[0], master_port=self.master[1],
         )
 
-    def apply(self, req: ApplyRequest) -> None:
-        """Decide at once (visible in status before the 202 goes out); rebuild in the background."""
+    def apply(self, req: ApplyRequest) -> str | None:
+        """Decide at once (visible in status before the answer goes out); rebuild in the background.
+
+        Returns the detail of an HTTP 400 (vllm dialect: the rank is not unhealthy), else None (202).
+        """
         decision = decide_apply(self.ft, req, self.group_context(), self.placement)
         for warning in decision.warnings:
             log.warning("rank=%d request_id=%s %s", self.rank, req.request_id, warning)
         if decision.ignored is not None:
             log.warning("rank=%d request_id=%s apply %s ignored: %s",
                         self.rank, req.request_id, req.instruction.value, decision.ignored)
-            return
+            return None
         if decision.rejection is not None:
             self.ft.reject(req.request_id, decision.rejection)
             log.warning("rank=%d request_id=%s apply %s rejected: %s",
                         self.rank, req.request_id, req.instruction.value, decision.rejection)
-            return
+            return decision.rejection if decision.not_ready and self.ft.vllm else None
         plan = decision.plan
         assert plan is not None
         self.ft.begin_recovery(plan.request_id)
@@ -226,6 +262,7 @@ class SimEngine:
                  self.rank, plan.request_id, plan.instruction.value, list(plan.members), list(plan.removed),
                  list(plan.newly_removed), plan.master_ip, plan.master_port)
         self._recovery_task = asyncio.create_task(self._recover(plan), name=f"recover-{plan.request_id}")
+        return None
 
     async def _recover(self, plan: RecoveryPlan) -> None:
         assert self._executor is not None
@@ -235,8 +272,7 @@ class SimEngine:
         injected_failure = self.injections.take_fail_next_apply()
         if injected_failure is not None:
             self._executor.send({"op": "teardown", "reason": f"injected apply failure request_id={rid}"})
-            self.ft.fail_recovery(rid, f"injected failure: {injected_failure}")
-            log.warning("rank=%d request_id=%s recovery failed (injected): %s", self.rank, rid, injected_failure)
+            self._fail_recovery(plan, f"injected failure: {injected_failure}", 0.0)
             return
         if self.injections.take_stall_next_apply():
             self._executor.send({"op": "teardown", "reason": f"injected apply stall request_id={rid}"})
@@ -249,6 +285,9 @@ class SimEngine:
                 "op": "rebuild", "request_id": rid, "members": list(plan.members),
                 "master_ip": plan.master_ip, "master_port": plan.master_port,
                 "timeout_sec": timeout_sec, "delay_sec": self.injections.slow_rebuild_sec,
+                "checkin_sec": self.cfg.scale_down_checkin_sec, "fail_vote": self.injections.take_fail_vote(),
+                # vLLM: once a scale_down committed, idle ranks keep stepping so a later death shows.
+                "keep_stepping": self.ft.vllm and bool(plan.removed),
             })
             if not sent:
                 result: dict[str, Any] = {"ev": "rebuild_failed", "error": "executor is unreachable"}
@@ -263,8 +302,7 @@ class SimEngine:
         if self.ft.status is EngineStatus.DEAD:
             return
         if result["ev"] != "rebuilt":
-            self.ft.fail_recovery(rid, f"{plan.instruction.value} failed: {result['error']}")
-            log.error("rank=%d request_id=%s recovery failed after %.2fs: %s", self.rank, rid, elapsed, result["error"])
+            self._fail_recovery(plan, f"{plan.instruction.value} failed: {result['error']}", elapsed)
             return
         group = result["group"]
         self.members = plan.members
@@ -273,8 +311,18 @@ class SimEngine:
         self.placement = plan.placement
         self.group_info = group
         self.ft.finish_recovery(rid)
+        self.fault_detail = None
         log.info("rank=%d request_id=%s recovered in %.2fs: healthy, members=%s dense_rank=%d",
                  self.rank, rid, elapsed, list(plan.members), group["dense_rank"])
+
+    def _fail_recovery(self, plan: RecoveryPlan, error: str, elapsed_sec: float) -> None:
+        # vLLM: survivors that cannot commit a scale_down are beyond repair; a failed retry is not.
+        fatal = plan.instruction is Instruction.SCALE_DOWN
+        self.ft.fail_recovery(plan.request_id, error, fatal=fatal)
+        if self.ft.status is EngineStatus.DEAD:
+            self.fault_detail = f"{RECOVERY_FAILED_INFO}: {error}"
+        log.error("rank=%d request_id=%s recovery failed after %.2fs (status %s): %s",
+                  self.rank, plan.request_id, elapsed_sec, self.ft.status.value, error)
 
     # -- injection hooks ------------------------------------------------------------------
     def log_injection(self, body: dict[str, Any]) -> None:

@@ -14,8 +14,16 @@ idle row: survivors stay HEALTHY when a peer dies while idle); failing to start 
 failed/timed-out collective is a fault: the group is shut down (so peers blocked in the same
 collective fail at once) and the API process is told (UNHEALTHY).
 
+A rebuild (an accepted apply) forms the new group (every member must check in within the
+rebuild's ``checkin_sec``), then the members vote with one all-reduce: the round commits only if
+every member votes yes. With ``keep_stepping`` (vLLM after a committed scale_down) the members
+never go idle again: they run a dummy step every ``--idle-step-interval-sec`` while there is no
+work, so a peer that dies later is seen without traffic.
+
 Protocol with the API process (dicts over a multiprocessing Pipe):
-  in:  add{rid, seed, max_tokens} | abort{rid} | teardown{reason} | rebuild{...} | shutdown
+  in:  add{rid, seed, max_tokens} | abort{rid} | teardown{reason} | shutdown
+       | rebuild{request_id, members, master_ip, master_port, timeout_sec, checkin_sec, delay_sec,
+                 fail_vote, keep_stepping}
   out: loaded | group{group, initial} | init_failed{error} | tokens{items} | rejected{rid, reason}
        | fault{info, wave} | fault_mask{mask} | wave{...} | rebuilt{request_id, group}
        | rebuild_failed{request_id, error}
@@ -79,6 +87,7 @@ class Executor:
         self.generation = 0
         self.requests: dict[str, _Request] = {}
         self.in_wave = False
+        self.keep_stepping = False  # set for good by the first committed round that asks for it
         self.wave_completed = 0
         self.steps = 0
         self._next_poll = 0.0
@@ -229,6 +238,9 @@ class Executor:
                         f"{self.steps + 1}: {exc}", wave=wave)
             return
         self.steps += 1
+        if total == 0 and self.keep_stepping:
+            self._idle_tick()
+            return
         if total == 0:
             self.in_wave = False
             self.wave_completed = wave
@@ -249,6 +261,13 @@ class Executor:
                 del self.requests[rid]
         if items:
             self.send({"ev": "tokens", "items": items})
+
+    def _idle_tick(self) -> None:
+        """Keep-stepping without work: wait for a command at most one interval, then step again."""
+        try:
+            self._handle(self._cmds.get(timeout=self.cfg.idle_step_interval_sec))
+        except queue.Empty:
+            pass
 
     # -- faults and rebuilds --------------------------------------------------------------
     def _drop_group(self) -> Any:
@@ -297,15 +316,21 @@ class Executor:
                 tag=request_id, generation=self.generation + 1, members=members, rank=self.rank,
                 master_ip=cmd["master_ip"], master_port=int(cmd["master_port"]),
                 gloo_host=self.cfg.gloo_host, deadline=deadline, reuse_store=self.store,
+                checkin_sec=cmd.get("checkin_sec"),
             )
         except self._dp.DpGroupError as exc:
-            log.error("rank=%d request_id=%s rebuild failed after %.2fs: %s",
-                      self.rank, request_id, time.monotonic() - started, exc)
-            self.send({"ev": "rebuild_failed", "request_id": request_id, "error": str(exc)})
+            self._rebuild_failed(request_id, started, str(exc))
+            return
+        self.store = group.store  # kept even when the vote fails: a retry may reuse it
+        vote_error = self._vote(group, request_id, cmd.get("fail_vote"), deadline)
+        if vote_error is not None:
+            group.shutdown()
+            self._rebuild_failed(request_id, started, vote_error)
             return
         self.generation += 1
-        self.group, self.store = group, group.store
-        self.in_wave = False
+        self.group = group
+        self.keep_stepping = self.keep_stepping or bool(cmd.get("keep_stepping"))
+        self.in_wave = self.keep_stepping
         self.wave_completed = 0
         self._next_poll = time.monotonic()
         self._poll_failures = 0
@@ -313,6 +338,25 @@ class Executor:
                  self.rank, request_id, time.monotonic() - started, group.describe())
         self.send({"ev": "rebuilt", "request_id": request_id, "group": group.describe()})
         self._wave_event()
+
+    def _rebuild_failed(self, request_id: str, started: float, error: str) -> None:
+        log.error("rank=%d request_id=%s rebuild failed after %.2fs: %s",
+                  self.rank, request_id, time.monotonic() - started, error)
+        self.send({"ev": "rebuild_failed", "request_id": request_id, "error": error})
+
+    def _vote(self, group: Any, request_id: str, against: str | None, deadline: float) -> str | None:
+        """Every member says whether it can commit the round; None when all can, else why not."""
+        if against is not None:
+            log.warning("rank=%d request_id=%s voting against the round (injected): %s", self.rank, request_id, against)
+        try:
+            yes = group.allreduce_sum(0 if against is not None else 1,
+                                      max(0.001, min(self.cfg.collective_timeout_sec, deadline - time.monotonic())))
+        except self._dp.CollectiveError as exc:
+            return f"recovery vote of round {request_id} failed: {exc}"
+        if yes == group.size:
+            return None
+        mine = f"; this rank voted no: {against}" if against is not None else ""
+        return f"recovery vote of round {request_id} failed: {yes} of {group.size} members voted to commit{mine}"
 
 
 def executor_main(conn: Connection, cfg_json: dict[str, Any], parent_pid: int) -> None:

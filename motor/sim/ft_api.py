@@ -2,8 +2,9 @@
 
 ``GET {prefix}/status`` -> ``{"schema_version": 1, "total_engines": 1, "engines": [entry]}``;
 ``POST {prefix}/apply`` -> 202 ``{"message", "request_id"}`` once the body is well-formed (the
-outcome is only visible in status), 400 ``{"detail": "..."}`` otherwise. Any Content-Type is
-accepted; the body must be JSON.
+outcome is only visible in status), 400 ``{"detail": "..."}`` otherwise -- and, in the vllm
+dialect, also when the rank is not ``unhealthy`` (the entry then names the request and the error).
+Any Content-Type is accepted; the body must be JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def add_ft_routes(app: web.Application, engine: SimEngine, prefix: str) -> None:
         except ApplyBodyError as exc:
             log.warning("rank=%d malformed apply body rejected: %s", rank, exc)
             return web.json_response({"detail": str(exc)}, status=400)
-        engine.apply(req)
+        refused = engine.apply(req)
+        if refused is not None:
+            return web.json_response({"detail": refused}, status=400)
         return web.json_response(
             {"message": f"instruction {req.instruction.value} accepted; poll {prefix}/status for the outcome",
              "request_id": req.request_id},

@@ -13,6 +13,9 @@ or 400 ``{"detail"}``. Faults:
   ``unhealthy`` (peers fail on their next collective).
 * ``fail_next_apply`` ``{"reason"?: str}`` – the next accepted apply tears the group down and ends
   ``failed`` with ``ft_error`` naming the injection.
+* ``fail_vote`` ``{"reason"?: str}`` – in the next round this rank forms the new group, then votes
+  against committing it: every survivor's round fails (vllm dialect, scale_down: all ``dead`` with
+  "Recovery failed; full restart required"; otherwise ``unhealthy`` with ``ft_error``).
 * ``stall_next_apply`` – the next accepted apply tears the group down and stays ``recovering``.
 * ``slow_rebuild`` ``{"delay_sec": >=0}`` – every rebuild waits this long first (counts against
   ``--engine-recovery-timeout-sec``); 0 turns it off.
@@ -34,7 +37,7 @@ from motor.sim.engine import SimEngine
 ADMIN_PREFIX = "/motor/admin"
 FAULTS = (
     "kill_process", "executor_death", "hang_status", "unhealthy",
-    "fail_next_apply", "stall_next_apply", "slow_rebuild", "clear",
+    "fail_next_apply", "fail_vote", "stall_next_apply", "slow_rebuild", "clear",
 )
 
 
@@ -88,6 +91,8 @@ def apply_injection(engine: SimEngine, body: dict[str, Any]) -> None:
         engine.inject_unhealthy(_reason(body, "injected fault"))
     elif fault == "fail_next_apply":
         state.fail_next_apply = _reason(body, "injected apply failure")
+    elif fault == "fail_vote":
+        state.fail_vote = _reason(body, "injected vote failure")
     elif fault == "stall_next_apply":
         state.stall_next_apply = True
     elif fault == "slow_rebuild":

@@ -17,6 +17,7 @@ _MAX_HANG_SEC = 24 * 3600.0  # "forever" still has a bound
 @dataclass
 class InjectionState:
     fail_next_apply: str | None = None
+    fail_vote: str | None = None  # this rank votes against committing the next round
     stall_next_apply: bool = False
     slow_rebuild_sec: float = 0.0
     status_hang_until: float | None = None  # monotonic; None: not hanging
@@ -24,6 +25,10 @@ class InjectionState:
 
     def take_fail_next_apply(self) -> str | None:
         reason, self.fail_next_apply = self.fail_next_apply, None
+        return reason
+
+    def take_fail_vote(self) -> str | None:
+        reason, self.fail_vote = self.fail_vote, None
         return reason
 
     def take_stall_next_apply(self) -> bool:
@@ -50,6 +55,7 @@ class InjectionState:
 
     def clear(self) -> None:
         self.fail_next_apply = None
+        self.fail_vote = None
         self.stall_next_apply = False
         self.slow_rebuild_sec = 0.0
         self.status_hang_until = None
@@ -61,6 +67,7 @@ class InjectionState:
             hang = max(0.0, round(self.status_hang_until - time.monotonic(), 3))
         return {
             "fail_next_apply": self.fail_next_apply,
+            "fail_vote": self.fail_vote,
             "stall_next_apply": self.stall_next_apply,
             "slow_rebuild_sec": self.slow_rebuild_sec,
             "status_hang_remaining_sec": hang,

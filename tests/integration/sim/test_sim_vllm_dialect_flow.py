@@ -1,0 +1,104 @@
+"""vLLM's FT state machine on a real 4-rank group (``--ft-dialect vllm --diagnosing-sec 2.5``), tests
+in file order: the store host dies, survivors go diagnosing -> unhealthy and refuse commands
+meanwhile; a scale_down that removes the lowest alive rank needs a new address; after the commit
+idle ranks keep stepping, so a later death is seen without traffic; the lowest alive rank (1, not
+0) keeps serving the store for the next round."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
+
+from motor.common.ports import free_port
+from motor.sim.client import SimClient
+from motor.sim.cluster import SimCluster
+from motor.sim.toy_model import expected_completion
+
+pytestmark = pytest.mark.timeout(120)
+
+NEW_STORE: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    c = start_group(tmp_path_factory.mktemp("sim-vllm-flow"),
+                    ["--diagnosing-sec", "2.5", "--scale-down-checkin-sec", "5", "--idle-step-interval-sec", "0.1"])
+    try:
+        yield c
+    finally:
+        c.stop(grace_sec=5)
+
+
+@pytest.fixture(scope="module")
+def clients(cluster: SimCluster) -> list[SimClient]:
+    return [cluster.client(r) for r in range(len(HOSTS))]
+
+
+def assert_serves(client: SimClient) -> None:
+    res = client.complete("after the round", 3)
+    assert res.status == 200, res.body
+    assert res.body["choices"][0]["text"] == expected_completion("after the round", 3)
+
+
+def test_diagnosing_comes_first_and_commands_are_refused_meanwhile(clients: list[SimClient]) -> None:
+    assert clients[0].inject("executor_death").status == 200  # rank 0 hosts the DP store
+    assert watch(clients[0], status_is("dead"), "rank 0 dead") == {"id": 0, "status": "dead",
+                                                                   "fault_info": "EngineDeadError"}
+    for r in (1, 2, 3):  # each survivor fails to start a wave on the dead store host
+        assert clients[r].complete("wake up", 2).status == 503
+    assert clients[1].entry() == {"id": 1, "status": "diagnosing"}
+    refused = clients[1].scale_down("too-early", [0], HOSTS[1], 1)
+    assert refused.status == 400 and "rank 1 is diagnosing" in refused.body["detail"], refused.body
+    assert clients[1].entry() == {"id": 1, "status": "diagnosing", "last_ft_request_id": "too-early",
+                                  "ft_error": refused.body["detail"]}
+    assert clients[1].complete("while diagnosing", 1).status == 503
+    assert clients[1].request("GET", "/health").status == 200
+    entries, seen = watch_ranks(clients, (1, 2, 3), status_is("unhealthy"), "survivors unhealthy")
+    for r in (1, 2, 3):
+        assert seen[r] == ["diagnosing", "unhealthy"], seen
+        # A new push: the refused request's fields are gone; fault_info is only a type name.
+        assert entries[r] == {"id": r, "status": "unhealthy", "fault_info": "RuntimeError"}, entries
+
+
+def test_removing_the_lowest_alive_rank_needs_a_new_address(clients: list[SimClient]) -> None:
+    for r in (1, 2, 3):
+        assert clients[r].apply("scale_down", "no-address", {"removed_dp_ranks": [0]}).status == 202
+        e = clients[r].entry()
+        assert e["status"] == "unhealthy" and e["last_ft_request_id"] == "no-address" and "ft_state" not in e
+        assert e["ft_error"] == "params.dp_master_ip is required (dp master rank 0, the lowest alive rank, is removed)"
+    NEW_STORE["port"] = free_port(HOSTS[1])
+    for r in (1, 2, 3):
+        assert clients[r].scale_down("round-1", [0], HOSTS[1], NEW_STORE["port"]).status == 202
+    entries, _ = watch_ranks(clients, (1, 2, 3), status_is("healthy"), "survivors healthy")
+    # Replaced wholesale on success: no ft_state, and no request id either.
+    assert entries == {r: {"id": r, "status": "healthy"} for r in (1, 2, 3)}
+    state = clients[1].admin_state()
+    assert state["group"]["members"] == [1, 2, 3] and state["group"]["is_store_server"]
+    assert state["master"] == {"ip": HOSTS[1], "port": NEW_STORE["port"]}
+    assert_serves(clients[2])
+
+
+def test_after_the_commit_an_idle_death_is_seen_without_traffic(clients: list[SimClient]) -> None:
+    time.sleep(1.0)  # no traffic from here on
+    assert all(clients[r].entry()["status"] == "healthy" for r in (1, 2, 3))
+    assert clients[3].inject("executor_death").status == 200
+    entries, seen = watch_ranks(clients, (1, 2), status_is("unhealthy"), "survivors unhealthy")
+    for r in (1, 2):
+        assert seen[r][-2:] == ["diagnosing", "unhealthy"], seen
+        assert entries[r] == {"id": r, "status": "unhealthy", "fault_info": "RuntimeError", "mask": [3]}, entries
+
+
+def test_the_lowest_alive_rank_keeps_the_store_for_the_next_round(clients: list[SimClient]) -> None:
+    # Rank 1 (not rank 0) is the master now and survives: no address needed, earlier rounds implied.
+    for r in (1, 2):
+        assert clients[r].apply("scale_down", "round-2", {"removed_dp_ranks": [3]}).status == 202
+    entries, _ = watch_ranks(clients, (1, 2), status_is("healthy"), "survivors healthy")
+    assert entries == {r: {"id": r, "status": "healthy"} for r in (1, 2)}
+    state = clients[2].admin_state()
+    assert state["group"]["members"] == [1, 2] and state["removed_dp_ranks"] == [0, 3]
+    assert state["master"] == {"ip": HOSTS[1], "port": NEW_STORE["port"]}
+    for r in (1, 2):
+        assert_serves(clients[r])
