@@ -5,14 +5,20 @@ A mappable L4–L6 hardware fault that arrives before any software evidence open
 decision through: all-UNHEALTHY (fast-recovery check), or a complete U+D whose DEAD set contains
 every hardware-mapped rank (scale-down, with the software DEAD set as apply parameters; the hardware
 ranks only validate). When the window ends without such a snapshot, the instance is reconfigured.
+
+The FT framework has perceived the fault once the snapshot is all-UNHEALTHY (fast recovery not
+applicable: waiting for a DEAD) or holds every hardware rank's DEAD (waiting for the survivors):
+the window is then matched and the software collection timeout decides from there, as RFC §4.4
+sends it; a later scale-down must still carry every hardware rank among its DEAD ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+import dataclasses
 from dataclasses import dataclass
 
-from motor.controller.fault_tolerance.decision import Action, Decision
+from motor.controller.fault_tolerance.decision import Action, Decision, WaitKind
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,8 @@ class PendingHardware:
     ranks: frozenset[int]
     deadline_sec: float
     description: str
+    # The FT framework perceived it: no correlation deadline any more.
+    matched: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ class HardwareCorrelation:
         return list(self._pending.pop(instance_id, {}).values())
 
     def deadlines(self) -> list[float]:
-        return [p.deadline_sec for waiting in self._pending.values() for p in waiting.values()]
+        return [p.deadline_sec for waiting in self._pending.values() for p in waiting.values() if not p.matched]
 
     def judge(self, instance_id: int, decision: Decision, now_sec: float) -> Verdict:
         waiting = self.pending(instance_id)
@@ -65,12 +73,19 @@ class HardwareCorrelation:
             return Verdict("proceed", "complete U+D contains every hardware-mapped rank", ranks)
         if decision.action in (Action.FAST_RECOVERY, Action.RECONFIGURE):
             return Verdict("proceed", "", ranks)
-        if now_sec >= min(p.deadline_sec for p in waiting):
-            faults = "; ".join(p.description for p in waiting)
+        faults = "; ".join(p.description for p in waiting)
+        if decision.action is Action.WAIT and (decision.wait_kind is WaitKind.DEAD_RANK or ranks <= decision.dead):
+            self._pending[instance_id] = {p.key: dataclasses.replace(p, matched=True) for p in waiting}
+            return Verdict("wait", "the FT framework saw the hardware fault: the collection timeout decides", ranks)
+        unmatched = [p for p in waiting if not p.matched]
+        if unmatched and now_sec >= min(p.deadline_sec for p in unmatched):
             return Verdict(
                 "reconfigure",
                 f"hardware fault ({faults}) on ranks {sorted(ranks)} had no matching FT snapshot within "
                 f"{self.window_sec:g}s",
                 ranks,
             )
+        if not unmatched and decision.action is Action.SCALE_DOWN:
+            return Verdict("reconfigure", f"hardware fault ({faults}) on ranks {sorted(ranks)} but the FT snapshot's "
+                           f"dead ranks are {sorted(decision.dead)}", ranks)
         return Verdict("wait", "waiting for the FT framework to see the hardware fault", ranks)

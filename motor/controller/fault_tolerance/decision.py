@@ -37,6 +37,11 @@ class FallbackCause(StrEnum):
     RETRY = "RETRY"
 
 
+class WaitKind(StrEnum):
+    DEAD_RANK = "dead_rank"
+    EVIDENCE = "evidence"
+
+
 @dataclass(frozen=True)
 class Decision:
     action: Action
@@ -47,6 +52,8 @@ class Decision:
     wait_until_sec: float | None = None
     # When RECONFIGURE: why.
     cause: FallbackCause | None = None
+    # When WAIT: what is awaited, a DEAD rank (every active rank is UNHEALTHY) or more evidence.
+    wait_kind: WaitKind | None = None
 
 
 def decide(
@@ -99,7 +106,7 @@ def decide(
                 cause=FallbackCause.ALL_UNHEALTHY_TIMEOUT,
             )
         return Decision(Action.WAIT, "all unhealthy, fast recovery not applicable: waiting for a dead rank",
-                        dead, unhealthy, window_end)
+                        dead, unhealthy, window_end, wait_kind=WaitKind.DEAD_RANK)
     if dead and unhealthy and (dead | unhealthy) == active_ranks and scale_down_enabled:
         return Decision(Action.SCALE_DOWN, f"complete snapshot: dead {sorted(dead)} unhealthy {sorted(unhealthy)}",
                         dead, unhealthy)
@@ -112,4 +119,5 @@ def decide(
             unhealthy,
             cause=FallbackCause.INCOMPLETE_SNAPSHOT,
         )
-    return Decision(Action.WAIT, "incomplete snapshot: waiting for more evidence", dead, unhealthy, window_end)
+    return Decision(Action.WAIT, "incomplete snapshot: waiting for more evidence", dead, unhealthy, window_end,
+                    wait_kind=WaitKind.EVIDENCE)

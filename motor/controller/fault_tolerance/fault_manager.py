@@ -36,6 +36,12 @@ class FaultManager:
         )
         self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation,
                                      fast_recovery or NoFastRecovery())
+        self.hardware.on_busy_fault = self._hardware_during_strategy
+
+    def _hardware_during_strategy(self, instance_id: int, ranks: frozenset[int], description: str) -> None:
+        running = self.center.running(instance_id)
+        if running is not None:
+            running.note_hardware(ranks, description)
 
     def report_software(
         self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float

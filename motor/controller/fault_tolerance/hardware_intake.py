@@ -53,6 +53,10 @@ class HardwareIntake:
         self._seen: dict[object, float] = {}
         self._notes: dict[object, str] = {}
         self._forced: dict[int, Forced] = {}
+        # Faults that came while a strategy ran on the instance: evaluated again when it ends.
+        self._deferred: dict[int, list[HardwareFault]] = {}
+        # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
+        self.on_busy_fault: Callable[[int, frozenset[int], str], None] = lambda iid, ranks, what: None
 
     def report(self, faults: list[HardwareFault], now_sec: float) -> list[str]:
         """Returns what was done with each fault."""
@@ -70,6 +74,27 @@ class HardwareIntake:
     def take_forced(self, instance_id: int) -> Forced | None:
         return self._forced.pop(instance_id, None)
 
+    def replay(self, instance_id: int, now_sec: float, rebuilt: bool) -> list[str]:
+        """The faults kept while a strategy ran, judged again now that it ended; after a successful
+        whole-instance rebuild they are handled (every rank was restarted since)."""
+        deferred = self._deferred.pop(instance_id, [])
+        if rebuilt:
+            notes = [f"{f.describe()} (kept during the rebuild): handled by the whole-instance rebuild" for f in deferred]
+            deferred = []
+        else:
+            notes = []
+        for fault in deferred:
+            result = self.resolver.resolve(fault, [self._topology(instance_id)])
+            notes += [f"{fault.describe()} (kept during the last strategy): {self._for_instance(fault, m, now_sec)}"
+                      for m in result.mappings if m.instance_id == instance_id]
+        for note in notes:
+            log.info("instance=%d %s", instance_id, note)
+        return notes
+
+    def _topology(self, instance_id: int) -> InstanceTopology:
+        record = self._registry.get(instance_id)
+        return InstanceTopology(record.topology(), self._active(instance_id))
+
     def _one(self, fault: HardwareFault, now_sec: float) -> str:
         if self._seen.get(fault.key) == fault.fault_time_unix_sec:
             return f"{fault.describe()}: already seen"
@@ -78,7 +103,7 @@ class HardwareIntake:
         if not is_severe(fault.level):
             return f"{fault.describe()}: {level_text(fault.level)} below L4, logged only"
         instances = [
-            InstanceTopology(record.topology(), self._active(record.instance_id))
+            self._topology(record.instance_id)
             for record in self._registry.all()
             if record.assembled and self._runtimes.find(record.instance_id) is not None
         ]
@@ -90,9 +115,9 @@ class HardwareIntake:
 
     def _active(self, instance_id: int) -> bool:
         runtime = self._runtimes.find(instance_id)
-        if runtime is None or self._busy(instance_id):
+        if runtime is None:
             return False
-        return runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED
+        return self._busy(instance_id) or runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED
 
     def _for_instance(self, fault: HardwareFault, mapping: InstanceMapping, now_sec: float) -> str:
         iid = mapping.instance_id
@@ -107,9 +132,15 @@ class HardwareIntake:
             self._forced[iid] = Forced(FallbackCause.HARDWARE_UNMAPPABLE, reason)
             log.warning("instance=%d %s", iid, reason)
             return f"instance {iid}: unmappable ({mapping.reason.value}), whole-instance reconfiguration"
-        ranks = mapping.ranks
-        if ranks <= runtime.dead_committed:
-            return f"instance {iid}: ranks {sorted(ranks)} already committed dead, handled"
+        if self._busy(iid):
+            # Never dropped: the running round takes it as evidence now, and it is judged again after.
+            self._deferred.setdefault(iid, []).append(fault)
+            self.on_busy_fault(iid, mapping.ranks - runtime.dead_committed, fault.describe())
+            return f"instance {iid}: a strategy is running; ranks {sorted(mapping.ranks)} kept as evidence for it"
+        # Only the ranks not yet committed take part (RFC §4.4: committed ranks are already handled).
+        ranks = mapping.ranks - runtime.dead_committed
+        if not ranks:
+            return f"instance {iid}: ranks {sorted(mapping.ranks)} already committed dead, handled"
         if not (self._ft.enable_fault_tolerance and self._ft.enable_dp_scale_down):
             self._forced[iid] = Forced(
                 FallbackCause.HARDWARE_UNMAPPABLE,

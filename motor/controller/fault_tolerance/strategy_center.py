@@ -241,6 +241,9 @@ class StrategyCenter:
         if outcome is None or self._closing:
             return
         self._on_outcome(instance_id, strategy, outcome)
+        # Hardware faults kept while it ran are judged now, against the state it left.
+        rebuilt = outcome.succeeded and isinstance(strategy, ReconfigurationStrategy)
+        self.hardware.replay(instance_id, self.deps.clock.monotonic(), rebuilt)
         self.notify()
 
     def _on_outcome(self, instance_id: int, strategy: Strategy, outcome: Outcome) -> None:

@@ -83,8 +83,7 @@ async def test_hardware_first_without_ft_perception_reconfigures_after_the_windo
     assert "apply" not in names and names.count("start_engines") == 2
     txn = core.timelines.transactions(7)[-1]
     assert txn.strategy == "instance_reconfiguration"
-    decision = txn.events[0]
-    assert decision.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION
+    decision = next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION)
     assert decision.fallback_cause == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
 
 
@@ -168,3 +167,122 @@ async def test_feature_off_hardware_fault_reconfigures() -> None:
     await core2.faults.evaluate_all()
     await settle(core2)
     assert [c[0] for c in cluster.calls].count("start_engines") == 2
+
+
+def commit_rank(core, rank: int) -> None:
+    for phase in (FtPhase.DECIDING, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP):
+        core.runtimes.set_phase(7, phase)
+    core.runtimes.commit_round(7, [rank])
+    core.runtimes.set_phase(7, FtPhase.SCALED_DOWN_RUNNING)
+
+
+async def test_node_fault_on_partly_committed_node_matches_on_the_uncommitted_ranks_only() -> None:
+    """Issue 13 item 1: node fault → {2, 3} after 3 was committed; only rank 2 takes part."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    commit_rank(core, 3)
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "")])
+    assert core.faults.correlation.pending(7)[0].ranks == {2}, notes
+    clock.advance(1.0)
+    cluster.fault(dead={2}, unhealthy={0, 1})
+    for r, kind in ((2, EvidenceKind.DEAD), (0, EvidenceKind.UNHEALTHY), (1, EvidenceKind.UNHEALTHY)):
+        core.faults.report_software(7, r, kind, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    strategy = core.faults.running(7)
+    assert isinstance(strategy, DpScaleDownStrategy), core.timelines.transactions(7)[-1].strategy
+    assert strategy.ctx.dead == {2} and strategy.ctx.hardware_ranks == {2}
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == {2, 3}
+
+
+async def test_node_fault_whose_ranks_are_all_committed_is_handled() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    commit_rank(core, 3)
+    core.runtimes.set_phase(7, FtPhase.DECIDING)
+    core.runtimes.set_phase(7, FtPhase.SCALING_DOWN)
+    core.runtimes.set_phase(7, FtPhase.POST_SCALE_CLEANUP)
+    core.runtimes.commit_round(7, [2])
+    core.runtimes.set_phase(7, FtPhase.SCALED_DOWN_RUNNING)
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "")])
+    assert "already committed dead, handled" in notes[0] and not core.faults.correlation.pending(7)
+
+
+async def test_hardware_first_then_all_unhealthy_waits_for_the_collection_timeout_not_the_window() -> None:
+    """Issue 13 item 2: all-UNHEALTHY within the window goes to is_applicable (false here) and then
+    waits for a DEAD up to the software collection timeout."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    clock.advance(1.0)
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    clock.advance(10.0)  # well past the 5 s window
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not core.timelines.transactions(7)
+    clock.advance(core.config.fault_tolerance_config.software_status_collection_timeout_sec)
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await settle(core)
+    txn = core.timelines.transactions(7)[-1]
+    assert txn.strategy == "instance_reconfiguration"
+    decision = next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION)
+    assert decision.fallback_cause == controller_pb2.FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT
+
+
+async def test_hardware_first_then_incomplete_snapshot_with_its_dead_waits_for_the_survivors() -> None:
+    """Issue 13 item 2: the hardware rank's DEAD is in; the survivors' UNHEALTHY come after the window."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    clock.advance(8.0)
+    heartbeat_all(core, cluster, dead={1})
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not core.timelines.transactions(7)
+    for r in (2, 3):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    strategy = core.faults.running(7)
+    assert isinstance(strategy, DpScaleDownStrategy) and strategy.ctx.hardware_ranks == {1}
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == {1}
+
+
+async def test_hardware_fault_on_a_survivor_during_a_round_fails_it_and_is_not_dropped() -> None:
+    """Issue 13 item 3: an L5 on a survivor while the round runs is evidence for the round."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2})  # rank 3 still healthy: the round waits for it
+    notes: list[str] = []
+
+    def fault_mid_round(polls: int) -> None:
+        if polls == 2:
+            notes.extend(core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-1")]))  # rank 3
+
+    cluster.on_status = fault_mid_round
+    report_complete_snapshot(core, {1})
+    await core.faults.evaluate_all()
+    first = core.faults.running(7)
+    assert isinstance(first, DpScaleDownStrategy)
+    for _ in range(300):
+        if core.faults.running(7) is not first:
+            break
+        await asyncio.sleep(0)
+    assert "kept as evidence" in notes[0]
+    txns = core.timelines.transactions(7)
+    assert txns[0].strategy == "dp_scale_down" and "hardware fault" in txns[0].outcome
+    assert any(e.name == "hardware_fault" and list(e.hardware_ranks) == [3] for e in txns[0].events)
+    assert not cluster.named("apply")
+    await settle(core)
+    assert core.timelines.transactions(7)[-1].strategy == "instance_reconfiguration"

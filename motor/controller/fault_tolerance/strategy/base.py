@@ -120,6 +120,14 @@ class Strategy(ABC):
         self._stop_requested = False
         self.txn: Transaction | None = None
         self.evidence: list[RankEvidence] = []
+        # Mapped hardware faults that arrived while this strategy ran: (ranks, description).
+        self.hardware_faults: list[tuple[frozenset[int], str]] = []
+
+    def note_hardware(self, ranks: frozenset[int], description: str) -> None:
+        """A hardware fault on the instance while this strategy runs: evidence it must take into account."""
+        self.hardware_faults.append((frozenset(ranks), description))
+        if self.txn is not None:
+            self.txn.note("hardware_fault", self.deps.clock.wall(), description, hardware_ranks=sorted(ranks))
 
     def stop(self) -> None:
         """Asks the strategy to stop; the FaultManager cancels its task and waits for both."""

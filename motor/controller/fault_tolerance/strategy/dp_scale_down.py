@@ -83,6 +83,13 @@ class DpScaleDownStrategy(Strategy):
     def _check_stop(self) -> None:
         if self.stop_requested:
             raise Preempted("preempted by a higher-priority strategy")
+        if self._controller_committed:
+            return
+        survivors = self.deps.runtimes.get(self.instance_id).active_ranks - self._round_dead
+        for ranks, what in self.hardware_faults:
+            if ranks & survivors:
+                # A survivor's card failed under the round: it cannot be counted on to rebuild.
+                raise RoundFailed(f"hardware fault {what} on survivor ranks {sorted(ranks & survivors)} during the round")
 
     def _plan(self) -> RoundPlan:
         record = self.deps.registry.get(self.instance_id)
