@@ -46,9 +46,11 @@ class RankEvidence:
     health: Health
     kind: EvidenceKind
     detail: str
-    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it.
+    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it:
+    # both only shown (timelines); the Controller compares its own monotonic receipt time.
     observed_at_sec: float
     received_at_sec: float = 0.0
+    received_mono_sec: float = 0.0
 
 
 class FaultNormalizer:

@@ -47,7 +47,7 @@ class EvidenceIntake:
         )
         if evidence is None:
             return None
-        evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec)
+        evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec, received_mono_sec=now_sec)
         state = self.of(runtime.instance_id)
         if evidence.health is Health.HEALTHY:
             state.evidence.pop(endpoint_id, None)
@@ -96,13 +96,14 @@ class EvidenceIntake:
         )
         return f"partial loss: ranks {lost} missing from heartbeats for {grace_sec:g}s" if lost else ""
 
-    def settle(self, instance_id: int, dead_committed: frozenset[int], observed_at_sec: float,
+    def settle(self, instance_id: int, dead_committed: frozenset[int], observed_mono_sec: float,
                whole_rebuild: bool) -> None:
-        """After a successful strategy: engine observations at outcome time supersede older reports,
-        committed ranks are done, and a whole rebuild forgets every missing heartbeat."""
+        """After a successful strategy: its last engine observation supersedes every report received
+        before it (both on the Controller's monotonic clock: the NodeManagers' wall clocks may be
+        skewed), committed ranks are done, and a whole rebuild forgets every missing heartbeat."""
         state = self.of(instance_id)
         for rank, ev in list(state.evidence.items()):
-            if rank in dead_committed or ev.observed_at_sec <= observed_at_sec:
+            if rank in dead_committed or ev.received_mono_sec <= observed_mono_sec:
                 del state.evidence[rank]
                 state.first_seen_sec.pop(rank, None)
         for rank in list(state.missing_since_sec):

@@ -253,7 +253,7 @@ class StrategyCenter:
         whole_rebuild = isinstance(strategy, ReconfigurationStrategy)
         if outcome.succeeded:
             log.info("instance=%d %s succeeded: %s", instance_id, strategy.name, outcome.detail)
-            self.intake.settle(instance_id, runtime.dead_committed, outcome.observed_at_sec, whole_rebuild)
+            self.intake.settle(instance_id, runtime.dead_committed, outcome.observed_mono_sec, whole_rebuild)
             slot.retry_after_sec, slot.retry_reason = None, ""
             self.correlation.clear(instance_id)
             return

@@ -5,12 +5,15 @@ Events are `motor.v1.TimelineEvent` messages from the start, so GetTimeline, the
 the benchmark and the tests all read the same typed fields; `detail` is only the human line. Kept in
 memory for the last transactions of every instance (observed state, never persisted). Times are
 wall-clock seconds passed in by the caller.
+
+A `TimelineObserver` sees every event as it is added and every transaction as it finishes: the
+Controller's metrics are computed from these same messages, so the pages and Prometheus agree.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import RankEvidence
@@ -45,14 +48,22 @@ def gate_reason_proto(code: str) -> int:
     return controller_pb2.GateReason.Value(f"GATE_REASON_{code}")
 
 
+class TimelineObserver(Protocol):
+    def event(self, txn: Transaction, event: controller_pb2.TimelineEvent) -> None: ...
+
+    def finished(self, txn: Transaction) -> None: ...
+
+
 class Transaction:
     """One recovery transaction; its `proto` is what GetTimeline returns."""
 
-    def __init__(self, instance_id: int, strategy: str, request_id: str, started_at_sec: float) -> None:
+    def __init__(self, instance_id: int, strategy: str, request_id: str, started_at_sec: float,
+                 observer: TimelineObserver | None = None) -> None:
         self.instance_id = instance_id
         self.proto = controller_pb2.Transaction(
             request_id=request_id, strategy=strategy, started_at_unix_sec=started_at_sec, outcome="running"
         )
+        self._observer = observer
 
     @property
     def strategy(self) -> str:
@@ -71,7 +82,10 @@ class Transaction:
         return self.proto.events
 
     def add(self, kind: int, name: str, at_sec: float, **facts: Any) -> controller_pb2.TimelineEvent:
-        return self.proto.events.add(event_kind=kind, kind=_LEGACY_KIND[kind], name=name, at_unix_sec=at_sec, **facts)
+        event = self.proto.events.add(event_kind=kind, kind=_LEGACY_KIND[kind], name=name, at_unix_sec=at_sec, **facts)
+        if self._observer is not None:
+            self._observer.event(self, event)
+        return event
 
     def evidence(self, ev: RankEvidence) -> None:
         self.add(
@@ -97,21 +111,25 @@ class Transaction:
                         outcome=outcome, error=error, **facts)
 
     def finish(self, outcome: str, at_sec: float) -> None:
+        first = not self.proto.ended_at_unix_sec
         self.proto.outcome = outcome
         self.proto.ended_at_unix_sec = at_sec
+        if first and self._observer is not None:
+            self._observer.finished(self)
 
 
 class TimelineBook:
     """The last `keep` transactions per instance, oldest first."""
 
-    def __init__(self, keep: int = 20) -> None:
+    def __init__(self, keep: int = 20, observer: TimelineObserver | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self._keep = keep
+        self._observer = observer
         self._by_instance: dict[int, deque[Transaction]] = {}
 
     def begin(self, instance_id: int, strategy: str, request_id: str, at_sec: float) -> Transaction:
-        txn = Transaction(instance_id, strategy, request_id, at_sec)
+        txn = Transaction(instance_id, strategy, request_id, at_sec, self._observer)
         self._by_instance.setdefault(instance_id, deque(maxlen=self._keep)).append(txn)
         return txn
 

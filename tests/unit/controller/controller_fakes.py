@@ -49,6 +49,8 @@ class FakeCluster:
     retired: dict[str, set[int]] = field(default_factory=dict)
     fail: dict[tuple[str, str], grpc.StatusCode] = field(default_factory=dict)
     apply_refused: set[int] = field(default_factory=set)
+    # Entries a pod's Status answers beyond what was asked (identity-contract violations), by address.
+    extra_status: dict[str, list[int]] = field(default_factory=dict)
     # When each engine's apply was sent (EngineApplyResult.sent_at_unix_sec), by rank.
     apply_sent_at: dict[int, float] = field(default_factory=dict)
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
@@ -111,6 +113,7 @@ class FakeNodeManagerClient:
                     eng.status, eng.ft_state = HEALTHY, NONE
                     eng.polls_since_apply = -1
             out.append(eng.proto())
+        out += [c.engines[r].proto() for r in c.extra_status.get(self.address, [])]
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids):

@@ -565,3 +565,37 @@ async def test_apply_skew_is_recorded_from_the_send_times_of_every_survivor() ->
     assert outcome.succeeded, outcome.detail
     skew = next(e for e in strategy.txn.events if e.name == "apply_skew")
     assert skew.skew_sec == pytest.approx(0.5) and list(skew.endpoint_ids) == [0, 2, 3]
+
+
+@pytest.mark.parametrize("stray", [[3], [0]])
+async def test_status_entries_for_ids_not_asked_are_a_protocol_error(stray: list[int]) -> None:
+    """Issue 13 item 5: a stray entry (another pod's rank, or a duplicate) fails the round; a stray
+    DEAD is never absorbed."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.engines[3].status = DEAD if stray == [3] else UNHEALTHY
+    cluster.extra_status = {"127.0.0.2:1": stray}
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "protocol error" in outcome.detail and "asked for [0]" in outcome.detail
+    assert not cluster.named("apply") and core.runtimes.get(7).dead_committed == frozenset()
+
+
+async def test_clock_skewed_nodemanager_evidence_is_superseded_after_a_round() -> None:
+    """Issue 13 item 8: a NodeManager whose wall clock runs an hour ahead; the Controller compares
+    its own receipt times, so the round's last status read supersedes the reports."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    ahead = core.clock.wall() + 3600.0
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.DEAD if r == 1 else EvidenceKind.UNHEALTHY, "", ahead)
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    assert core.runtimes.get(7).dead_committed == {1}
+    assert core.faults.evidence(7) == {}
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and [t.strategy for t in core.timelines.transactions(7)] == ["dp_scale_down"]

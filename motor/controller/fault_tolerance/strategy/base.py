@@ -104,9 +104,9 @@ class Outcome:
     detail: str
     # For a failed scale-down: the fallback to run next (frozen at decision time).
     fallback: str | None = None
-    # Wall time of the last engine observation that proved the outcome (evidence older than this
-    # is superseded).
-    observed_at_sec: float = 0.0
+    # Controller monotonic time of the last engine observation that proved the outcome (evidence
+    # received before it is superseded).
+    observed_mono_sec: float = 0.0
 
 
 class Strategy(ABC):

@@ -64,7 +64,7 @@ class DpScaleDownStrategy(Strategy):
         self._round_dead: set[int] = set()
         self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call)
         self._controller_committed = False
-        self.last_observed_at_sec = 0.0
+        self.last_observed_mono_sec = 0.0
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ class DpScaleDownStrategy(Strategy):
         runtime = deps.runtimes.get(self.instance_id)
         if ctx.dead <= runtime.dead_committed:
             if runtime.phase is FtPhase.SCALED_DOWN_RUNNING:
-                return Outcome(True, f"ranks {sorted(ctx.dead)} already committed", observed_at_sec=deps.clock.wall())
+                return Outcome(True, f"ranks {sorted(ctx.dead)} already committed", observed_mono_sec=deps.clock.monotonic())
             return Outcome(False, f"ranks {sorted(ctx.dead)} already committed but phase is {runtime.phase}",
                            fallback=ctx.fallback_strategy)
         self._round_dead = set(ctx.dead - runtime.dead_committed)
@@ -159,7 +159,7 @@ class DpScaleDownStrategy(Strategy):
         if self.txn:
             self.txn.finish(f"failed: {reason}", self.deps.clock.wall())
         self.deps.changed(self.instance_id)
-        return Outcome(False, reason, fallback=self.ctx.fallback_strategy, observed_at_sec=self.last_observed_at_sec)
+        return Outcome(False, reason, fallback=self.ctx.fallback_strategy, observed_mono_sec=self.last_observed_mono_sec)
 
     def _gate(self) -> None:
         deps = self.deps
@@ -180,7 +180,7 @@ class DpScaleDownStrategy(Strategy):
 
     async def _query(self, plan: RoundPlan) -> dict[int, common_pb2.EngineFtStatus]:
         entries = await self.calls.status(plan)
-        self.last_observed_at_sec = self.deps.clock.wall()
+        self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
         for entry in entries:
             statuses[entry.id] = entry
@@ -270,7 +270,7 @@ class DpScaleDownStrategy(Strategy):
         if self.txn:
             self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
-        return Outcome(True, f"removed {list(plan.removed_this_round)}", observed_at_sec=self.last_observed_at_sec)
+        return Outcome(True, f"removed {list(plan.removed_this_round)}", observed_mono_sec=self.last_observed_mono_sec)
 
     async def _stop_emptied_pods(self, plan: RoundPlan) -> None:
         record = self.deps.registry.get(self.instance_id)

@@ -88,7 +88,7 @@ class ReconfigurationStrategy(Strategy):
         await self.publish()
         self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
-        return Outcome(True, "instance reconfigured", observed_at_sec=deps.clock.wall())
+        return Outcome(True, "instance reconfigured", observed_mono_sec=deps.clock.monotonic())
 
     def _fail(self, reason: str) -> Outcome:
         log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)

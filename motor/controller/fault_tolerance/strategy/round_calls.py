@@ -81,6 +81,14 @@ class RoundCalls:
                 lambda entries: {"engine_statuses": list(entries)},
             )))
         by_pod = await self._gather(calls)
+        asked = {pod.node_manager_address: pod.status_targets for pod in plan.pods}
+        for address, entries in by_pod.items():
+            ids = [e.id for e in entries]
+            # RFC §4.1 identity contract, checked here too: an entry we did not ask this pod for (or
+            # twice) is a protocol failure, never evidence to judge or absorb.
+            if sorted(ids) != sorted(set(ids)) or not set(ids) <= set(asked[address]):
+                raise RoundFailed(f"protocol error: status from {address} answered endpoint ids {ids}, "
+                                  f"asked for {list(asked[address])}")
         return [entry for entries in by_pod.values() for entry in entries]
 
     async def apply(self, plan: RoundPlan) -> list[node_manager_pb2.EngineApplyResult]:
