@@ -42,7 +42,8 @@ class ControllerService:
         )
         grpc_port = await self._grpc.start()
         self._http = web.AppRunner(
-            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid)), access_log=None
+            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled),
+            access_log=None
         )
         await self._http.setup()
         site = web.TCPSite(self._http, self.config.status_http.host, self.config.status_http.port)

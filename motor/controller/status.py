@@ -110,8 +110,16 @@ class RuntimeBroadcaster:
             queue.put_nowait(instance_id)
 
 
-def status_app(get_runtimes, get_timeline) -> web.Application:
-    """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N."""
+def status_app(get_runtimes, get_timeline, scale_down_enabled: bool) -> web.Application:
+    """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N.
+
+    With the total switch or scale-down off the page says `"phase": "DISABLED"` at the top level,
+    with or without instances (RFC §7); a bad instance_id is 400, an unknown one 404, on both pages.
+    """
+
+    def _not_found(wanted: int) -> web.HTTPNotFound:
+        return web.HTTPNotFound(text=json.dumps({"detail": f"unknown instance_id {wanted}"}),
+                                content_type="application/json")
 
     def _instance_filter(request: web.Request) -> int | None:
         raw = request.query.get("instance_id")
@@ -127,13 +135,18 @@ def status_app(get_runtimes, get_timeline) -> web.Application:
         wanted = _instance_filter(request)
         runtimes = [message_json(runtime_proto(r)) for r in get_runtimes() if wanted is None or r.instance_id == wanted]
         if wanted is not None and not runtimes:
-            raise web.HTTPNotFound(text=json.dumps({"detail": f"unknown instance_id {wanted}"}), content_type="application/json")
-        return web.json_response({"instances": runtimes})
+            raise _not_found(wanted)
+        body: dict[str, Any] = {"instances": runtimes}
+        if not scale_down_enabled:
+            body = {"phase": "DISABLED", **body}
+        return web.json_response(body)
 
     async def timeline(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
         if wanted is None:
             raise web.HTTPBadRequest(text=json.dumps({"detail": "instance_id is required"}), content_type="application/json")
+        if not any(r.instance_id == wanted for r in get_runtimes()):
+            raise _not_found(wanted)
         return web.json_response({"instance_id": wanted,
                                   "transactions": [message_json(t.proto) for t in get_timeline(wanted)]})
 
