@@ -149,12 +149,22 @@ class ControllerCore:
         if runtime is not None:
             expected = expected_alive(pod, runtime.dead_committed, self.scale_down_enabled)
             alive = set(req.alive_endpoint_ids)
-            extra = sorted(alive - expected)
             # While reconfiguring, NodeManagers restart every rank before dead_committed is cleared.
-            if extra and runtime.phase is not FtPhase.RECONFIGURING:
-                log.warning("instance=%d pod=%s heartbeat reports ranks %s it should not (expected %s)",
-                            req.instance_id, req.pod_ip, extra, sorted(expected))
-            missing = self.faults.observe_heartbeat(req.instance_id, expected, alive)
+            if runtime.phase is FtPhase.RECONFIGURING:
+                alive &= expected
+            missing, extra = self.faults.observe_heartbeat(req.instance_id, pod.ranks, expected, alive)
+            mismatch = f"pod {req.pod_ip} heartbeat reports ranks "
+            if extra:
+                error = (f"{mismatch}{sorted(extra)} alive; it must report exactly {sorted(expected)} "
+                         f"(dead_committed {sorted(runtime.dead_committed)})")
+                log.warning("instance=%d %s", req.instance_id, error)
+                if runtime.last_error != error:
+                    self.runtimes.set_error(req.instance_id, error)
+                    self.broadcaster.changed(req.instance_id)
+            elif runtime.last_error and runtime.last_error.startswith(mismatch):
+                # The pod reports the exact set again (e.g. a heartbeat sent just before its commit).
+                self.runtimes.set_error(req.instance_id, None)
+                self.broadcaster.changed(req.instance_id)
             if missing:
                 log.info("instance=%d pod=%s heartbeat misses ranks %s", req.instance_id, req.pod_ip, sorted(missing))
         return controller_pb2.HeartbeatResponse(known=True, config=self.nm_config())

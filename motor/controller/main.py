@@ -42,7 +42,8 @@ class ControllerService:
         )
         grpc_port = await self._grpc.start()
         self._http = web.AppRunner(
-            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled),
+            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
+                       core.metrics.registry),
             access_log=None
         )
         await self._http.setup()

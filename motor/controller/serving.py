@@ -38,9 +38,12 @@ class EventPusher:
     """Serialised publication with a revision that only grows (wall-clock microseconds, so a
     restarted Controller still outruns what the Coordinator acknowledged before)."""
 
-    def __init__(self, client: CoordinatorClient | None, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, client: CoordinatorClient | None, wall_clock: Callable[[], float] = time.time,
+                 on_refresh: Callable[[str, bool], None] = lambda event, ok: None) -> None:
         self._client = client
         self._clock = wall_clock
+        # (event name, answered ok) of every Refresh sent: the Controller's publication metrics.
+        self._on_refresh = on_refresh
         self._lock = asyncio.Lock()
         self._revision = 0
         # What the Coordinator acknowledged, by instance id → endpoint ids.
@@ -65,10 +68,13 @@ class EventPusher:
     async def _refresh(self, event: int, views: list[common_pb2.Instance]) -> None:
         if self._client is None:
             return
+        name = coordinator_pb2.RefreshEvent.Name(event).removeprefix("REFRESH_EVENT_")
         try:
             await self._client.refresh(event, views, self._next_revision())
         except PeerCallError as exc:
+            self._on_refresh(name, False)
             raise PublishError(str(exc)) from None
+        self._on_refresh(name, True)
 
     async def add(self, view: common_pb2.Instance) -> None:
         """Publishes (or replaces) one instance's serving view."""

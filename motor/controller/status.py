@@ -7,14 +7,17 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
+from prometheus_client import CollectorRegistry
 
 from gen.motor.v1 import controller_pb2
+from motor.common.metrics_http import add_metrics_route
 from motor.controller.fault_tolerance.runtime import FtRuntime
 from motor.controller.fault_tolerance.timeline import gate_reason_proto, phase_proto
 
@@ -94,6 +97,11 @@ class RuntimeBroadcaster:
 
     def __init__(self) -> None:
         self._queues: set[asyncio.Queue[int]] = set()
+        self._listeners: list[Callable[[int], None]] = []
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Called synchronously on every change (the metrics' runtime gauges), before the watchers."""
+        self._listeners.append(listener)
 
     def subscribe(self) -> asyncio.Queue[int]:
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=256)
@@ -104,14 +112,18 @@ class RuntimeBroadcaster:
         self._queues.discard(queue)
 
     def changed(self, instance_id: int) -> None:
+        for listener in self._listeners:
+            listener(instance_id)
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()
             queue.put_nowait(instance_id)
 
 
-def status_app(get_runtimes, get_timeline, scale_down_enabled: bool) -> web.Application:
-    """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N.
+def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
+               registry: CollectorRegistry | None = None) -> web.Application:
+    """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N (and, given
+    a registry, GET /metrics).
 
     With the total switch or scale-down off the page says `"phase": "DISABLED"` at the top level,
     with or without instances (RFC §7); a bad instance_id is 400, an unknown one 404, on both pages.
@@ -153,4 +165,6 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool) -> web.Appl
     app = web.Application()
     app.router.add_get("/controller/fault_tolerance/status", status)
     app.router.add_get("/controller/fault_tolerance/timeline", timeline)
+    if registry is not None:
+        add_metrics_route(app, registry)
     return app

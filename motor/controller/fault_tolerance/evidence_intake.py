@@ -22,6 +22,9 @@ class InstanceEvidence:
     # The collection window opens at the first UNHEALTHY/DEAD of a round; later reports do not extend it.
     window_started_sec: float | None = None
     missing_since_sec: dict[int, float] = field(default_factory=dict)
+    # Ranks a heartbeat reports alive that it must not (committed dead, or not the pod's): the RFC's
+    # exact-set contract is broken, handled like a partial loss once it outlasts the grace.
+    unexpected_since_sec: dict[int, float] = field(default_factory=dict)
 
     def health(self) -> dict[int, Health]:
         return {rank: ev.health for rank, ev in self.evidence.items()}
@@ -61,18 +64,24 @@ class EvidenceIntake:
                 state.window_started_sec = now_sec
         return evidence
 
-    def observe_heartbeat(self, instance_id: int, expected: Iterable[int], alive: Iterable[int],
-                          now_sec: float) -> frozenset[int]:
-        """Tracks ranks a pod's heartbeat leaves out; returns the ones missing now."""
+    def observe_heartbeat(self, instance_id: int, pod_ranks: Iterable[int], expected: Iterable[int],
+                          alive: Iterable[int], now_sec: float) -> tuple[frozenset[int], frozenset[int]]:
+        """Tracks ranks a pod's heartbeat leaves out, and ranks it reports that it must not; returns
+        both as they are now (missing, unexpected)."""
         state = self.of(instance_id)
         expected_set, alive_set = set(expected), set(alive)
         missing = frozenset(expected_set - alive_set)
+        unexpected = frozenset(alive_set - expected_set)
         for rank in expected_set:
             if rank in missing:
                 state.missing_since_sec.setdefault(rank, now_sec)
             else:
                 state.missing_since_sec.pop(rank, None)
-        return missing
+        for rank in set(pod_ranks) - unexpected:
+            state.unexpected_since_sec.pop(rank, None)
+        for rank in unexpected:
+            state.unexpected_since_sec.setdefault(rank, now_sec)
+        return missing, unexpected
 
     def mark_silent(self, instance_id: int, ranks: Iterable[int], since_sec: float) -> None:
         """A pod whose heartbeats stopped counts as missing every rank it should report."""
@@ -94,7 +103,13 @@ class EvidenceIntake:
             and now_sec - since >= grace_sec
             and not (rank in state.evidence and state.evidence[rank].health is Health.DEAD)
         )
-        return f"partial loss: ranks {lost} missing from heartbeats for {grace_sec:g}s" if lost else ""
+        if lost:
+            return f"partial loss: ranks {lost} missing from heartbeats for {grace_sec:g}s"
+        extra = sorted(r for r, since in state.unexpected_since_sec.items() if now_sec - since >= grace_sec)
+        if extra:
+            return (f"heartbeat exact-set broken: ranks {extra} reported alive for {grace_sec:g}s although "
+                    f"committed dead or not the pod's (dead_committed {sorted(dead_committed)})")
+        return ""
 
     def settle(self, instance_id: int, dead_committed: frozenset[int], observed_mono_sec: float,
                whole_rebuild: bool) -> None:
@@ -109,6 +124,8 @@ class EvidenceIntake:
         for rank in list(state.missing_since_sec):
             if rank in dead_committed or whole_rebuild:
                 del state.missing_since_sec[rank]
+        if whole_rebuild:
+            state.unexpected_since_sec.clear()
         state.window_started_sec = min(state.first_seen_sec.values(), default=None)
 
     def deadlines(self, collection_timeout_sec: float, grace_sec: float) -> list[float]:
@@ -117,4 +134,5 @@ class EvidenceIntake:
             if state.window_started_sec is not None:
                 out.append(state.window_started_sec + collection_timeout_sec)
             out.extend(t + grace_sec for t in state.missing_since_sec.values())
+            out.extend(t + grace_sec for t in state.unexpected_since_sec.values())
         return out

@@ -56,11 +56,14 @@ class FaultManager:
         self.notify()
         return f"rank {endpoint_id} {evidence.health}"
 
-    def observe_heartbeat(self, instance_id: int, expected: Iterable[int], alive: Iterable[int]) -> frozenset[int]:
-        missing = self.intake.observe_heartbeat(instance_id, expected, alive, self.deps.clock.monotonic())
-        if missing:
+    def observe_heartbeat(self, instance_id: int, pod_ranks: Iterable[int], expected: Iterable[int],
+                          alive: Iterable[int]) -> tuple[frozenset[int], frozenset[int]]:
+        """(missing, unexpected) ranks of one pod's heartbeat against the exact set it must report."""
+        missing, unexpected = self.intake.observe_heartbeat(instance_id, pod_ranks, expected, alive,
+                                                            self.deps.clock.monotonic())
+        if missing or unexpected:
             self.notify()
-        return missing
+        return missing, unexpected
 
     def report_hardware(self, faults: list[HardwareFault]) -> list[str]:
         """RFC §4.4 rules for hardware evidence; returns what was done with each fault."""

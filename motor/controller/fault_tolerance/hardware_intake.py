@@ -57,6 +57,8 @@ class HardwareIntake:
         self._deferred: dict[int, list[HardwareFault]] = {}
         # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
         self.on_busy_fault: Callable[[int, frozenset[int], str], None] = lambda iid, ranks, what: None
+        # Called with (level "L1".."L6", mapped to ranks of an instance) once per new fault: the metrics.
+        self.on_fault: Callable[[str, bool], None] = lambda level, mapped: None
 
     def report(self, faults: list[HardwareFault], now_sec: float) -> list[str]:
         """Returns what was done with each fault."""
@@ -101,6 +103,7 @@ class HardwareIntake:
         self._seen[fault.key] = fault.fault_time_unix_sec
         _trim(self._seen)
         if not is_severe(fault.level):
+            self.on_fault(level_text(fault.level), False)
             return f"{fault.describe()}: {level_text(fault.level)} below L4, logged only"
         instances = [
             self._topology(record.instance_id)
@@ -108,6 +111,7 @@ class HardwareIntake:
             if record.assembled and self._runtimes.find(record.instance_id) is not None
         ]
         result = self.resolver.resolve(fault, instances)
+        self.on_fault(level_text(fault.level), any(m.mapped for m in result.mappings))
         if result.ignored or not result.mappings:
             return f"{fault.describe()}: {result.describe()}"
         notes = [self._for_instance(fault, m, now_sec) for m in result.mappings]

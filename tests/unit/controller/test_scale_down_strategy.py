@@ -403,7 +403,7 @@ async def test_partial_loss_suppressed_in_transaction_window_not_when_running() 
     core, clock = make_core(cluster)
     await assemble(core, cluster)
     core.runtimes.set_phase(7, FtPhase.DECIDING)
-    core.faults.observe_heartbeat(7, {2, 3}, {2})
+    core.faults.observe_heartbeat(7, {2, 3}, {2, 3}, {2})
     clock.advance(11.0)
     loss = core.faults.intake.partial_loss
     grace = core.config.heartbeat_timeout_sec
@@ -599,3 +599,35 @@ async def test_clock_skewed_nodemanager_evidence_is_superseded_after_a_round() -
     heartbeat_all(core, cluster)
     await core.faults.evaluate_all()
     assert core.faults.running(7) is None and [t.strategy for t in core.timelines.transactions(7)] == ["dp_scale_down"]
+
+
+async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set() -> None:
+    """Issue 13 item 12: the RFC's heartbeat contract is an exact set. A committed rank reported alive
+    is an inconsistency: last_error says so at once, and if it outlasts the heartbeat grace the
+    instance is reconfigured like a partial loss."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    await run_round(core, {1}, {0, 2, 3})
+    assert core.runtimes.get(7).dead_committed == {1}
+    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                                   alive_endpoint_ids=[0, 1], seq=1))
+    assert "reports ranks [1] alive" in core.runtimes.get(7).last_error
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None  # within the grace
+    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                                   alive_endpoint_ids=[0], seq=1))
+    assert core.runtimes.get(7).last_error is None  # consistent again: a stale heartbeat is forgiven
+    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                                   alive_endpoint_ids=[0, 1], seq=1))
+    clock.advance(core.config.heartbeat_timeout_sec)
+    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                                   alive_endpoint_ids=[0, 1], seq=2))
+    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.3", instance_id=7,
+                                                                   alive_endpoint_ids=[2, 3], seq=2))
+    await core.faults.evaluate_all()
+    running = core.faults.running(7)
+    assert running is not None and running.name == "instance_reconfiguration"
+    assert "exact-set broken" in running.reason
+    await drain_tasks(core)
