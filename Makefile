@@ -30,6 +30,23 @@ deps: $(VENV)/.installed $(BUF) .tools/etcd.ok
 
 test: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(MAKE) ts-test
+
+# The TypeScript client (clients/typescript): npm ci from the committed lockfile only when
+# node_modules is missing or the lockfile changed; type check; generated-code drift check; node --test
+# (the cluster tests start a real local cluster with the launcher, so the venv comes first).
+TS_DIR := clients/typescript
+
+.PHONY: ts-test
+$(TS_DIR)/node_modules/.ci-stamp: $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+ts-test: $(VENV)/.installed $(TS_DIR)/node_modules/.ci-stamp
+	cd $(TS_DIR) && npx tsc --noEmit
+	cd $(TS_DIR) && npm run --silent build
+	cd $(TS_DIR) && node dist/test/generated.js
+	cd $(TS_DIR) && node --test --test-reporter=spec dist/test/*.test.js
 
 demo: deps
 	$(VENV)/bin/motor demo
