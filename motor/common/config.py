@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 PositiveSec = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=0, le=65535)]
+# A file path; YAML/JSON give strings, so this one field type is not strict.
+FilePath = Annotated[Path, Field(strict=False)]
 # Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
 MAX_GUARD_LEASE_SEC = 3600.0
 
@@ -36,9 +38,9 @@ class _Model(BaseModel):
 class TlsConfig(_Model):
     """Server-side TLS. Both files, or neither; mTLS adds a client CA and requires client certs."""
 
-    cert_file: Path
-    key_file: Path
-    client_ca_file: Path | None = None
+    cert_file: FilePath
+    key_file: FilePath
+    client_ca_file: FilePath | None = None
     require_client_auth: bool = False
 
     @model_validator(mode="after")
@@ -55,9 +57,9 @@ class TlsConfig(_Model):
 class ClientTlsConfig(_Model):
     """Client-side TLS for calls to other Motor services; cert+key present means mTLS."""
 
-    ca_file: Path
-    cert_file: Path | None = None
-    key_file: Path | None = None
+    ca_file: FilePath
+    cert_file: FilePath | None = None
+    key_file: FilePath | None = None
     server_name_override: str | None = None
 
     @model_validator(mode="after")
@@ -69,6 +71,43 @@ class ClientTlsConfig(_Model):
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (mTLS client identity)")
         return self
+
+
+class SecurityConfig(_Model):
+    """The one switch for mTLS (see motor.common.security): this process's certificate and key, and
+    the CA that signed every Motor certificate. Set, it turns on mTLS for every gRPC server and
+    client of the process, role authorization on its gRPC servers, TLS on its HTTP pages and TLS
+    with a client certificate towards etcd. The role is the certificate's SAN URI
+    spiffe://motor/<role>."""
+
+    ca_file: FilePath
+    cert_file: FilePath
+    key_file: FilePath
+    # The Coordinator's OpenAI front also asks inference clients for a certificate of this CA.
+    require_client_cert_on_inference: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> SecurityConfig:
+        for key in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, key)
+            if not path.is_file():
+                raise ValueError(f"{key}={str(path)!r} is not a readable file")
+        return self
+
+
+def _check_security_exclusive(security: SecurityConfig | None, server: ServerConfig,
+                              client_tls: ClientTlsConfig | None) -> None:
+    """`security` derives server.tls and client_tls; both at once would be two truths."""
+    if security is None:
+        return
+    if server.tls is not None:
+        raise ValueError("security and server.tls are exclusive: security sets the server's mTLS")
+    if client_tls is not None:
+        raise ValueError("security and client_tls are exclusive: security sets the client's mTLS")
+
+
+# The gRPC default; every Motor request fits far below it (bounded lists and strings).
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 def _check_host(value: str) -> str:
@@ -84,6 +123,9 @@ class ServerConfig(_Model):
     port: Port = 0
     tls: TlsConfig | None = None
     shutdown_grace_sec: PositiveSec = 5.0
+    # Larger requests are refused with RESOURCE_EXHAUSTED before any handler runs.
+    max_receive_message_bytes: Annotated[int, Field(ge=64 * 1024, le=256 * 1024 * 1024)] = (
+        DEFAULT_MAX_RECEIVE_MESSAGE_BYTES)
 
     _host = field_validator("host")(_check_host)
 
@@ -161,6 +203,9 @@ class StoreConfig(_Model):
     etcd_endpoints: list[str] = []
     key_prefix: str = "/motor/v1"
     request_timeout_sec: PositiveSec = 5.0
+    # TLS towards etcd (cert+key: client certificate). Unset with `security` set: the security
+    # block's CA, certificate and key.
+    tls: ClientTlsConfig | None = None
 
     @field_validator("etcd_endpoints")
     @classmethod
@@ -208,6 +253,7 @@ class ControllerConfig(_Model):
     # Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.
     coordinator_management_key: str | None = None
     client_tls: ClientTlsConfig | None = None
+    security: SecurityConfig | None = None
     heartbeat_interval_sec: PositiveSec = 2.0
     # A pod silent this long is considered lost (partial-loss handling).
     heartbeat_timeout_sec: PositiveSec = 10.0
@@ -215,6 +261,11 @@ class ControllerConfig(_Model):
     publish_interval_sec: PositiveSec = 10.0
     # Bound of one whole-instance reconfiguration.
     reconfiguration_timeout_sec: PositiveSec = 300.0
+    # A failed reconfiguration is tried again after strategy_center_check_interval, doubling up to
+    # the cap, at most this many attempts in all; then the instance waits (RECONFIGURING, last_error
+    # says so) until one of its pods registers again.
+    reconfiguration_max_attempts: Annotated[int, Field(ge=1, le=1000)] = 5
+    reconfiguration_max_backoff_sec: PositiveSec = 300.0
 
     @field_validator("coordinator_address")
     @classmethod
@@ -222,6 +273,11 @@ class ControllerConfig(_Model):
         if value is not None:
             parse_host_port(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> ControllerConfig:
+        _check_security_exclusive(self.security, self.server, self.client_tls)
+        return self
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> ControllerConfig:
@@ -239,7 +295,9 @@ class CoordinatorConfig(_Model):
     server: ServerConfig = ServerConfig()
     http: HttpListenConfig = HttpListenConfig()
     # Shared key required on management calls (gRPC metadata "x-motor-key"); none means open.
+    # Without TLS it is the only guard of Refresh; with `security` the caller's role is checked too.
     management_key: str | None = None
+    security: SecurityConfig | None = None
     # Bound of one proxied inference request to an engine, first byte included.
     upstream_timeout_sec: PositiveSec = 600.0
     upstream_connect_timeout_sec: PositiveSec = 2.0
@@ -259,6 +317,11 @@ class CoordinatorConfig(_Model):
         if value is not None and not value.strip():
             raise ValueError("management_key is blank; omit it to leave management open")
         return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> CoordinatorConfig:
+        _check_security_exclusive(self.security, self.server, None)
+        return self
 
     @model_validator(mode="after")
     def _check_upstream_timeouts(self) -> CoordinatorConfig:
@@ -313,6 +376,7 @@ class NodeManagerConfig(_Model):
     node_name: str = Field(default_factory=socket.gethostname)
     controller_address: str
     client_tls: ClientTlsConfig | None = None
+    security: SecurityConfig | None = None
     instance_id: Annotated[int, Field(ge=0)]
     role: Literal["prefill", "decode", "union"] = "union"
     model: str = "motor-sim"
@@ -393,6 +457,11 @@ class NodeManagerConfig(_Model):
                     + ", ".join("{" + name + "}" for name in sorted(ENGINE_COMMAND_PLACEHOLDERS))
                 )
         return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> NodeManagerConfig:
+        _check_security_exclusive(self.security, self.server, self.client_tls)
+        return self
 
     @model_validator(mode="after")
     def _check_topology(self) -> NodeManagerConfig:

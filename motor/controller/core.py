@@ -28,6 +28,7 @@ from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
+from motor.controller.metrics import ControllerMetrics
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
@@ -51,12 +52,14 @@ class ControllerCore:
         self.scale_down_enabled = ft.enable_fault_tolerance and ft.enable_dp_scale_down
         self.runtimes = FtRuntimeStore(self.scale_down_enabled)
         self.registry = InstanceRegistry()
-        self.timelines = TimelineBook()
+        self.metrics = ControllerMetrics()
+        self.timelines = TimelineBook(observer=self.metrics)
         self.broadcaster = RuntimeBroadcaster()
+        self.broadcaster.add_listener(lambda iid: self.metrics.observe_runtime(self.runtimes.find(iid)))
         self.store = store
         self.persister = RuntimePersister(store, self.runtimes, self.registry)
         self.nodemanagers = peers.nodemanagers
-        self.pusher = EventPusher(peers.coordinator, self.clock.wall)
+        self.pusher = EventPusher(peers.coordinator, self.clock.wall, self.metrics.refresh)
         self.deps = ControllerDeps(
             config=config,
             runtimes=self.runtimes,
@@ -69,12 +72,15 @@ class ControllerCore:
             changed=self.broadcaster.changed,
         )
         self.faults = FaultManager(self.deps, fast_recovery)
+        self.faults.hardware.on_fault = self.metrics.hardware_fault
         self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         log.info("controller store: %s", self.store.description)
         await self.persister.restore(self.clock)
+        for runtime in self.runtimes.all():  # restored instances are exported before their first change
+            self.metrics.observe_runtime(runtime)
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
         self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
@@ -123,6 +129,7 @@ class ControllerCore:
             await publish_serving_view(self.deps, iid)
         if runtime is not None:
             self._check_retired(iid, req.pod.pod_ip, req.retired_ids)
+            self.faults.pod_registered(iid)
         self.broadcaster.changed(iid)
         return controller_pb2.RegisterResponse(accepted=True, message="assembled" if record.assembled else "waiting for pods",
                                                config=self.nm_config())
@@ -170,6 +177,7 @@ class ControllerCore:
         return controller_pb2.HeartbeatResponse(known=True, config=self.nm_config())
 
     def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest, kind: EvidenceKind) -> str:
+        self.metrics.fault_report(str(kind))
         observed = req.observed_at_unix_sec or self.clock.wall()
         detail = req.evidence or (req.status.fault_info if req.HasField("status") else "")
         return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed)

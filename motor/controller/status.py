@@ -40,6 +40,8 @@ def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
         serving_published=runtime.serving_published,
         can_serve=runtime.can_serve,
         generation=runtime.generation,
+        reconfiguration_attempts=runtime.reconfiguration_attempts,
+        reconfiguration_gave_up=runtime.reconfiguration_gave_up,
     )
     if runtime.last_error is not None:
         msg.last_error = runtime.last_error

@@ -244,7 +244,7 @@ class Gate(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reason_codes: _Optional[_Iterable[_Union[GateReason, str]]] = ...) -> None: ...
 
 class InstanceFtRuntime(_message.Message):
-    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation")
+    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation", "reconfiguration_attempts", "reconfiguration_gave_up")
     class EngineStatusesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,8 @@ class InstanceFtRuntime(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     CAN_SERVE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURATION_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURATION_GAVE_UP_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     phase: FtPhase
     original_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
@@ -280,7 +282,9 @@ class InstanceFtRuntime(_message.Message):
     last_error: str
     can_serve: bool
     generation: int
-    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
+    reconfiguration_attempts: int
+    reconfiguration_gave_up: bool
+    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ..., reconfiguration_attempts: _Optional[int] = ..., reconfiguration_gave_up: _Optional[bool] = ...) -> None: ...
 
 class GetFaultToleranceStatusRequest(_message.Message):
     __slots__ = ("instance_ids",)

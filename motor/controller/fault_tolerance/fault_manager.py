@@ -83,6 +83,9 @@ class FaultManager:
     def notify(self) -> None:
         self.center.notify()
 
+    def pod_registered(self, instance_id: int) -> None:
+        self.center.resume_reconfiguration(instance_id)
+
     def start(self) -> None:
         self.center.start()
 

@@ -90,6 +90,8 @@ class FtRuntime:
     engine_statuses: dict[int, Any] = field(default_factory=dict)
     serving_published: bool = False
     last_error: str | None = None
+    reconfiguration_attempts: int = 0
+    reconfiguration_gave_up: bool = False
 
     @property
     def alive_dp_ranks(self) -> list[int]:

@@ -148,6 +148,8 @@ class StrategyCenter:
             # The running strategy owns the instance; a round absorbs late DEAD ranks itself.
             return
         if runtime.phase is FtPhase.RECONFIGURING:
+            if runtime.reconfiguration_gave_up:
+                return
             if slot.retry_after_sec is None or now >= slot.retry_after_sec:
                 cause = FallbackCause.RETRY if slot.retry_reason else FallbackCause.INTERRUPTED_ROUND
                 self._reconfigure(instance_id, cause, slot.retry_reason or "resuming reconfiguration")
@@ -246,6 +248,37 @@ class StrategyCenter:
         self.hardware.replay(instance_id, self.deps.clock.monotonic(), rebuilt)
         self.notify()
 
+    def _schedule_retry(self, instance_id: int, detail: str) -> None:
+        """Bounded retries of a failed reconfiguration, with doubling backoff (never forever)."""
+        config = self.deps.config
+        slot, runtime = self._slot(instance_id), self.deps.runtimes.get(instance_id)
+        runtime.reconfiguration_attempts += 1
+        attempts = runtime.reconfiguration_attempts
+        if attempts >= config.reconfiguration_max_attempts:
+            runtime.reconfiguration_gave_up = True
+            slot.retry_after_sec = None
+            self.deps.runtimes.set_error(instance_id, f"reconfiguration gave up after {attempts} attempts (waiting for "
+                                                      f"a pod to register again): {detail}")
+            log.error("instance=%d reconfiguration failed %d times, giving up until a pod re-registers: %s",
+                      instance_id, attempts, detail)
+        else:
+            delay = min(config.reconfiguration_max_backoff_sec,
+                        config.fault_tolerance_config.strategy_center_check_interval * 2 ** (attempts - 1))
+            slot.retry_after_sec = self.deps.clock.monotonic() + delay
+            slot.retry_reason = f"retry {attempts + 1} of {config.reconfiguration_max_attempts} after: {detail}"
+            log.error("instance=%d reconfiguration failed (attempt %d), retrying in %gs: %s", instance_id, attempts,
+                      delay, detail)
+        self.deps.changed(instance_id)
+
+    def resume_reconfiguration(self, instance_id: int) -> None:
+        """A pod of the instance registered again: a reconfiguration that gave up may try anew."""
+        runtime = self.deps.runtimes.find(instance_id)
+        if runtime is not None and runtime.reconfiguration_gave_up:
+            runtime.reconfiguration_gave_up, runtime.reconfiguration_attempts = False, 0
+            self._slot(instance_id).retry_after_sec = None
+            log.info("instance=%d a pod registered again: reconfiguration resumes", instance_id)
+            self.notify()
+
     def _on_outcome(self, instance_id: int, strategy: Strategy, outcome: Outcome) -> None:
         deps = self.deps
         slot = self._slot(instance_id)
@@ -255,13 +288,12 @@ class StrategyCenter:
             log.info("instance=%d %s succeeded: %s", instance_id, strategy.name, outcome.detail)
             self.intake.settle(instance_id, runtime.dead_committed, outcome.observed_mono_sec, whole_rebuild)
             slot.retry_after_sec, slot.retry_reason = None, ""
+            if whole_rebuild:
+                runtime.reconfiguration_attempts, runtime.reconfiguration_gave_up = 0, False
             self.correlation.clear(instance_id)
             return
         if whole_rebuild:
-            retry = deps.config.fault_tolerance_config.strategy_center_check_interval
-            slot.retry_after_sec = deps.clock.monotonic() + retry
-            slot.retry_reason = f"retrying after: {outcome.detail}"
-            log.error("instance=%d reconfiguration failed, retrying in %gs: %s", instance_id, retry, outcome.detail)
+            self._schedule_retry(instance_id, outcome.detail)
             return
         # A failed scale-down or fast recovery goes straight to the frozen fallback, never to another round.
         log.warning("instance=%d %s failed, fallback %s: %s", instance_id, strategy.name,

@@ -163,6 +163,8 @@ def test_rfc_json_shape() -> None:
         "last_error": None,
         "can_serve": True,
         "generation": rt.generation,
+        "reconfiguration_attempts": 0,
+        "reconfiguration_gave_up": False,
     }
 
 

@@ -631,3 +631,37 @@ async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set()
     assert running is not None and running.name == "instance_reconfiguration"
     assert "exact-set broken" in running.reason
     await drain_tasks(core)
+
+
+async def test_failed_reconfiguration_retries_are_bounded_with_backoff_and_surface_in_status() -> None:
+    """Issue 13 item 14: retried after check_interval, doubling, at most reconfiguration_max_attempts;
+    then the instance waits (status says so) until one of its pods registers again."""
+    cluster = two_pods()
+    config = make_config()
+    core, clock = make_core(cluster, config=config)
+    await assemble(core, cluster)
+    cluster.fail[("start_engines", "*")] = grpc.StatusCode.UNAVAILABLE
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.DEAD, "", core.clock.wall())
+    interval = config.fault_tolerance_config.strategy_center_check_interval
+    starts: list[float] = []
+    for _ in range(40):
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        if core.faults.running(7) is not None:
+            starts.append(clock.monotonic())
+            await drain_tasks(core)
+        clock.advance(interval / 2)
+    rt = core.runtimes.get(7)
+    assert len(starts) == config.reconfiguration_max_attempts == rt.reconfiguration_attempts
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] >= 4 * gaps[0]  # doubling backoff
+    assert rt.reconfiguration_gave_up and "gave up after 5 attempts" in rt.last_error
+    assert rt.phase is FtPhase.RECONFIGURING
+    del cluster.fail[("start_engines", "*")]
+    await core.register(register_request(cluster, "127.0.0.2:1"))
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.NORMAL and rt.reconfiguration_attempts == 0 and not rt.reconfiguration_gave_up
