@@ -184,6 +184,7 @@ class FakeCoordinator:
         self.events: list[tuple[str, dict[int, list[int]]]] = []
         self.view: dict[int, list[int]] = {}
         self.down = False
+        self.refuse_del = False
 
     async def refresh(self, event, instances, revision):
         name = {1: "ADD", 2: "DEL", 3: "SET"}[event]
@@ -192,6 +193,8 @@ class FakeCoordinator:
         if self.down:
             raise PeerCallError(f"refresh:{name.lower()}", self.address, grpc.StatusCode.UNAVAILABLE, "down")
         if name == "DEL":
+            if self.refuse_del:
+                raise PeerCallError("refresh:del", self.address, grpc.StatusCode.UNAVAILABLE, "injected DEL failure")
             for iid, eps in ids.items():
                 if self.view.get(iid) != eps:
                     raise PeerCallError("refresh:del", self.address, grpc.StatusCode.FAILED_PRECONDITION, "identity")

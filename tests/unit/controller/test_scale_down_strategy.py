@@ -665,3 +665,18 @@ async def test_failed_reconfiguration_retries_are_bounded_with_backoff_and_surfa
     await drain_tasks(core)
     rt = core.runtimes.get(7)
     assert rt.phase is FtPhase.NORMAL and rt.reconfiguration_attempts == 0 and not rt.reconfiguration_gave_up
+
+
+async def test_drain_failure_is_recorded_and_the_round_still_commits() -> None:
+    """Issue 13 item 13 (decision): a failed DEL does not fail the round (see Strategy.drain)."""
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    coord.refuse_del = True
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    drain = next(e for e in strategy.txn.events if e.name == "drain")
+    assert "injected DEL failure" in drain.error
+    assert len(cluster.named("apply")) == 2 and coord.view == {7: [0, 2, 3]}
+    assert core.runtimes.get(7).serving_published

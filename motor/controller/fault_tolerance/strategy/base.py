@@ -165,8 +165,14 @@ class Strategy(ABC):
         return await timed_call(self.txn, self.deps.clock, name, target, make, facts, result_facts)
 
     async def drain(self) -> None:
-        """DEL of exactly the published view. A failed drain is recorded and the strategy goes on:
-        engines answer 503 while faulted or stopped, so routing to them is safe, if wasteful."""
+        """DEL of exactly the published view, waited for (RFC: the drain is synchronous).
+
+        Decision (issue 13): a failed DEL is recorded in the timeline and the round goes on, unlike
+        the vendor's implementation, which fails the round. Failing would turn a one-second
+        scale-down into a whole-instance reconfiguration (minutes) because the Coordinator blinked,
+        and it buys no safety: the survivors answer 503 until they are rebuilt and the Coordinator
+        retries elsewhere before the first byte; the publish after the commit and the periodic SET
+        converge the Coordinator's view."""
         deps = self.deps
         record = deps.registry.get(self.instance_id)
         if record is not None and deps.pusher.enabled:
