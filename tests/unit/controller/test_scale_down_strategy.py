@@ -680,3 +680,21 @@ async def test_drain_failure_is_recorded_and_the_round_still_commits() -> None:
     assert "injected DEL failure" in drain.error
     assert len(cluster.named("apply")) == 2 and coord.view == {7: [0, 2, 3]}
     assert core.runtimes.get(7).serving_published
+
+
+async def test_no_engine_relaunch_fallback_a_rebuild_restarts_every_original_rank_and_clears_history() -> None:
+    """Issue 13 item 15 (decision): after a committed round, the fallback is the whole rebuild: every
+    original rank restarts, dead_committed is cleared and all ranks are published again."""
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    await run_round(core, {1}, {0, 2, 3})
+    assert core.runtimes.get(7).dead_committed == {1} and coord.view == {7: [0, 2, 3]}
+    for r in (0, 2, 3):
+        core.faults.report_software(7, r, EvidenceKind.DEAD, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    rt = core.runtimes.get(7)
+    assert [c[0] for c in cluster.calls].count("start_engines") == 2
+    assert rt.phase is FtPhase.NORMAL and rt.dead_committed == frozenset() and coord.view == {7: [0, 1, 2, 3]}

@@ -2,7 +2,15 @@
 
 Drain the published view, stop every engine of the instance on every pod, then start every
 original rank into a new DP group; success clears the scale-down history and publishes all ranks.
-A failure leaves the instance RECONFIGURING with last_error; the FaultManager tries again later.
+A failure leaves the instance RECONFIGURING with last_error; the strategy centre tries again, a
+bounded number of times with backoff.
+
+Decision (issue 13): Motor has no EngineRelaunch fallback (restart the engines in place and keep
+dead_committed). An engine started in place would have to join a DP group whose original ranks have
+holes; vLLM starts a DP group only as ranks 0..dp_size-1 of the launched size, and it can shrink
+around holes only through the FT API of a running group. So the only restart Motor can order is the
+whole original group: every original rank restarts, and a successful rebuild clears the scale-down
+history (RFC §5: "整实例重建后清空").
 """
 
 from __future__ import annotations
