@@ -10,4 +10,5 @@ Modules:
                for its readiness (ready file / HTTP 200), stop or kill the whole group by pid
   ports        free_port(s) on an address and port_free, the one check that a port can be bound
   text         shorten: bounded rendering of untrusted values for errors and logs
+  metrics_http the `GET /metrics` route (Prometheus text format) and a listener of its own
 """

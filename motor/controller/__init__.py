@@ -11,6 +11,7 @@ Modules:
   status           runtime as protobuf, `message_json` (the one JSON rendering of the pages),
                    RuntimeBroadcaster (Watch), the aiohttp status and timeline pages
   clock            SystemClock and ManualClock (tests)
+  metrics          ControllerMetrics: Prometheus metrics fed by the typed timeline and the runtime
 
 Packages:
   fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)

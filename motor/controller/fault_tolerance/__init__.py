@@ -10,6 +10,7 @@ Domain (pure):
   topology         plan_round(): survivors per pod, new master, cumulative removed ranks, recyclable pods
   engine_states    how a round judges a survivor's FT status before and after apply; poll cadence
   timeline         Transaction / TimelineBook: typed `motor.v1.TimelineEvent`s per round
+  stages           the stages of a transaction read from its timeline (metrics, stage bars)
   evidence_intake  EvidenceIntake: software reports and heartbeats per instance, partial loss
   hardware_intake  HardwareIntake: hardware faults → ranks → forced fallback or correlation
 

@@ -1,0 +1,150 @@
+"""The Controller's Prometheus metrics, in a `CollectorRegistry` the ControllerCore owns.
+
+Two sources, so no number here can disagree with what the pages show:
+
+- the typed timeline (`TimelineObserver`): strategy runs, fallbacks and their cause, gate
+  rejections, evidence that entered a transaction, and the stage histograms of
+  `fault_tolerance.stages` (the same stages `motorctl timeline` draws);
+- the runtime, refreshed on every `changed(instance_id)` broadcast: phase (one-hot), transitions,
+  alive and committed-dead ranks, publication and can_serve.
+
+Labels are bounded: instance ids, phases, strategies, outcomes, typed causes and reason codes, never
+a request id. The instance label is `instance_id`, since Prometheus itself sets `instance` (the
+scrape target) on every series.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gen.motor.v1 import controller_pb2
+from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntime
+from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES, fault_to_published_sec, scale_down_stages
+from motor.controller.fault_tolerance.timeline import Transaction
+
+Kind = controller_pb2.TimelineEventKind
+
+# Stages run from a few milliseconds (an RPC) to tens of seconds (an engine rebuild, a collection
+# window); whole rounds from under a second to minutes.
+STAGE_BUCKETS_SEC = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ROUND_BUCKETS_SEC = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# Evidence already counted (it is listed again by the fallback that follows a failed round).
+_SEEN_EVIDENCE_MAX = 4096
+
+
+def run_outcome(outcome: str) -> str:
+    """A transaction's outcome text → a bounded label. Preemption is told apart because it is not
+    the strategy failing ("failed: preempted by ...", "failed: cancelled: preempted")."""
+    if outcome == "succeeded":
+        return "succeeded"
+    if outcome == "running":
+        return "running"
+    return "preempted" if "preempted" in outcome else "failed"
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.phase = Gauge("motor_ft_phase", "1 for the instance's current FT phase, 0 for the others",
+                           ["instance_id", "phase"], registry=r)
+        self.transitions = Counter("motor_ft_transitions_total", "FT phase changes seen by the Controller",
+                                   ["instance_id", "from_phase", "to_phase"], registry=r)
+        self.alive_ranks = Gauge("motor_alive_dp_ranks", "Original DP ranks serving (alive_dp_ranks)",
+                                 ["instance_id"], registry=r)
+        self.dead_committed = Gauge("motor_dead_committed_ranks", "Original DP ranks committed dead",
+                                    ["instance_id"], registry=r)
+        self.can_serve = Gauge("motor_can_serve", "1 when the instance can serve (RFC §7 can_serve)",
+                               ["instance_id"], registry=r)
+        self.serving_published = Gauge("motor_serving_published",
+                                       "1 when the Coordinator acknowledged the instance's serving view",
+                                       ["instance_id"], registry=r)
+        self.strategy_runs = Counter("motor_strategy_runs_total", "Recovery transactions by strategy and outcome",
+                                     ["strategy", "outcome"], registry=r)
+        self.fallbacks = Counter("motor_fallback_total", "Whole-instance reconfigurations by typed cause",
+                                 ["reason"], registry=r)
+        self.gate_rejections = Counter("motor_gate_rejections_total",
+                                       "Scale-down gate refusals, one per failed condition", ["reason"], registry=r)
+        self.evidence = Counter("motor_evidence_total", "Fault evidence that entered a recovery transaction",
+                                ["kind"], registry=r)
+        self.fault_reports = Counter("motor_fault_reports_total", "ReportSoftwareFault calls received",
+                                     ["kind"], registry=r)
+        self.stage_seconds = Histogram("motor_scale_down_stage_seconds",
+                                       "Stages of successful scale-down rounds (see fault_tolerance.stages)",
+                                       ["stage"], buckets=STAGE_BUCKETS_SEC, registry=r)
+        for stage in SCALE_DOWN_STAGES:  # every stage exported from the start: a dashboard's rate() needs the zero
+            self.stage_seconds.labels(stage)
+        self.fault_to_published = Histogram("motor_fault_to_published_seconds",
+                                            "Successful scale-down rounds: first NodeManager observation of the "
+                                            "fault to the survivors' publication", buckets=ROUND_BUCKETS_SEC,
+                                            registry=r)
+        self.publications = Counter("motor_publications_total", "Refresh calls to the Coordinator by event",
+                                    ["event"], registry=r)
+        self.publish_failures = Counter("motor_publish_failures_total",
+                                        "Refresh calls to the Coordinator that failed, by event", ["event"],
+                                        registry=r)
+        self.hardware_faults = Counter("motor_hardware_faults_total",
+                                       "Hardware faults taken in (duplicates left out), by level and whether "
+                                       "they mapped to ranks of an instance", ["level", "mapped"], registry=r)
+        self._last_phase: dict[int, FtPhase] = {}
+        self._seen_evidence: OrderedDict[tuple, None] = OrderedDict()
+
+    # ---- runtime ---------------------------------------------------------------------------
+
+    def observe_runtime(self, runtime: FtRuntime | None) -> None:
+        if runtime is None:
+            return
+        iid = str(runtime.instance_id)
+        previous = self._last_phase.get(runtime.instance_id)
+        if previous is not None and previous is not runtime.phase:
+            self.transitions.labels(iid, str(previous), str(runtime.phase)).inc()
+        self._last_phase[runtime.instance_id] = runtime.phase
+        for phase in FtPhase:
+            self.phase.labels(iid, str(phase)).set(1 if phase is runtime.phase else 0)
+        self.alive_ranks.labels(iid).set(len(runtime.alive_dp_ranks))
+        self.dead_committed.labels(iid).set(len(runtime.dead_committed))
+        self.can_serve.labels(iid).set(1 if runtime.can_serve else 0)
+        self.serving_published.labels(iid).set(1 if runtime.serving_published else 0)
+
+    # ---- timeline (TimelineObserver) -------------------------------------------------------
+
+    def event(self, txn: Transaction, event: controller_pb2.TimelineEvent) -> None:
+        if event.event_kind == Kind.TIMELINE_EVENT_KIND_EVIDENCE:
+            key = (txn.instance_id, tuple(event.ranks), event.evidence_kind, event.observed_at_unix_sec)
+            if key in self._seen_evidence:
+                return
+            self._seen_evidence[key] = None
+            while len(self._seen_evidence) > _SEEN_EVIDENCE_MAX:
+                self._seen_evidence.popitem(last=False)
+            self.evidence.labels(controller_pb2.SoftwareFaultKind.Name(event.evidence_kind)
+                                 .removeprefix("SOFTWARE_FAULT_KIND_")).inc()
+        elif event.event_kind == Kind.TIMELINE_EVENT_KIND_DECISION:
+            if event.name == "reconfigure":
+                self.fallbacks.labels(controller_pb2.FallbackCause.Name(event.fallback_cause)
+                                      .removeprefix("FALLBACK_CAUSE_")).inc()
+            elif event.name == "gate" and not event.gate_allowed:
+                for reason in event.gate_reasons:
+                    self.gate_rejections.labels(controller_pb2.GateReason.Name(reason).removeprefix("GATE_REASON_")).inc()
+
+    def finished(self, txn: Transaction) -> None:
+        outcome = run_outcome(txn.outcome)
+        self.strategy_runs.labels(txn.strategy, outcome).inc()
+        if txn.strategy != "dp_scale_down" or outcome != "succeeded":
+            return
+        for stage in scale_down_stages(txn.proto):
+            self.stage_seconds.labels(stage.name).observe(stage.duration_sec)
+        total = fault_to_published_sec(txn.proto)
+        if total is not None:
+            self.fault_to_published.observe(total)
+
+    # ---- intake and publication ------------------------------------------------------------
+
+    def fault_report(self, kind: str) -> None:
+        self.fault_reports.labels(kind).inc()
+
+    def refresh(self, event: str, ok: bool) -> None:
+        (self.publications if ok else self.publish_failures).labels(event).inc()
+
+    def hardware_fault(self, level: str, mapped: bool) -> None:
+        self.hardware_faults.labels(level, "true" if mapped else "false").inc()
