@@ -184,31 +184,41 @@ class ControllerCore:
 
     # ---- publication -------------------------------------------------------------------------
 
+    def _servable(self, runtime) -> bool:
+        """In the SET: servable phases only, and not while a strategy has drained the instance. A
+        strategy that already published its result (the success ADD, before its task has ended)
+        keeps the view, so a SET computed right after that ADD never withdraws it."""
+        if not (runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED):
+            return False
+        return self.faults.running(runtime.instance_id) is None or runtime.serving_published
+
     def _servable_views(self):
         views = []
         for runtime in self.runtimes.all():
             record = self.registry.get(runtime.instance_id)
-            if record is None or not record.assembled or self.faults.running(runtime.instance_id) is not None:
-                continue
-            if runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED:
+            if record is not None and record.assembled and self._servable(runtime):
                 views.append(project_serving_view(record.topology(), runtime))
         return views
 
     async def publish_all(self) -> None:
-        """One SET of every servable view through the same projection; converges lost publications."""
+        """One SET of every servable view through the same projection; converges lost publications.
+        serving_published (and so can_serve) follows what the Coordinator acknowledged."""
         if not self.pusher.enabled:
             return
         try:
-            ids = await self.pusher.set_all(self._servable_views)
+            ids = set(await self.pusher.set_all(self._servable_views))
         except PublishError as exc:
             log.warning("periodic SET failed: %s", exc)
             return
-        for iid in ids:
-            runtime = self.runtimes.get(iid)
-            if not runtime.serving_published:
+        for runtime in self.runtimes.all():
+            iid = runtime.instance_id
+            if iid in ids and not runtime.serving_published:
                 self.runtimes.set_published(iid, True)
                 if runtime.last_error and runtime.last_error.startswith("publish failed"):
                     runtime.last_error = None
+                self.broadcaster.changed(iid)
+            elif iid not in ids and runtime.serving_published:
+                self.runtimes.set_published(iid, False)
                 self.broadcaster.changed(iid)
 
     async def _publish_loop(self) -> None:

@@ -185,6 +185,8 @@ class FakeCoordinator:
         self.view: dict[int, list[int]] = {}
         self.down = False
         self.refuse_del = False
+        # Called after each acknowledged refresh with its event name (lets a test interleave a SET).
+        self.on_refresh: Callable[[str], None] | None = None
 
     async def refresh(self, event, instances, revision):
         name = {1: "ADD", 2: "DEL", 3: "SET"}[event]
@@ -204,6 +206,8 @@ class FakeCoordinator:
             self.view.update(ids)
         else:
             self.view = dict(ids)
+        if self.on_refresh is not None:
+            self.on_refresh(name)
         return revision
 
     async def close(self) -> None:

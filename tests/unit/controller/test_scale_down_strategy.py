@@ -698,3 +698,38 @@ async def test_no_engine_relaunch_fallback_a_rebuild_restarts_every_original_ran
     rt = core.runtimes.get(7)
     assert [c[0] for c in cluster.calls].count("start_engines") == 2
     assert rt.phase is FtPhase.NORMAL and rt.dead_committed == frozenset() and coord.view == {7: [0, 1, 2, 3]}
+
+
+async def test_periodic_set_right_after_the_success_add_never_withdraws_the_survivors() -> None:
+    """Issue 13 item 9: a SET waiting on the publication lock while the round's ADD is sent runs
+    while the strategy's task is still finishing; it must keep the survivors it just published."""
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    sets: list[asyncio.Task] = []
+
+    def set_during_add(event: str) -> None:
+        if event == "ADD" and core.faults.running(7) is not None and not sets:
+            sets.append(asyncio.get_running_loop().create_task(core.publish_all()))
+
+    coord.on_refresh = set_during_add
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    report = [(r, EvidenceKind.DEAD if r == 1 else EvidenceKind.UNHEALTHY) for r in range(4)]
+    for r, kind in report:
+        core.faults.report_software(7, r, kind, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    await asyncio.gather(*sets)
+    assert sets and coord.events[-1][0] == "SET"
+    assert coord.view == {7: [0, 2, 3]}
+    assert core.runtimes.get(7).can_serve
+
+
+async def test_can_serve_follows_what_the_coordinator_acknowledged_in_a_set() -> None:
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    assert core.runtimes.get(7).can_serve
+    core.runtimes.get(7).phase = FtPhase.RECONFIGURING  # e.g. restored from etcd mid-recovery
+    await core.publish_all()
+    assert coord.view == {} and not core.runtimes.get(7).serving_published and not core.runtimes.get(7).can_serve
