@@ -18,6 +18,22 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[sim,test,gen]'
 	touch $@
 
+# vLLM's released FT router as a test peer (tests/vllm_peer/serve.py, tests/integration/vllm,
+# tests/e2e/test_e2e_vllm_peer.py): torch CPU, vLLM without its dependencies, and only what the
+# router's imports need (tests/vllm_peer/requirements.txt); the last step imports them.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_VERSION := 0.33.0
+
+$(VLLM_VENV)/.installed: tests/vllm_peer/requirements.txt
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(VLLM_PY) -m pip install -q -r tests/vllm_peer/requirements.txt
+	$(VLLM_PY) -m pip install -q --no-deps vllm==$(VLLM_VERSION)
+	$(VLLM_PY) tests/vllm_peer/serve.py --check-imports
+	touch $@
+
 $(BUF):
 	npm install --no-save --no-package-lock --prefix .tools @bufbuild/buf@$(BUF_VERSION)
 
@@ -26,7 +42,7 @@ $(BUF):
 	command -v etcd >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
 	touch $@
 
-deps: $(VENV)/.installed $(BUF) .tools/etcd.ok
+deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok
 
 test: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests

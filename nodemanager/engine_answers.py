@@ -263,7 +263,7 @@ class _DetailOther(RootModel[Any]):
 
 
 class _DetailItem(_Strict):
-    """One FastAPI validation error (vLLM 0.33.0 answers a 400 with a list of them)."""
+    """One validation error object of a ``detail`` list (vLLM 0.33.0's media-type check lists a string)."""
 
     msg: Any
     loc: list[Any] = Field(default_factory=list)
@@ -280,9 +280,27 @@ class _DetailList(RootModel[list[Annotated[_DetailItem | _DetailText | _DetailOt
 
 
 class _ErrorBody(_Strict):
-    """A refusal: ``detail`` is a string (most 400s) or a list of error objects (FastAPI validation)."""
+    """A refusal as FastAPI's default handlers write it: ``detail`` is a string (an HTTPException) or a
+    list of errors (a RequestValidationError, e.g. vLLM's missing JSON content type; HTTP 422)."""
 
     detail: Annotated[_DetailText | _DetailList | _DetailOther, Field(union_mode="left_to_right")]
+
+    def text(self) -> str:
+        return self.detail.text()
+
+
+class _VllmErrorInfo(_Strict):
+    message: str
+
+
+class _VllmErrorBody(_Strict):
+    """A refusal as ``vllm serve`` writes it: its exception handlers turn every HTTPException and
+    validation error into ``{"error": {"message", "type", "param", "code"}}`` (vLLM's ErrorResponse)."""
+
+    error: _VllmErrorInfo
+
+    def text(self) -> str:
+        return self.error.message
 
 
 def parse_apply_answer(http_status: int, body: bytes) -> tuple[bool, str, str]:
@@ -295,8 +313,10 @@ def parse_apply_answer(http_status: int, body: bytes) -> tuple[bool, str, str]:
             return True, "", shorten(text)
         message = accepted.message if accepted.message is not None else shorten(text)
         return True, accepted.request_id or "", message
-    try:
-        error = _ErrorBody.model_validate_json(text)
-    except ValidationError:  # not JSON, not an object, or no "detail"
-        return False, "", f"HTTP {http_status}: {shorten(text, 400)!r}"
-    return False, "", f"HTTP {http_status}: {shorten(error.detail.text(), 400)}"
+    for shape in (_ErrorBody, _VllmErrorBody):
+        try:
+            error = shape.model_validate_json(text)
+        except ValidationError:  # not JSON, not an object, or not this shape
+            continue
+        return False, "", f"HTTP {http_status}: {shorten(error.text(), 400)}"
+    return False, "", f"HTTP {http_status}: {shorten(text, 400)!r}"
