@@ -122,30 +122,40 @@ class ControllerCore:
             ))
             if cap is None:
                 log.warning("instance=%d FT capability unusable, scale-down fails closed: %s", iid, note)
+            # Decided before anything is published: a pod may have retired ranks before assembly.
+            self._check_retired(iid)
             try:
                 await self.persister.persist(iid)
             except StoreError as exc:
                 self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
-            await publish_serving_view(self.deps, iid)
+            if runtime.phase is not FtPhase.RECONFIGURING:
+                await publish_serving_view(self.deps, iid)
+        elif runtime is not None:
+            self._check_retired(iid)
         if runtime is not None:
-            self._check_retired(iid, req.pod.pod_ip, req.retired_ids)
             self.faults.pod_registered(iid)
         self.broadcaster.changed(iid)
         return controller_pb2.RegisterResponse(accepted=True, message="assembled" if record.assembled else "waiting for pods",
                                                config=self.nm_config())
 
-    def _check_retired(self, instance_id: int, pod_ip: str, retired_ids) -> None:
+    def _check_retired(self, instance_id: int) -> None:
         """A pod that retired ranks the Controller never committed crossed the NM-commit /
-        Controller-commit window (RFC §5): handled as an interrupted round, never by replaying apply."""
+        Controller-commit window (RFC §5): handled as an interrupted round, never by replaying apply.
+        Every pod's retired ids are kept with its record, so the check holds whichever pod
+        registered first (it runs at assembly and on every later registration)."""
         runtime = self.runtimes.get(instance_id)
-        unknown = sorted(set(retired_ids) - runtime.dead_committed)
-        if not unknown or runtime.phase in TRANSACTION_PHASES or runtime.phase is FtPhase.RECONFIGURING:
+        record = self.registry.get(instance_id)
+        if record is None or runtime.phase in TRANSACTION_PHASES or runtime.phase in (FtPhase.RECONFIGURING,
+                                                                                       FtPhase.DISABLED):
             return
-        if runtime.phase is FtPhase.DISABLED:
+        unknown = {ip: sorted(pod.retired - runtime.dead_committed) for ip, pod in sorted(record.pods.items())}
+        unknown = {ip: ranks for ip, ranks in unknown.items() if ranks}
+        if not unknown:
             return
         self.runtimes.set_phase(instance_id, FtPhase.RECONFIGURING)
-        self.runtimes.set_error(instance_id, f"pod {pod_ip} retired ranks {unknown} the controller never committed: falling back")
-        log.warning("instance=%d pod=%s retired %s uncommitted: interrupted round -> RECONFIGURING", instance_id, pod_ip, unknown)
+        where = "; ".join(f"pod {ip} retired ranks {ranks}" for ip, ranks in unknown.items())
+        self.runtimes.set_error(instance_id, f"{where} the controller never committed: falling back")
+        log.warning("instance=%d %s uncommitted: interrupted round -> RECONFIGURING", instance_id, where)
         self.faults.notify()
 
     def heartbeat(self, req: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:

@@ -34,6 +34,8 @@ class PodRecord:
     last_heartbeat_sec: float
     alive: frozenset[int] = frozenset()
     heartbeat_seen: bool = False
+    # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
+    retired: frozenset[int] = frozenset()
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -199,6 +201,7 @@ class InstanceRegistry:
             endpoints={e.id: e for e in req.endpoints},
             capability=req.ft_capability if req.HasField("ft_capability") else None,
             last_heartbeat_sec=now_sec,
+            retired=frozenset(req.retired_ids),
         )
         self._instances[req.instance_id] = record
         newly = False

@@ -445,6 +445,21 @@ async def test_retired_ranks_unknown_to_controller_force_fallback() -> None:
     assert core.runtimes.get(7).phase is FtPhase.RECONFIGURING
 
 
+async def test_retired_ranks_of_a_pod_that_registered_before_assembly_are_decided_at_assembly() -> None:
+    """Issue 13 item 4: the pod holding the retired rank registers first; the instance must not come
+    up NORMAL and publish a stopped rank."""
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    first = register_request(cluster, "127.0.0.2:1")
+    first.retired_ids.append(1)
+    await core.register(first)
+    assert core.runtimes.find(7) is None  # not assembled yet
+    await core.register(register_request(cluster, "127.0.0.3:1"))
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.RECONFIGURING and "pod 127.0.0.2 retired ranks [1]" in rt.last_error
+    assert 1 not in coord.view.get(7, [])
+
+
 async def test_stale_writer_cannot_overwrite() -> None:
     cluster = two_pods()
     store = MemoryRuntimeStore()
