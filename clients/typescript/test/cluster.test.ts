@@ -24,6 +24,7 @@ import {
   nextRevision,
   RefreshEvent,
   RoutingTableSync,
+  TimelineEventKind,
   type ControllerClient,
   type CoordinatorClient,
   type Instance,
@@ -329,6 +330,18 @@ describe("live cluster", { timeout: 240_000 }, () => {
     for (const step of ["guard", "apply", "finalize", "publish"]) assert.ok(names.includes(step), `timeline has ${step}: ${names}`);
     const applies = txn.events.filter((e) => e.name === "apply");
     assert.ok(applies.length >= 1 && applies.every((e) => e.outcome === "ok"), `applies: ${applies.map((e) => e.outcome)}`);
+    // Typed facts: each apply is a CALL with the cumulative removed ranks and one 202 per survivor.
+    for (const e of applies) {
+      assert.equal(e.eventKind, TimelineEventKind.CALL);
+      assert.deepEqual(e.ranks, [1]);
+      assert.ok(e.applyResults.length > 0 && e.applyResults.every((r) => r.accepted && r.httpStatus === 202),
+        `apply results: ${e.applyResults.map((r) => `${r.endpointId}:${r.httpStatus}`)}`);
+    }
+    assert.deepEqual(applies.flatMap((e) => e.applyResults.map((r) => r.endpointId)).sort((a, b) => a - b), [0, 2, 3]);
+    const evidence = txn.events.filter((e) => e.eventKind === TimelineEventKind.EVIDENCE);
+    assert.ok(evidence.some((e) => e.ranks.includes(1)), `evidence names rank 1: ${evidence.map((e) => e.ranks)}`);
+    const entered = txn.events.filter((e) => e.eventKind === TimelineEventKind.PHASE).map((e) => FtPhase[e.phase]);
+    assert.ok(entered.includes("SCALING_DOWN"), `phases entered: ${entered}`);
     const all = await controller.getTimeline({ instanceId }, CALL);
     assert.ok(all.transactions.length >= 1);
   });

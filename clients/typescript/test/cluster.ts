@@ -41,7 +41,7 @@ function stamp(): string {
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
 }
 
-function tail(path: string, lines = 30): string {
+function tail(path: string, lines = 40): string {
   try {
     return readFileSync(path, "utf8").split("\n").slice(-lines).join("\n");
   } catch {
