@@ -68,6 +68,9 @@ class ClusterSpec:
     coordinator_overrides: dict[str, Any] = field(default_factory=dict)
     # FtCapability the NodeManagers report (the gate's input).
     capability: dict[str, Any] = field(default_factory=dict)
+    # The argv template of every engine instead of motor-engine-sim (NodeManagerConfig.engine_command,
+    # same {placeholders}); the reference engine's own flags are then not appended.
+    engine_command: list[str] | None = None
     first_pod_ip: int = 2
 
     def pods(self) -> list[tuple[str, list[int]]]:
@@ -217,6 +220,9 @@ class LocalCluster:
                 "--enable-fault-injection",
             ],
         }
+        if spec.engine_command is not None:
+            cfg["engine_command"] = list(spec.engine_command)
+            cfg["engine_extra_args"] = []
         for key, value in spec.nodemanager_overrides.items():
             set_dotted(cfg, key, value)
         return cfg
