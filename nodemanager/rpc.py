@@ -1,7 +1,8 @@
 """The one mapping from NodeManager errors to gRPC status codes, as a decorator for servicer methods.
 
-A refused call aborts with its status and message; anything unexpected is logged with its traceback
-and answered INTERNAL, so a bad request never takes the NodeManager down.
+Every request's field bounds are checked first (`motor.common.validation`: INVALID_ARGUMENT naming
+the field). A refused call aborts with its status and message; anything unexpected is logged with its
+traceback and answered INTERNAL, so a bad request never takes the NodeManager down.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any, TypeVar
 
 import grpc
 
+from motor.common.text import shorten
+from motor.common.validation import FieldBoundError, check_bounds
 from nodemanager.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -54,18 +57,23 @@ def rpc_method(name: str) -> Callable[[Handler[R]], Handler[R]]:
         @functools.wraps(fn)
         async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
             try:
+                check_bounds(request)
+            except FieldBoundError as exc:
+                log.warning("instance=%s %s refused: INVALID_ARGUMENT: %s", getattr(request, "instance_id", "-"), name, exc)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            try:
                 return await fn(self, request, context)
             except NodeManagerError as exc:
                 code = status_code_of(exc)
                 log.warning("instance=%s request_id=%s %s refused: %s: %s", getattr(request, "instance_id", "-"),
-                            getattr(request, "request_id", "") or "-", name, code.name, exc)
+                            shorten(getattr(request, "request_id", "") or "-"), name, code.name, exc)
                 await context.abort(code, str(exc))
                 raise  # unreachable: abort raises
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any bug answers INTERNAL, the server keeps serving
                 log.exception("instance=%s request_id=%s %s failed unexpectedly", getattr(request, "instance_id", "-"),
-                              getattr(request, "request_id", "") or "-", name)
+                              shorten(getattr(request, "request_id", "") or "-"), name)
                 await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed: {type(exc).__name__}: {exc}")
                 raise
 

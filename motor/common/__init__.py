@@ -11,4 +11,10 @@ Modules:
   ports        free_port(s) on an address and port_free, the one check that a port can be bound
   text         shorten: bounded rendering of untrusted values for errors and logs
   metrics_http the `GET /metrics` route (Prometheus text format) and a listener of its own
+  security     the one `security` switch (mTLS everywhere), roles from certificate SAN URIs
+               spiffe://motor/<role>, SSL contexts of the HTTP pages, the plaintext log line
+  authz        the role table of every gRPC method, the shared server interceptor and the HTTP
+               middleware (PERMISSION_DENIED / 403, logged, counted, refusal hooks)
+  validation   bounds on every request field (INVALID_ARGUMENT naming the field path)
+  pki          a development CA and one certificate per role (`motorctl certs init`)
 """

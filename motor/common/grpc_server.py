@@ -2,7 +2,9 @@
 
 Every server registers the standard health service (each service SERVING once started, NOT_SERVING
 while shutting down) and server reflection, so `grpcurl -plaintext HOST:PORT list` works, and uses
-TLS or mTLS when configured.
+TLS or mTLS when configured. With client certificates required, the shared role interceptor
+(`motor.common.authz`) authorizes every call. Requests above server.max_receive_message_bytes are
+refused (RESOURCE_EXHAUSTED) before any handler runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from motor.common.authz import AuthorizationInterceptor
 from motor.common.config import ClientTlsConfig, ServerConfig, TlsConfig
+from motor.common.security import roles_enforced
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +49,22 @@ def channel_credentials(tls: ClientTlsConfig) -> grpc.ChannelCredentials:
     )
 
 
+def _channel_options(tls: ClientTlsConfig) -> list[tuple[str, str]]:
+    return [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
+
+
 def open_channel(address: str, tls: ClientTlsConfig | None = None) -> grpc.aio.Channel:
     """An asyncio channel to a Motor service; plaintext unless client TLS is configured."""
     if tls is None:
         return grpc.aio.insecure_channel(address)
-    options = []
-    if tls.server_name_override:
-        options.append(("grpc.ssl_target_name_override", tls.server_name_override))
-    return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=_channel_options(tls))
+
+
+def open_sync_channel(address: str, tls: ClientTlsConfig | None = None) -> grpc.Channel:
+    """A blocking channel (motorctl, the launcher); plaintext unless client TLS is configured."""
+    if tls is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, channel_credentials(tls), options=_channel_options(tls))
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -72,7 +84,9 @@ class GrpcServer:
 
     async def start(self) -> int:
         # SO_REUSEPORT (grpc's default) would let two servers share a port silently.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", self._config.max_receive_message_bytes)]
+        interceptors = [AuthorizationInterceptor()] if roles_enforced(self._config) else []
+        server = grpc.aio.server(options=options, interceptors=interceptors)
         for binding in self._bindings:
             binding.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -96,11 +110,12 @@ class GrpcServer:
         self._server = server
         self.port = port
         log.info(
-            "%s gRPC serving on %s (tls=%s mtls=%s) services=%s",
+            "%s gRPC serving on %s (tls=%s mtls=%s roles=%s) services=%s",
             self._label,
             _bind_address(self._config.host, port),
             self._config.tls is not None,
             bool(self._config.tls and self._config.tls.require_client_auth),
+            "enforced" if interceptors else "off",
             ",".join(names),
         )
         return port

@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -76,10 +77,10 @@ def tail_file(path: str | os.PathLike[str], lines: int = 40, max_bytes: int = 64
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def http_status(url: str, timeout_sec: float) -> int | None:
-    """HTTP status of GET ``url``, or None when nothing answered."""
+def http_status(url: str, timeout_sec: float, ssl_context: ssl.SSLContext | None = None) -> int | None:
+    """HTTP status of GET ``url`` (https with ``ssl_context``), or None when nothing answered."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+        with urllib.request.urlopen(url, timeout=timeout_sec, context=ssl_context) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
@@ -234,19 +235,20 @@ class ManagedProcess:
                                     f"{timeout_sec:g}s; log tail:\n{self.log_tail()}")
         return False
 
-    def wait_http_ok(self, url: str, timeout_sec: float) -> None:
+    def wait_http_ok(self, url: str, timeout_sec: float, ssl_context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + timeout_sec
         while True:
             self._check_alive()
-            if self._http_poll_done(url, http_status(url, self._probe_timeout(deadline)), deadline, timeout_sec):
+            status = http_status(url, self._probe_timeout(deadline), ssl_context)
+            if self._http_poll_done(url, status, deadline, timeout_sec):
                 return
             time.sleep(_POLL_SEC * 2)
 
-    async def await_http_ok(self, url: str, timeout_sec: float) -> None:
+    async def await_http_ok(self, url: str, timeout_sec: float, ssl_context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + timeout_sec
         while True:
             self._check_alive()
-            status = await asyncio.to_thread(http_status, url, self._probe_timeout(deadline))
+            status = await asyncio.to_thread(http_status, url, self._probe_timeout(deadline), ssl_context)
             if self._http_poll_done(url, status, deadline, timeout_sec):
                 return
             await asyncio.sleep(_POLL_SEC * 2)

@@ -11,8 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from gen.motor.v1 import controller_pb2_grpc
+from motor.common.authz import STATUS_PAGE_ROLES, http_role_middleware
 from motor.common.config import ControllerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
 from motor.controller.core import ControllerCore
@@ -31,27 +33,33 @@ class ControllerService:
         self._http: web.AppRunner | None = None
 
     async def start(self) -> dict[str, Any]:
-        core = self.core = ControllerCore(self.config, open_runtime_store(self.config.store),
-                                          ControllerPeers.from_config(self.config))
+        security = self.config.security
+        log_transport("controller", security, self.config.server)
+        store = open_runtime_store(self.config.store, client_tls(self.config.store.tls, security))
+        core = self.core = ControllerCore(self.config, store, ControllerPeers.from_config(self.config))
         await core.start()
         servicer = ControllerServicer(core)
         self._grpc = GrpcServer(
-            self.config.server,
+            server_config(self.config.server, security),
             [ServiceBinding("motor.v1.Controller", lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, s))],
             "controller",
         )
         grpc_port = await self._grpc.start()
-        self._http = web.AppRunner(
-            status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
-                       core.metrics.registry),
-            access_log=None
-        )
+        app = status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
+                         core.metrics.registry)
+        ssl_context = None
+        if security is not None:
+            # HTTPS with a client certificate of an allowed role on every page of this port.
+            app.middlewares.append(http_role_middleware(STATUS_PAGE_ROLES, "controller"))
+            ssl_context = http_server_context(security, require_client_cert=True)
+        self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
-        site = web.TCPSite(self._http, self.config.status_http.host, self.config.status_http.port)
+        site = web.TCPSite(self._http, self.config.status_http.host, self.config.status_http.port,
+                           ssl_context=ssl_context)
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("controller status page on http://%s:%d/controller/fault_tolerance/status",
-                 self.config.status_http.host, http_port)
+        log.info("controller status page on %s://%s:%d/controller/fault_tolerance/status",
+                 "https" if ssl_context else "http", self.config.status_http.host, http_port)
         return {"grpc_port": grpc_port, "http_port": http_port}
 
     async def stop(self) -> None:

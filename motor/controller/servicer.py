@@ -1,5 +1,6 @@
 """gRPC motor.v1.Controller: adapts requests to the controller's plain functions and maps errors to
-status codes with messages that name the offending value."""
+status codes with messages that name the offending value. Every request's field bounds are checked
+first (`motor.common.validation`); roles are checked before that by the server's interceptor."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.common.validation import check_request
 from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.fault_tolerance.runtime import UnknownInstanceError
@@ -33,6 +35,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         self.core = core
 
     async def Register(self, request, context):
+        await check_request(request, context)
         try:
             return await self.core.register(request)
         except RegistrationError as exc:
@@ -40,9 +43,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             await context.abort(code, str(exc))
 
     async def Heartbeat(self, request, context):
+        await check_request(request, context)
         return self.core.heartbeat(request)
 
     async def ReportSoftwareFault(self, request, context):
+        await check_request(request, context)
         kind = _KINDS.get(request.kind)
         if kind is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind} is not a software fault kind")
@@ -55,6 +60,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.ReportSoftwareFaultResponse(accepted=not message.endswith("ignored"), message=message)
 
     async def ReportHardwareFault(self, request, context):
+        await check_request(request, context)
         try:
             fault = await self.core.monitor.rpc.report(request)
         except HardwareFaultError as exc:
@@ -65,6 +71,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             accepted=True, message=self.core.faults.last_hardware_note(fault.key))
 
     async def GetFaultToleranceStatus(self, request, context):
+        await check_request(request, context)
         runtimes = self.core.runtimes.all()
         if request.instance_ids:
             known = {r.instance_id for r in runtimes}
@@ -75,6 +82,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.GetFaultToleranceStatusResponse(instances=[runtime_proto(r) for r in runtimes])
 
     async def WatchFaultToleranceStatus(self, request, context) -> AsyncIterator[controller_pb2.WatchFaultToleranceStatusResponse]:
+        await check_request(request, context)
         wanted = set(request.instance_ids)
         queue = self.core.broadcaster.subscribe()
         try:
@@ -96,6 +104,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             self.core.broadcaster.unsubscribe(queue)
 
     async def GetTimeline(self, request, context):
+        await check_request(request, context)
         if self.core.runtimes.find(request.instance_id) is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {request.instance_id}")
         if request.limit < 0:

@@ -23,6 +23,9 @@ from motor.controller.fault_tolerance.timeline import gate_reason_proto, phase_p
 
 log = logging.getLogger(__name__)
 
+STATUS_MAX_BODY_BYTES = 64 * 1024
+
+
 def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
     msg = controller_pb2.InstanceFtRuntime(
         instance_id=runtime.instance_id,
@@ -164,7 +167,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
         return web.json_response({"instance_id": wanted,
                                   "transactions": [message_json(t.proto) for t in get_timeline(wanted)]})
 
-    app = web.Application()
+    # GET pages only: a request body has no use here.
+    app = web.Application(client_max_size=STATUS_MAX_BODY_BYTES)
     app.router.add_get("/controller/fault_tolerance/status", status)
     app.router.add_get("/controller/fault_tolerance/timeline", timeline)
     if registry is not None:

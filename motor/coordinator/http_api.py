@@ -11,6 +11,7 @@ Routes:
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,8 +99,10 @@ class HttpFront:
     """Runs the app; start() returns the bound port. A client that disconnects cancels its handler
     (and so its upstream request)."""
 
-    def __init__(self, config: HttpListenConfig, app: web.Application, shutdown_timeout_sec: float) -> None:
+    def __init__(self, config: HttpListenConfig, app: web.Application, shutdown_timeout_sec: float,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._config = config
+        self._ssl_context = ssl_context
         self._app = app
         self._shutdown_timeout_sec = shutdown_timeout_sec
         self._runner: web.AppRunner | None = None
@@ -109,7 +112,7 @@ class HttpFront:
         runner = web.AppRunner(self._app, access_log=None, handler_cancellation=True,
                                shutdown_timeout=self._shutdown_timeout_sec)
         await runner.setup()
-        site = web.TCPSite(runner, self._config.host, self._config.port)
+        site = web.TCPSite(runner, self._config.host, self._config.port, ssl_context=self._ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -118,7 +121,8 @@ class HttpFront:
                           f"{exc.strerror or exc}") from None
         self._runner = runner
         self.port = int(runner.addresses[0][1])
-        log.info("coordinator HTTP serving on http://%s:%d", self._config.host, self.port)
+        log.info("coordinator HTTP serving on %s://%s:%d", "https" if self._ssl_context else "http",
+                 self._config.host, self.port)
         return self.port
 
     async def stop(self) -> None:

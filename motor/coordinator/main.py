@@ -16,6 +16,7 @@ from typing import Any
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.security import http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.http_api import HttpFront, build_app
@@ -38,7 +39,7 @@ class CoordinatorService:
         self.servicer = CoordinatorServicer(self.table, config.management_key)
         servicer = self.servicer
         self._grpc = GrpcServer(
-            config.server,
+            server_config(config.server, config.security),
             [
                 ServiceBinding(
                     "motor.v1.Coordinator",
@@ -47,11 +48,17 @@ class CoordinatorService:
             ],
             "coordinator",
         )
-        self._http = HttpFront(config.http, build_app(self.table, self.proxy), config.server.shutdown_grace_sec)
+        ssl_context = None
+        if config.security is not None:
+            ssl_context = http_server_context(config.security,
+                                              require_client_cert=config.security.require_client_cert_on_inference)
+        self._http = HttpFront(config.http, build_app(self.table, self.proxy), config.server.shutdown_grace_sec,
+                               ssl_context=ssl_context)
         self.grpc_port: int | None = None
         self.http_port: int | None = None
 
     async def start(self) -> dict[str, Any]:
+        log_transport("coordinator", self.config.security, self.config.server)
         await self.engine_client.start()
         self.http_port = await self._http.start()
         self.grpc_port = await self._grpc.start()

@@ -1,7 +1,9 @@
 """The `motor.v1.Coordinator` gRPC servicer: adapts Refresh / ListInstances to the routing table.
 
 When a management key is configured, Refresh requires the gRPC metadata ``x-motor-key`` to equal
-it (constant-time comparison), else UNAUTHENTICATED. ListInstances is read-only and stays open.
+it (constant-time comparison), else UNAUTHENTICATED. ListInstances is read-only and stays open. With
+TLS off the key is Refresh's only guard; with mTLS the server's interceptor also requires the
+controller role (`motor.common.authz`). Field bounds are checked first (`motor.common.validation`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
+from motor.common.validation import check_request
 from motor.coordinator.routing import (
     EndpointSpec,
     InstanceSpec,
@@ -116,6 +119,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         self, request: coordinator_pb2.RefreshRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.RefreshResponse:
         await self._authorize(context, "Refresh")
+        await check_request(request, context)
         event_name = _event_name(request.event)
         instances = [instance_from_proto(i) for i in request.instances]
         try:
@@ -139,6 +143,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     async def ListInstances(
         self, request: coordinator_pb2.ListInstancesRequest, context: grpc.aio.ServicerContext
     ) -> coordinator_pb2.ListInstancesResponse:
+        await check_request(request, context)
         snapshot = self._table.snapshot(self._clock())
         return coordinator_pb2.ListInstancesResponse(
             revision=snapshot.revision,

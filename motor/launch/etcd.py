@@ -14,6 +14,10 @@ is stopped by pid group.
 
 The binary comes from Debian's `etcd-server` package (`make deps` installs it); `MOTOR_ETCD_BINARY`
 overrides the lookup on PATH.
+
+With `tls=EtcdTls(...)` the member serves https only, requires client certificates of the CA on the
+client and peer URLs (`--client-cert-auth`, `--peer-client-cert-auth`), and is probed with the
+given client certificate.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 import os
 import shutil
 import uuid
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +58,31 @@ def find_etcd_binary() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """etcd's server certificate (also its peer certificate), the CA it trusts for clients and peers,
+    and a client certificate of that CA for the readiness probe."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    client_cert_file: Path
+    client_key_file: Path
+
+    def probe_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca_file))
+        ctx.load_cert_chain(self.client_cert_file, self.client_key_file)
+        return ctx
+
+    def flags(self) -> list[str]:
+        return [
+            "--cert-file", str(self.cert_file), "--key-file", str(self.key_file),
+            "--client-cert-auth", "--trusted-ca-file", str(self.ca_file),
+            "--peer-cert-file", str(self.cert_file), "--peer-key-file", str(self.key_file),
+            "--peer-client-cert-auth", "--peer-trusted-ca-file", str(self.ca_file),
+        ]
+
+
 @dataclass
 class EtcdServer:
     process: ManagedProcess
@@ -61,6 +91,7 @@ class EtcdServer:
     peer_port: int
     data_dir: Path
     name: str
+    tls: EtcdTls | None = None
 
     @property
     def endpoint(self) -> str:
@@ -69,7 +100,7 @@ class EtcdServer:
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
 
     @property
     def health_url(self) -> str:
@@ -87,13 +118,14 @@ class EtcdServer:
         return await self.process.astop(grace_sec=grace_sec)
 
 
-def _spawn(run_dir: Path, host: str, name: str | None) -> EtcdServer:
+def _spawn(run_dir: Path, host: str, name: str | None, tls: EtcdTls | None = None) -> EtcdServer:
     binary = find_etcd_binary()
     client_port, peer_port = free_ports(2, host)
     member = name or f"motor-etcd-{uuid.uuid4().hex[:12]}"
     data_dir = run_dir / f"{member}.data"
-    client_url = f"http://{host}:{client_port}"
-    peer_url = f"http://{host}:{peer_port}"
+    scheme = "https" if tls else "http"
+    client_url = f"{scheme}://{host}:{client_port}"
+    peer_url = f"{scheme}://{host}:{peer_port}"
     argv = [
         binary,
         "--name", member,
@@ -108,11 +140,12 @@ def _spawn(run_dir: Path, host: str, name: str | None) -> EtcdServer:
         "--initial-cluster-token", member,
         "--logger", "zap",
         "--log-outputs", "stderr",
+        *(tls.flags() if tls else []),
     ]
     proc = start_process(argv, log_path=run_dir / f"{member}.log", name=member)
     logger.info("started etcd %s (pid %d) client %s peer %s", member, proc.pid, client_url, peer_url)
     return EtcdServer(process=proc, host=host, client_port=client_port, peer_port=peer_port,
-                      data_dir=data_dir, name=member)
+                      data_dir=data_dir, name=member, tls=tls)
 
 
 def _member_name(name: str | None, attempt: int) -> str | None:
@@ -125,14 +158,14 @@ def _bind_race(exc: ProcessExitedError) -> bool:
 
 
 def start_etcd(run_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", name: str | None = None,
-               ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC) -> EtcdServer:
+               ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC, tls: EtcdTls | None = None) -> EtcdServer:
     """Start etcd and wait (at most `ready_timeout_sec` per attempt) until it serves; stops it on failure."""
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, _BIND_ATTEMPTS + 1):
-        server = _spawn(run_path, host, _member_name(name, attempt))
+        server = _spawn(run_path, host, _member_name(name, attempt), tls)
         try:
-            server.process.wait_http_ok(server.health_url, ready_timeout_sec)
+            server.process.wait_http_ok(server.health_url, ready_timeout_sec, tls.probe_context() if tls else None)
             return server
         except ProcessExitedError as exc:
             server.stop()
@@ -147,14 +180,15 @@ def start_etcd(run_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", name
 
 
 async def astart_etcd(run_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", name: str | None = None,
-                      ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC) -> EtcdServer:
+                      ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC, tls: EtcdTls | None = None) -> EtcdServer:
     """`start_etcd` without blocking the event loop."""
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, _BIND_ATTEMPTS + 1):
-        server = _spawn(run_path, host, _member_name(name, attempt))
+        server = _spawn(run_path, host, _member_name(name, attempt), tls)
         try:
-            await server.process.await_http_ok(server.health_url, ready_timeout_sec)
+            await server.process.await_http_ok(server.health_url, ready_timeout_sec,
+                                               tls.probe_context() if tls else None)
             return server
         except ProcessExitedError as exc:
             await server.astop()

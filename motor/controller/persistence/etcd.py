@@ -10,7 +10,7 @@ from typing import Any
 import aetcd
 import aetcd.utils
 
-from motor.common.config import StoreConfig, parse_host_port
+from motor.common.config import ClientTlsConfig, StoreConfig, parse_host_port
 from motor.controller.persistence.base import check_expected, check_put
 from motor.controller.persistence.errors import StoreError, stale_write
 from motor.controller.persistence.etcd_connection import EtcdConnection
@@ -56,6 +56,7 @@ class EtcdRuntimeStore:
         *,
         key_prefix: str = "/motor/v1",
         request_timeout_sec: float = 5.0,
+        tls: ClientTlsConfig | None = None,
     ) -> None:
         if isinstance(endpoints, str):
             raise ValueError(f"endpoints must be a list of host:port, got the string {endpoints!r}")
@@ -68,13 +69,15 @@ class EtcdRuntimeStore:
             raise ValueError(f"request_timeout_sec {request_timeout_sec!r} must be > 0")
         self._prefix = key_prefix
         self._instances_prefix = f"{key_prefix}/instances/"
-        self.description = f"etcd {','.join(ep for ep, _, _ in self._endpoints)} prefix {key_prefix}"
-        self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec))
+        self.description = (f"etcd {','.join(ep for ep, _, _ in self._endpoints)} prefix {key_prefix}"
+                            f"{' over TLS' if tls else ''}")
+        self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec), tls=tls)
 
     @classmethod
-    def from_config(cls, config: StoreConfig) -> EtcdRuntimeStore:
+    def from_config(cls, config: StoreConfig, tls: ClientTlsConfig | None = None) -> EtcdRuntimeStore:
+        """`tls` (the store's own, or the process's `security`) wins over config.tls when given."""
         return cls(config.etcd_endpoints, key_prefix=config.key_prefix,
-                   request_timeout_sec=config.request_timeout_sec)
+                   request_timeout_sec=config.request_timeout_sec, tls=tls or config.tls)
 
     @property
     def key_prefix(self) -> str:

@@ -5,7 +5,8 @@ linearizable read, each given an equal share of what remains of the call's deadl
 answers is used until a call fails, after which the next call probes again from the first endpoint.
 A failed call is not retried on another endpoint: a write that timed out may have been applied, so
 the error says its outcome is unknown and the caller re-reads. Every call (probe included) is
-bounded by the request timeout.
+bounded by the request timeout. With TLS configured, the channel is TLS with the client certificate
+(aetcd itself only opens plaintext channels; `TlsEtcdClient` adds that).
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import aetcd
+import aetcd.rpc
+import aetcd.watcher
 import grpc
 
+from motor.common.config import ClientTlsConfig
+from motor.common.grpc_server import channel_credentials
 from motor.controller.persistence.errors import StoreError
 
 logger = logging.getLogger(__name__)
@@ -30,14 +35,48 @@ _MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 _CLOSE_TIMEOUT_SEC = 1.0
 
 
+class TlsEtcdClient(aetcd.Client):
+    """aetcd's client over a TLS channel (CA, and the client certificate when configured)."""
+
+    def __init__(self, *args, tls: ClientTlsConfig, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._tls = tls
+
+    async def connect(self) -> None:
+        # aetcd's connect with grpc.aio.secure_channel instead of its insecure one; no user/password.
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        try:
+            self._is_connecting = True
+            options = list(self._options.items())
+            if self._tls.server_name_override:
+                options.append(("grpc.ssl_target_name_override", self._tls.server_name_override))
+            self.channel = grpc.aio.secure_channel(f"{self._host}:{self._port}", channel_credentials(self._tls),
+                                                   options=options)
+            self.kvstub = aetcd.rpc.KVStub(self.channel)
+            self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
+            self.leasestub = aetcd.rpc.LeaseStub(self.channel)
+            self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel), timeout=self._timeout,
+                                                  metadata=self.metadata)
+            self._connected.set()
+        finally:
+            self._is_connecting = False
+
+
 class EtcdConnection:
     """The connection of one EtcdRuntimeStore; `prefix` is the key the probe reads and logs name."""
 
-    def __init__(self, endpoints: Sequence[tuple[str, str, int]], *, prefix: str, timeout_sec: float) -> None:
+    def __init__(self, endpoints: Sequence[tuple[str, str, int]], *, prefix: str, timeout_sec: float,
+                 tls: ClientTlsConfig | None = None) -> None:
         # (endpoint as configured, host, port), in the order to try them.
         self._endpoints = list(endpoints)
         self._prefix = prefix
         self._timeout_sec = timeout_sec
+        self._tls = tls
         self._client: aetcd.Client | None = None
         self._endpoint: str | None = None
         self._connect_lock = asyncio.Lock()
@@ -46,8 +85,12 @@ class EtcdConnection:
         self._closed = False
 
     def _new_client(self, host: str, port: int) -> aetcd.Client:
+        options = {"grpc.max_receive_message_length": _MAX_RECEIVE_BYTES}
+        if self._tls is not None:
+            return TlsEtcdClient(host=host, port=port, timeout=self._timeout_sec,  # type: ignore[arg-type]
+                                 options=options, tls=self._tls)
         return aetcd.Client(host=host, port=port, timeout=self._timeout_sec,  # type: ignore[arg-type]
-                            options={"grpc.max_receive_message_length": _MAX_RECEIVE_BYTES})
+                            options=options)
 
     async def _connect(self, deadline: float, key: str) -> tuple[aetcd.Client, str]:
         loop = asyncio.get_running_loop()
