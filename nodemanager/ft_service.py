@@ -51,7 +51,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             instance_id=request.instance_id, request_id=request.request_id, instruction=request.instruction,
             removed_dp_ranks=list(request.removed_dp_ranks), dp_master_ip=request.dp_master_ip,
             dp_master_rank=request.dp_master_rank, endpoint_ids=list(request.endpoint_ids),
-            timeout_sec=engine_timeout(context),
+            timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,

@@ -13,6 +13,7 @@ from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node
 from motor.common.config import ClientTlsConfig, ControllerConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
+from motor.common.security import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class NodeManagerClient:
         dp_master_ip: str,
         dp_master_rank: int,
         endpoint_ids: Sequence[int],
+        dp_store_port: int = 0,
     ) -> node_manager_pb2.ApplyResponse:
         req = node_manager_pb2.ApplyRequest(
             instance_id=instance_id,
@@ -67,6 +69,7 @@ class NodeManagerClient:
             dp_master_ip=dp_master_ip,
             dp_master_rank=dp_master_rank,
             endpoint_ids=list(endpoint_ids),
+            dp_store_port=dp_store_port,
         )
         return await _invoke("apply", self.address, self._ft.Apply, req, self._timeout)
 
@@ -151,9 +154,10 @@ class ControllerPeers:
     @classmethod
     def from_config(cls, config: ControllerConfig) -> ControllerPeers:
         timeout = config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
+        tls = client_tls(config.client_tls, config.security)
         coordinator = (
-            CoordinatorClient(config.coordinator_address, config.client_tls, timeout, config.coordinator_management_key)
+            CoordinatorClient(config.coordinator_address, tls, timeout, config.coordinator_management_key)
             if config.coordinator_address
             else None
         )
-        return cls(NodeManagerClients(config.client_tls, timeout), coordinator)
+        return cls(NodeManagerClients(tls, timeout), coordinator)

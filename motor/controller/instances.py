@@ -36,6 +36,7 @@ class PodRecord:
     heartbeat_seen: bool = False
     # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
     retired: frozenset[int] = frozenset()
+    dp_store_port_base: int = 0
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -88,13 +89,18 @@ class InstanceRecord:
     def pod_infos(self) -> list[PodInfo]:
         return [PodInfo(p.pod_ip, p.node_manager_address, p.ranks) for p in self.pods.values()]
 
+    def store_port(self, master_rank: int) -> int:
+        """The TCPStore port of a round whose new master is `master_rank` (0: let the NodeManagers choose)."""
+        pod = next((p for p in self.pods.values() if master_rank in p.endpoints), None)
+        return pod.dp_store_port_base + master_rank if pod is not None and pod.dp_store_port_base else 0
+
     def topology(self) -> common_pb2.Instance:
         """The authoritative topology as a motor.v1.Instance."""
         inst = common_pb2.Instance(id=self.instance_id, role=self.role, model=self.model, dp_size=self.dp_size)
         for pod in sorted(self.pods.values(), key=lambda p: p.pod_ip):
             inst.pods.add(
                 pod_ip=pod.pod_ip, node_name=pod.node_name, node_manager_address=pod.node_manager_address,
-                endpoint_ids=list(pod.ranks),
+                endpoint_ids=list(pod.ranks), dp_store_port_base=pod.dp_store_port_base,
             )
             inst.endpoints.extend(pod.endpoints[r] for r in pod.ranks)
         inst.endpoints.sort(key=lambda e: e.id)
@@ -157,7 +163,8 @@ class InstanceRegistry:
         cap = topology.ft_capability if topology.HasField("ft_capability") else None
         for pod in topology.pods:
             record.pods[pod.pod_ip] = PodRecord(
-                pod.pod_ip, pod.node_name, pod.node_manager_address, {r: by_id[r] for r in pod.endpoint_ids}, cap, now_sec
+                pod.pod_ip, pod.node_name, pod.node_manager_address, {r: by_id[r] for r in pod.endpoint_ids}, cap, now_sec,
+                dp_store_port_base=pod.dp_store_port_base,
             )
         self._instances[topology.id] = record
         return record
@@ -202,6 +209,7 @@ class InstanceRegistry:
             capability=req.ft_capability if req.HasField("ft_capability") else None,
             last_heartbeat_sec=now_sec,
             retired=frozenset(req.retired_ids),
+            dp_store_port_base=req.pod.dp_store_port_base,
         )
         self._instances[req.instance_id] = record
         newly = False

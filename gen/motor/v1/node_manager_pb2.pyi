@@ -52,7 +52,7 @@ class StatusResponse(_message.Message):
     def __init__(self, engines: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids")
+    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class ApplyRequest(_message.Message):
     DP_MASTER_IP_FIELD_NUMBER: _ClassVar[int]
     DP_MASTER_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     request_id: str
     instruction: Instruction
@@ -67,7 +68,8 @@ class ApplyRequest(_message.Message):
     dp_master_ip: str
     dp_master_rank: int
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    dp_store_port: int
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ...) -> None: ...
 
 class EngineApplyResult(_message.Message):
     __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec", "sent_at_unix_sec")

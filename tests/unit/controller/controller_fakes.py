@@ -116,9 +116,10 @@ class FakeNodeManagerClient:
         out += [c.engines[r].proto() for r in c.extra_status.get(self.address, [])]
         return out
 
-    async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids):
+    async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0):
         c = self.cluster
-        c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids)))
+        c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
+                        store_port))
         c._maybe_fail("apply", self.address)
         results = []
         for r in endpoint_ids:
@@ -131,7 +132,7 @@ class FakeNodeManagerClient:
                 eng = c.engines[r]
                 eng.status, eng.ft_state, eng.last_request_id, eng.polls_since_apply = UNHEALTHY, RECOVERING, request_id, 0
         return node_manager_pb2.ApplyResponse(accepted=all(x.accepted for x in results), results=results,
-                                              dp_store_port=29600 + master_rank)
+                                              dp_store_port=store_port or 29600 + master_rank)
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
         c = self.cluster
@@ -229,11 +230,12 @@ def make_core(cluster: FakeCluster, config: ControllerConfig | None = None, coor
 
 
 def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, capability: bool = True,
-                     redundant: int = 8) -> controller_pb2.RegisterRequest:
+                     redundant: int = 8, store_port_base: int = 0) -> controller_pb2.RegisterRequest:
     pod_ip = address.split(":")[0]
     dp_size = sum(len(r) for r in cluster.pods.values())
     req = controller_pb2.RegisterRequest(instance_id=instance_id, role=common_pb2.ROLE_UNION, model="m", dp_size=dp_size)
     req.pod.pod_ip, req.pod.node_manager_address, req.pod.node_name = pod_ip, address, f"node-{pod_ip}"
+    req.pod.dp_store_port_base = store_port_base
     req.pod.endpoint_ids.extend(cluster.pods[address])
     for i, r in enumerate(cluster.pods[address]):
         ep = req.endpoints.add(id=r, ip=pod_ip, business_port=8000 + r, mgmt_port=8000 + r)

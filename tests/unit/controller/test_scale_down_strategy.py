@@ -748,3 +748,20 @@ async def test_can_serve_follows_what_the_coordinator_acknowledged_in_a_set() ->
     core.runtimes.get(7).phase = FtPhase.RECONFIGURING  # e.g. restored from etcd mid-recovery
     await core.publish_all()
     assert coord.view == {} and not core.runtimes.get(7).serving_published and not core.runtimes.get(7).can_serve
+
+
+@pytest.mark.parametrize(("dead", "want"), [({1}, {(0, 31000)}), ({0, 1}, {(2, 42002)})])
+async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_pod(dead, want) -> None:
+    """Issue 13 item 6: pods configured with different store port bases; the Controller chooses the
+    round's port from the new master's NodeManager and every apply carries that one."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await core.register(register_request(cluster, "127.0.0.2:1", store_port_base=31000))
+    await core.register(register_request(cluster, "127.0.0.3:1", store_port_base=42000))
+    cluster.fault(dead=dead, unhealthy={0, 1, 2, 3} - dead)
+    _, outcome = await run_round(core, dead, {0, 1, 2, 3} - dead)
+    assert outcome.succeeded, outcome.detail
+    applies = cluster.named("apply")
+    assert {(a[5], a[7]) for a in applies} == want and len(applies) == (2 if dead == {1} else 1)
+    restored = core.registry.get(7).topology()
+    assert sorted(p.dp_store_port_base for p in restored.pods) == [31000, 42000]

@@ -91,21 +91,23 @@ class RoundCalls:
                                   f"asked for {list(asked[address])}")
         return [entry for entries in by_pod.values() for entry in entries]
 
-    async def apply(self, plan: RoundPlan) -> list[node_manager_pb2.EngineApplyResult]:
-        calls = [(pod.node_manager_address, self._apply_one(pod.node_manager_address, plan, pod.status_targets))
+    async def apply(self, plan: RoundPlan, store_port: int) -> list[node_manager_pb2.EngineApplyResult]:
+        """One apply per pod with survivors, all with the same request id, master and store port."""
+        calls = [(pod.node_manager_address,
+                  self._apply_one(pod.node_manager_address, plan, pod.status_targets, store_port))
                  for pod in plan.pods if pod.status_targets]
         by_pod = await self._gather(calls)
         return [r for results in by_pod.values() for r in results]
 
-    async def _apply_one(self, address: str, plan: RoundPlan,
-                         targets: tuple[int, ...]) -> list[node_manager_pb2.EngineApplyResult]:
+    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...],
+                         store_port: int) -> list[node_manager_pb2.EngineApplyResult]:
         client = self._nodemanagers.get(address)
         facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets), "dp_master_ip": plan.dp_master_ip}
         try:
             resp = await self._timed(
                 "apply", address,
                 lambda: client.apply(self._instance_id, self._request_id, plan.removed_cumulative, plan.dp_master_ip,
-                                     plan.dp_master_rank, targets),
+                                     plan.dp_master_rank, targets, store_port),
                 facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
                                   "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
             )
