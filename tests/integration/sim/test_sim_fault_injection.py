@@ -36,6 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
         tmp_path_factory.mktemp("sim-faults"), 2, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90,
         extra_args=[
             "--enable-fault-tolerance", "--enable-fault-injection", "--ft-api-prefix", PREFIX,
+            "--ft-dialect", "rfc", "--diagnosing-sec", "0",  # asserts ft_state, unhealthy at once
             "--num-experts", "2", "--num-redundant-experts", "2",
             "--per-token-latency-sec", "0.005", "--collective-timeout-sec", str(COLLECTIVE_TIMEOUT_SEC),
             "--engine-recovery-timeout-sec", str(RECOVERY_TIMEOUT_SEC),

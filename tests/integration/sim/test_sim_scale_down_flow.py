@@ -33,6 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
         run_dir, 4, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90,
         extra_args=[
             "--enable-fault-tolerance", "--enable-fault-injection",
+            "--ft-dialect", "rfc", "--diagnosing-sec", "0",  # asserts ft_state, unhealthy at once
             "--num-experts", "4", "--num-redundant-experts", "4",
             "--per-token-latency-sec", "0.01", "--collective-timeout-sec", "10",
             "--engine-recovery-timeout-sec", "20",

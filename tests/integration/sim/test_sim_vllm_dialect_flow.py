@@ -88,7 +88,10 @@ def test_after_the_commit_an_idle_death_is_seen_without_traffic(clients: list[Si
     entries, seen = watch_ranks(clients, (1, 2), status_is("unhealthy"), "survivors unhealthy")
     for r in (1, 2):
         assert seen[r][-2:] == ["diagnosing", "unhealthy"], seen
-        assert entries[r] == {"id": r, "status": "unhealthy", "fault_info": "RuntimeError", "mask": [3]}, entries
+        # The mask is informative (a peer still blocked in the collective may miss the probe window).
+        assert {k: entries[r][k] for k in ("id", "status", "fault_info")} == {
+            "id": r, "status": "unhealthy", "fault_info": "RuntimeError"}, entries
+        assert 3 in entries[r]["mask"] and "ft_state" not in entries[r], entries
 
 
 def test_the_lowest_alive_rank_keeps_the_store_for_the_next_round(clients: list[SimClient]) -> None:

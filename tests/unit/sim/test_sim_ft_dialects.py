@@ -9,7 +9,7 @@ import pytest
 
 from motor.sim.apply_body import ApplyRequest, Instruction
 from motor.sim.apply_rules import GroupContext, decide_apply
-from motor.sim.config import parse_config
+from motor.sim.config import DEFAULT_DIAGNOSING_SEC, DEFAULT_FT_DIALECT, parse_config
 from motor.sim.ft_state import RECOVERY_FAILED_INFO, VLLM_FAULT_INFO, EngineStatus, FtDialect, FtState, FtStatus
 from motor.sim.placement import initial_placement, replace_after_scale_down
 
@@ -67,9 +67,10 @@ def test_vllm_failed_scale_down_is_fatal_failed_retry_is_not() -> None:
                                 "last_ft_request_id": "t1", "ft_error": "retry failed: dp ranks [3] did not join"}
     down = faulted(vllm())
     down.begin_recovery("r1")
-    down.fail_recovery("r1", "scale_down failed: recovery vote of round r1 failed", fatal=True)
+    error = "scale_down failed: recovery vote of round r1 failed"
+    down.fail_recovery("r1", error, fatal=True)
     assert down.to_entry() == {"id": 2, "status": "dead", "fault_info": RECOVERY_FAILED_INFO,
-                               "last_ft_request_id": "r1", "ft_error": "scale_down failed: recovery vote of round r1 failed"}
+                               "last_ft_request_id": "r1", "ft_error": error}
     assert RECOVERY_FAILED_INFO == "Recovery failed; full restart required"
 
 
@@ -151,9 +152,11 @@ def test_scale_down_refusals(ctx: GroupContext, req: ApplyRequest, named: str) -
 
 
 # -- flags -----------------------------------------------------------------------------------
-def test_dialect_flags_and_todays_defaults() -> None:
+def test_dialect_flags_and_defaults() -> None:
     cfg = parse_config([])
-    assert (cfg.ft_dialect, cfg.diagnosing_sec) == (FtDialect.RFC, 0.0)
+    # The two defaults that move to vLLM's behaviour (vllm, 1.5) once Motor knows `diagnosing`.
+    assert (cfg.ft_dialect, cfg.diagnosing_sec) == (DEFAULT_FT_DIALECT, DEFAULT_DIAGNOSING_SEC)
+    assert DEFAULT_FT_DIALECT in (FtDialect.RFC, FtDialect.VLLM) and DEFAULT_DIAGNOSING_SEC in (0.0, 1.5)
     assert (cfg.scale_down_checkin_sec, cfg.idle_step_interval_sec) == (10.0, 0.1)
     cfg = parse_config(["--ft-dialect", "vllm", "--diagnosing-sec", "1.5", "--scale-down-checkin-sec", "2",
                         "--idle-step-interval-sec", "0.05"])
