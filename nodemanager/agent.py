@@ -256,7 +256,8 @@ class NodeManagerAgent:
 
     def pod_pb(self) -> common_pb2.Pod:
         return common_pb2.Pod(pod_ip=self.config.pod_ip, node_name=self.config.node_name,
-                              node_manager_address=self.grpc_address, endpoint_ids=self.supervisor.ids)
+                              node_manager_address=self.grpc_address, endpoint_ids=self.supervisor.ids,
+                              dp_store_port_base=self.config.dp_store_port_base)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _grace(self, grace_sec: float) -> float:

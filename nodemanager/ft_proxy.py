@@ -184,13 +184,17 @@ class FtProxy:
 
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
-                    timeout_sec: float | None = None) -> ApplyResult:
+                    timeout_sec: float | None = None, dp_store_port: int = 0) -> ApplyResult:
         self._require_enabled()
         ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
                                 dp_master_rank, list(endpoint_ids))
+        if dp_store_port and not 1024 <= dp_store_port <= 65535:
+            raise InvalidArgument(f"dp_store_port {dp_store_port} is not a port in 1024..65535 (0: the pod's own)")
         self.guard_state.require_live(request_id, "apply")
         self.applies.claim(request_id)
-        store_port = self._config.dp_store_port_base + dp_master_rank
+        # The Controller's choice (the new master's pod, the same on every survivor) wins; without
+        # one this pod's own base + master rank.
+        store_port = dp_store_port or self._config.dp_store_port_base + dp_master_rank
         body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
         log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
                  body)

@@ -150,6 +150,22 @@ async def test_apply_forwards_once_with_same_request_id_and_store_port(controlle
         assert len(await fake_applies(n.engine_url(1))) == 1
 
 
+async def test_apply_uses_the_store_port_the_controller_chose(controller: FakeController, tmp_path: Path) -> None:
+    """Issue 13 item 6: the Controller's port (from the new master's pod) wins over this pod's base."""
+    cfg = nm_config(controller.address, tmp_path, ranks=(1, 2), dp_size=4, dp_store_port_base=31000)
+    async with running_nm(cfg) as n:
+        await n.ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id="rid-P", lease_sec=30), timeout=5)
+        bad = nm.ApplyRequest(instance_id=INSTANCE, request_id="rid-P", instruction=SCALE_DOWN, removed_dp_ranks=[0],
+                              dp_master_ip=POD_IP, dp_master_rank=1, endpoint_ids=[1, 2], dp_store_port=80)
+        err = await rpc_error(n.ft.Apply(bad, timeout=5))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "dp_store_port 80" in err.details()
+        good = nm.ApplyRequest(instance_id=INSTANCE, request_id="rid-P", instruction=SCALE_DOWN, removed_dp_ranks=[0],
+                               dp_master_ip=POD_IP, dp_master_rank=1, endpoint_ids=[1, 2], dp_store_port=42001)
+        resp = await n.ft.Apply(good, timeout=5)
+        assert resp.dp_store_port == 42001
+        assert all(json.loads(r.request_body)["params"]["dp_store_port"] == 42001 for r in resp.results)
+
+
 async def test_apply_not_accepted_by_any_engine(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(nm_config(controller.address, tmp_path, ranks=(0, 1, 2), dp_size=4)) as n:
         await fake_control(n.engine_url(0), apply_mode="reject_list")
