@@ -7,8 +7,9 @@ Modules:
                  management key check
   engine_client  the one aiohttp client of the engines (connect and total timeouts)
   proxy          one inference request: route, retry before the first byte, stream pass-through
+  metrics        CoordinatorMetrics: requests, retries, holding (per request), routing table (at scrape)
   http_api       the aiohttp app (/v1/completions, /v1/chat/completions, /v1/models, /health,
-                 /coordinator/instances) and its runner
+                 /coordinator/instances, /metrics) and its runner
   main           the process: config, both servers, ready file {grpc_port, http_port}
 
 HTTP answers: the engine's own status and body (streams passed through chunk by chunk) with

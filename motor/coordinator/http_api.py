@@ -6,6 +6,7 @@ Routes:
   GET  /v1/models/{model}                          one of them, or 404
   GET  /health                                     200 while the process serves
   GET  /coordinator/instances                      JSON view of what is published, for humans
+  GET  /metrics                                    Prometheus metrics (the proxy's registry)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from motor.common.config import HttpListenConfig
+from motor.common.metrics_http import add_metrics_route
 from motor.coordinator.proxy import InferenceProxy, openai_error
 from motor.coordinator.routing import RoutingTable, TableSnapshot
 
@@ -92,6 +94,7 @@ def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], fl
     app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_get("/health", health)
     app.router.add_get("/coordinator/instances", instances)
+    add_metrics_route(app, proxy.metrics.registry)
     return app
 
 

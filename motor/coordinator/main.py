@@ -2,7 +2,7 @@
 
 gRPC `motor.v1.Coordinator` (Refresh / ListInstances, health, reflection) on server.host:port;
 OpenAI-compatible HTTP (/v1/completions, /v1/chat/completions, /v1/models, /health,
-/coordinator/instances) on http.host:port. The ready file carries grpc_port and http_port.
+/coordinator/instances) and Prometheus /metrics on http.host:port. The ready file carries grpc_port and http_port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from motor.common.security import http_server_context, log_transport, server_con
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.http_api import HttpFront, build_app
+from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.proxy import InferenceProxy
 from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import CoordinatorServicer
@@ -32,9 +33,11 @@ class CoordinatorService:
         self.config = config
         self.table = RoutingTable(cooldown_sec=config.endpoint_cooldown_sec)
         self.engine_client = EngineClient(config.upstream_connect_timeout_sec, config.upstream_timeout_sec)
+        self.metrics = CoordinatorMetrics()
+        self.metrics.watch_table(self.table)
         self.proxy = InferenceProxy(
             self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
-            hold_sec=config.hold_when_unavailable_sec,
+            hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics,
         )
         self.servicer = CoordinatorServicer(self.table, config.management_key)
         servicer = self.servicer

@@ -30,6 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from motor.coordinator.engine_client import EngineClient, UpstreamError, describe_client_error
+from motor.coordinator.metrics import CoordinatorMetrics, RequestTrace
 from motor.coordinator.routing import EndpointKey, NoRoute, NoRouteKind, Route, RoutingTable
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class InferenceProxy:
         hold_sec: float = 0.0,
         hold_poll_sec: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self.table = table
         self.client = client
@@ -114,6 +116,7 @@ class InferenceProxy:
         self.hold_sec = hold_sec
         self.hold_poll_sec = hold_poll_sec
         self.clock = clock
+        self.metrics = metrics or CoordinatorMetrics()
 
     # -- responses of our own ---------------------------------------------------------------
     def _unavailable(self, request_id: str, message: str) -> web.Response:
@@ -139,6 +142,20 @@ class InferenceProxy:
 
     # -- the request ------------------------------------------------------------------------
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        trace = self.metrics.trace(path, self.clock())
+        try:
+            response = await self._route(request, path, trace)
+        except asyncio.CancelledError:
+            trace.finish(self.clock(), None, served=False)  # the client went away
+            raise
+        except Exception:
+            trace.finish(self.clock(), 500, served=False)  # aiohttp answers 500 for a bug
+            raise
+        # Only an engine's answer carries X-Motor-Endpoint; our own 400/404/503 do not.
+        trace.finish(self.clock(), response.status, served=ENDPOINT_HEADER in response.headers)
+        return response
+
+    async def _route(self, request: web.Request, path: str, trace: RequestTrace) -> web.StreamResponse:
         request_id = request_id_of(request)
         started = self.clock()
         body = await request.read()
@@ -164,11 +181,14 @@ class InferenceProxy:
                 # Nothing can take the request right now (a drain during a scale-down, every endpoint
                 # cooling down or already tried): hold it briefly instead of failing it, since
                 # recovery windows are seconds long and the engines have not seen it yet.
+                trace.hold(self.clock())
                 await asyncio.sleep(min(self.hold_poll_sec, max(0.0, hold_until - self.clock())))
                 tried.clear()
                 continue
             route = choice
+            trace.end_hold(self.clock())
             attempt += 1
+            trace.attempt(attempt)
             tried.append(route.key)
             try:
                 outcome = await self._attempt(request, route, path, body, request_id, attempt)
@@ -184,6 +204,7 @@ class InferenceProxy:
                          attempt, self.clock() - started)
                 return outcome
             self.table.mark_failed(route.key, self.clock())
+            trace.upstream_failed(route)
             failures.append(f"endpoint {route.label} ({route.ip}:{route.port}): {outcome}")
             del failures[:-8]
             log.warning("request_id=%s instance=%d rank=%d %s attempt %d failed before the first byte: %s",
@@ -259,6 +280,7 @@ class InferenceProxy:
                     chunk = await resp.content.readany()
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                     reason = describe_client_error(exc)
+                    self.metrics.stream_breaks.inc()
                     log.warning("request_id=%s instance=%d rank=%d stream broke after %d chunks: %s (not retried)",
                                 request_id, route.instance_id, route.rank, chunks, reason)
                     await out.write(_sse_error(f"endpoint {route.label} failed mid-stream: {reason}"))
