@@ -5,7 +5,8 @@ Starts a controller (in-memory store), a coordinator and two NodeManagers on 127
 drives a steady stream of completions through the coordinator; kills the executor of rank 1, then
 of rank 0; shows the timelines and the alive ranks after each round; reports request counts; tears
 everything down. Exits non-zero when any expectation fails; on SIGTERM it tears everything down and
-exits with status 143.
+exits with status 143. With --tls every contract runs with mTLS and roles (certificates in
+<run dir>/pki); without it everything is plaintext, which is what the demo is for.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def print_timeline(txn: dict[str, Any]) -> None:
         print(f"    +{offset:6.2f}s {e['kind']:<8} {e['name']}{call}{detail}")
 
 
-def run_demo(run_dir: Path, round_timeout_sec: float) -> int:
+def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False) -> int:
     failures: list[str] = []
 
     def expect(ok: bool, what: str) -> None:
@@ -76,16 +77,19 @@ def run_demo(run_dir: Path, round_timeout_sec: float) -> int:
         if not ok:
             failures.append(what)
 
-    spec = ClusterSpec(dp_size=4, ranks_per_pod=2, instance_id=1)
+    spec = ClusterSpec(dp_size=4, ranks_per_pod=2, instance_id=1, tls=tls)
     print(f"motor demo: starting controller, coordinator, 2 NodeManagers, 4 engines (logs in {run_dir})")
     cluster = LocalCluster(spec, run_dir)
+    if cluster.pki is not None:
+        print(f"  mTLS on every contract, roles from certificates in {cluster.pki.directory} "
+              f"(motorctl --tls-dir {cluster.pki.directory} status)")
     load: LoadGenerator | None = None
     try:
         started = time.monotonic()
         cluster.start()
         print(f"  cluster serving ranks {cluster.runtime()['alive_dp_ranks']} after {time.monotonic() - started:.1f}s; "
               f"coordinator {cluster.coordinator_http}")
-        load = LoadGenerator(cluster.coordinator_http, concurrency=4, max_tokens=8, max_duration_sec=round_timeout_sec * 3)
+        load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=round_timeout_sec * 3)
         load.start()
         time.sleep(2.0)
         with Progress(cluster, load):
@@ -138,11 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="run the local-cluster scale-down demo")
     demo.add_argument("--run-dir", type=Path, default=None, help="where logs go (default runs/demo-<time>)")
     demo.add_argument("--round-timeout-sec", type=float, default=60.0)
+    demo.add_argument("--tls", action="store_true", help="mTLS and roles on every contract (development certificates)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         run_dir = args.run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         with exit_on_sigterm():
-            return run_demo(run_dir.resolve(), args.round_timeout_sec)
+            return run_demo(run_dir.resolve(), args.round_timeout_sec, tls=args.tls)
     return 2
 
 

@@ -7,9 +7,14 @@
   motorctl inject URL FAULT [k=v...]  an engine fault through the reference engine's admin route
   motorctl hw-fault NODE [NPU]        a MindCluster-shaped hardware fault: ReportHardwareFault, or
                                       a mounted-ConfigMap file with --configmap-dir
+  motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S]
+                                      does an engine's FT API conform to Motor's contract (engine_check)
+  motorctl certs init DIR             a development CA and one certificate per role (and etcd's)
 
 Synchronous gRPC; addresses from --controller / --coordinator or MOTOR_CONTROLLER /
-MOTOR_COORDINATOR.
+MOTOR_COORDINATOR. mTLS with --ca/--cert/--key (MOTOR_TLS_CA / MOTOR_TLS_CERT / MOTOR_TLS_KEY), or
+--tls-dir DIR (MOTOR_TLS_DIR) for DIR/ca.crt, DIR/operator.crt and DIR/operator.key: the operator
+role reads status, timelines and instances and reports hardware faults.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
 from google.protobuf import json_format
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from motor.cli import engine_check
+from motor.common.config import ClientTlsConfig, ConfigError, build_config
+from motor.common.grpc_server import open_sync_channel
 from motor.sim.client import InjectionError, inject_fault
 
 ChannelFactory = Callable[[str], grpc.Channel]
@@ -69,7 +78,7 @@ def status_table(resp: controller_pb2.GetFaultToleranceStatusResponse) -> str:
 
 
 def _clock(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
 
 
 def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse) -> str:
@@ -130,10 +139,40 @@ def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) ->
     return resp.message
 
 
+def certs(args: argparse.Namespace) -> str:
+    from motor.common.pki import PkiError, create_dev_pki
+
+    try:
+        pki = create_dev_pki(args.directory, args.host or ["localhost", "127.0.0.1"], days=args.days,
+                             force=args.force)
+    except (PkiError, OSError) as exc:
+        raise SystemExit(f"motorctl certs init: {exc}") from None
+    return "\n".join(str(p) for p in pki.files())
+
+
+def client_tls_from_args(args: argparse.Namespace) -> ClientTlsConfig | None:
+    """--ca/--cert/--key, else --tls-dir (operator certificate); none of them: plaintext."""
+    ca, cert, key = args.ca, args.cert, args.key
+    if args.tls_dir and not (ca or cert or key):
+        folder = Path(args.tls_dir)
+        ca, cert, key = folder / "ca.crt", folder / "operator.crt", folder / "operator.key"
+    if not (ca or cert or key):
+        return None
+    try:
+        return build_config(ClientTlsConfig, {"ca_file": ca, "cert_file": cert, "key_file": key}, "tls")
+    except ConfigError as exc:
+        raise SystemExit(f"motorctl: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="motorctl", description="Look at and poke a Motor deployment.")
     parser.add_argument("--controller", default=os.environ.get("MOTOR_CONTROLLER", "127.0.0.1:50051"))
     parser.add_argument("--coordinator", default=os.environ.get("MOTOR_COORDINATOR", "127.0.0.1:50052"))
+    parser.add_argument("--ca", default=os.environ.get("MOTOR_TLS_CA"), help="CA of the servers (mTLS)")
+    parser.add_argument("--cert", default=os.environ.get("MOTOR_TLS_CERT"), help="client certificate (operator role)")
+    parser.add_argument("--key", default=os.environ.get("MOTOR_TLS_KEY"), help="client key")
+    parser.add_argument("--tls-dir", default=os.environ.get("MOTOR_TLS_DIR"),
+                        help="folder with ca.crt, operator.crt, operator.key (e.g. from `motorctl certs init`)")
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="fault-tolerance runtime of every instance")
     status.add_argument("--json", action="store_true", help="raw RFC §7 JSON")
@@ -156,12 +195,31 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--level", default="L6", help="L1..L6 or a MindCluster handling name (default L6)")
     hw.add_argument("--code", default="80E18402", help="fault code(s), comma-joined hex")
     hw.add_argument("--configmap-dir", help="write mindx-dl-deviceinfo-<node> here instead of calling the RPC")
+    engine_check.add_parser(sub)
+    ce = sub.add_parser("certs", help="development certificates")
+    ce_sub = ce.add_subparsers(dest="certs_command", required=True)
+    init = ce_sub.add_parser("init", help="a CA and one certificate per role (keys 0600) into DIR")
+    init.add_argument("directory", help="where to write ca.crt, <role>.crt/.key, etcd.crt/.key")
+    init.add_argument("--host", action="append", default=[],
+                      help="DNS name or IP in every certificate's SANs (repeatable; default localhost, 127.0.0.1)")
+    init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    init.add_argument("--force", action="store_true", help="overwrite existing files")
     return parser
 
 
 def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
-        channel_factory: ChannelFactory = grpc.insecure_channel) -> int:
+        channel_factory: ChannelFactory | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "engine-check":
+        return engine_check.run(args, out, sys.stderr)
+    if args.command == "certs":
+        print(certs(args), file=out)
+        return 0
+    if channel_factory is None:
+        tls = client_tls_from_args(args)
+
+        def channel_factory(address: str) -> grpc.Channel:
+            return open_sync_channel(address, tls)
     try:
         if args.command == "status":
             with channel_factory(args.controller) as ch:

@@ -6,6 +6,12 @@ process logs to a file in the run directory; everything is torn down by pid (pro
 engines the NodeManagers started, found as their descendants) even when a test fails, and, in a
 holder inside `motor.launch.shutdown.exit_on_sigterm()`, when the holder gets SIGTERM. A cluster
 starts once.
+
+With `ClusterSpec(tls=True)` a development PKI is written to <run dir>/pki (one certificate per
+role, pod IPs in the SANs) and every process gets its `security` block: mTLS and roles on every
+gRPC contract, HTTPS on the controller's status page (operator certificate) and the coordinator's
+OpenAI front, TLS with client certificates to the cluster's etcd (`start_etcd=True`). The launcher
+itself observes and injects as the operator role.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -31,9 +38,14 @@ from gen.motor.v1 import (
     node_manager_pb2,
     node_manager_pb2_grpc,
 )
-from motor.common.config import set_dotted
+from motor.common.config import ClientTlsConfig, set_dotted
+from motor.common.grpc_server import open_sync_channel
+from motor.common.pki import ETCD, DevPki, create_dev_pki
 from motor.common.ports import free_port, port_free
 from motor.common.process import ManagedProcess, start_process
+from motor.common.security import Role, http_client_context
+from motor.launch.etcd import EtcdServer, EtcdTls, start_etcd
+from motor.launch.load import LoadGenerator
 from motor.launch.shutdown import sigterm_deferred
 from motor.sim.client import inject_fault
 
@@ -72,6 +84,10 @@ class ClusterSpec:
     # same {placeholders}); the reference engine's own flags are then not appended.
     engine_command: list[str] | None = None
     first_pod_ip: int = 2
+    # mTLS on every contract (certificates generated into <run dir>/pki).
+    tls: bool = False
+    # Start a private etcd in the run dir (TLS with client certificates when tls) and persist there.
+    start_etcd: bool = False
 
     def pods(self) -> list[tuple[str, list[int]]]:
         if self.dp_size % self.ranks_per_pod:
@@ -122,8 +138,44 @@ class LocalCluster:
         self.nodemanagers: dict[str, ServiceProc] = {}
         self._engine_pids: set[int] = set()
         self._started = False
+        self.etcd: EtcdServer | None = None
         self.dp_master_port = free_port("127.0.0.2")
         self.dp_store_port_base = store_port_base(spec.dp_size, spec.pods()[0][0])
+        self.pki: DevPki | None = None
+        self._http_ctx: ssl.SSLContext | None = None
+        if spec.tls:
+            hosts = ["localhost", "127.0.0.1", *(ip for ip, _ in spec.pods())]
+            self.pki = create_dev_pki(self.run_dir / "pki", hosts, force=True)
+
+    # ---- security ----------------------------------------------------------------------------
+
+    def _security(self, role: Role) -> dict[str, Any] | None:
+        return self.pki.security(role) if self.pki is not None else None
+
+    @property
+    def operator_tls(self) -> ClientTlsConfig | None:
+        """What the launcher (and a test) presents to the services: the operator certificate."""
+        if self.pki is None:
+            return None
+        return ClientTlsConfig(ca_file=self.pki.ca_file, cert_file=self.pki.cert_file(Role.OPERATOR),
+                               key_file=self.pki.key_file(Role.OPERATOR))
+
+    def http_context(self) -> ssl.SSLContext | None:
+        """HTTPS to the status page and the OpenAI front, as the operator."""
+        if self.pki is None:
+            return None
+        if self._http_ctx is None:
+            self._http_ctx = http_client_context(self.pki.ca_file, self.pki.cert_file(Role.OPERATOR),
+                                                 self.pki.key_file(Role.OPERATOR))
+        return self._http_ctx
+
+    def grpc_channel(self, address: str) -> grpc.Channel:
+        """A blocking channel to one of the cluster's services, as the operator when tls is on."""
+        return open_sync_channel(address, self.operator_tls)
+
+    def load_generator(self, **kwargs: Any) -> LoadGenerator:
+        """Completions through the Coordinator (https when tls is on)."""
+        return LoadGenerator(self.coordinator_http, ssl_context=self.http_context(), **kwargs)
 
     # ---- start -------------------------------------------------------------------------------
 
@@ -156,7 +208,15 @@ class LocalCluster:
 
     def _start(self, ready_timeout_sec: float) -> None:
         spec = self.spec
+        if spec.start_etcd:
+            tls = None
+            if self.pki is not None:
+                tls = EtcdTls(self.pki.ca_file, self.pki.cert_file(ETCD), self.pki.key_file(ETCD),
+                              self.pki.cert_file(Role.CONTROLLER), self.pki.key_file(Role.CONTROLLER))
+            self.etcd = start_etcd(self.run_dir, name="etcd", tls=tls)
         coord_cfg: dict[str, Any] = {"server": {"host": "127.0.0.1", "port": 0}, "http": {"host": "127.0.0.1", "port": 0}}
+        if self.pki is not None:
+            coord_cfg["security"] = self._security(Role.COORDINATOR)
         for key, value in spec.coordinator_overrides.items():
             set_dotted(coord_cfg, key, value)
         self.coordinator = self._start_service("coordinator", "motor-coordinator", coord_cfg, ["grpc_port", "http_port"])
@@ -181,8 +241,11 @@ class LocalCluster:
             "publish_interval_sec": 3.0,
             "reconfiguration_timeout_sec": 120.0,
         }
-        if spec.etcd_endpoints:
-            cfg["store"] = {"etcd_endpoints": spec.etcd_endpoints, "key_prefix": f"/motor-{self.run_dir.name}"}
+        endpoints = [self.etcd.endpoint] if self.etcd is not None else spec.etcd_endpoints
+        if endpoints:
+            cfg["store"] = {"etcd_endpoints": endpoints, "key_prefix": f"/motor-{self.run_dir.name}"}
+        if self.pki is not None:
+            cfg["security"] = self._security(Role.CONTROLLER)
         for key, value in spec.controller_overrides.items():
             set_dotted(cfg, key, value)
         return cfg
@@ -223,6 +286,8 @@ class LocalCluster:
         if spec.engine_command is not None:
             cfg["engine_command"] = list(spec.engine_command)
             cfg["engine_extra_args"] = []
+        if self.pki is not None:
+            cfg["security"] = self._security(Role.NODEMANAGER)
         for key, value in spec.nodemanager_overrides.items():
             set_dotted(cfg, key, value)
         return cfg
@@ -230,14 +295,18 @@ class LocalCluster:
     # ---- observe -----------------------------------------------------------------------------
 
     @property
+    def _scheme(self) -> str:
+        return "https" if self.pki is not None else "http"
+
+    @property
     def coordinator_http(self) -> str:
         assert self.coordinator is not None
-        return f"http://127.0.0.1:{self.coordinator.info['http_port']}"
+        return f"{self._scheme}://127.0.0.1:{self.coordinator.info['http_port']}"
 
     @property
     def controller_http(self) -> str:
         assert self.controller is not None
-        return f"http://127.0.0.1:{self.controller.info['http_port']}"
+        return f"{self._scheme}://127.0.0.1:{self.controller.info['http_port']}"
 
     @property
     def controller_address(self) -> str:
@@ -253,19 +322,19 @@ class LocalCluster:
         """The instance's RFC §7 runtime from the controller's JSON page, or None when not there yet."""
         url = f"{self.controller_http}/controller/fault_tolerance/status?instance_id={self.spec.instance_id}"
         try:
-            with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+            with urllib.request.urlopen(url, timeout=timeout_sec, context=self.http_context()) as resp:
                 return json.load(resp)["instances"][0]
         except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError):
             return None
 
     def timeline(self, timeout_sec: float = 5.0) -> list[dict[str, Any]]:
         url = f"{self.controller_http}/controller/fault_tolerance/timeline?instance_id={self.spec.instance_id}"
-        with urllib.request.urlopen(url, timeout=timeout_sec) as resp:
+        with urllib.request.urlopen(url, timeout=timeout_sec, context=self.http_context()) as resp:
             return json.load(resp)["transactions"]
 
     def published(self, timeout_sec: float = 5.0) -> dict[int, list[int]]:
         """Instance id → endpoint ids the Coordinator routes to (its own answer, via gRPC)."""
-        with grpc.insecure_channel(self.coordinator_address) as channel:
+        with self.grpc_channel(self.coordinator_address) as channel:
             resp = coordinator_pb2_grpc.CoordinatorStub(channel).ListInstances(
                 coordinator_pb2.ListInstancesRequest(), timeout=timeout_sec)
         return {p.instance.id: sorted(e.id for e in p.instance.endpoints) for p in resp.instances}
@@ -336,7 +405,7 @@ class LocalCluster:
         """The HTTP base URL of a rank's engine, as its NodeManager describes it."""
         pod_ip = next(ip for ip, ranks in self.spec.pods() if rank in ranks)
         svc = self.nodemanagers[pod_ip]
-        with grpc.insecure_channel(f"{pod_ip}:{svc.info['grpc_port']}") as channel:
+        with self.grpc_channel(f"{pod_ip}:{svc.info['grpc_port']}") as channel:
             pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
         for engine in pod.engines:
             if engine.endpoint.id == rank:
@@ -367,6 +436,11 @@ class LocalCluster:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            if self.etcd is not None:
+                try:
+                    self.etcd.stop()
+                except Exception as exc:  # noqa: BLE001 - teardown goes on
+                    log.warning("stopping etcd failed: %s", exc)
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -6,6 +6,7 @@ Used by the demo, the e2e tests and the benchmarks to count what a recovery cost
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.error
@@ -40,6 +41,8 @@ class LoadGenerator:
     max_duration_sec: float = 600.0
     pause_sec: float = 0.0
     results: list[RequestResult] = field(default_factory=list)
+    # For an https base_url (the Coordinator with `security`): trusts its CA.
+    ssl_context: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -85,7 +88,7 @@ class LoadGenerator:
                                      headers={"Content-Type": "application/json"}, method="POST")
         start = time.time()
         try:
-            with urllib.request.urlopen(req, timeout=self.request_timeout_sec) as resp:
+            with urllib.request.urlopen(req, timeout=self.request_timeout_sec, context=self.ssl_context) as resp:
                 raw = resp.read().decode()
                 rank = _rank(resp.headers.get("X-Motor-Endpoint"), resp.headers.get("X-Motor-DP-Rank"))
                 error = _stream_error(raw) if self.stream else ""
@@ -124,8 +127,10 @@ def _stream_error(raw: str) -> str:
 def trigger_traffic(cluster_or_url, requests: int = 1) -> threading.Thread:
     """Sends a few requests in the background, so survivors run a collective and notice a dead
     peer, without the caller blocking while the Coordinator holds them through the recovery."""
-    base_url = getattr(cluster_or_url, "coordinator_http", cluster_or_url)
-    gen = LoadGenerator(base_url, concurrency=1, max_tokens=4, request_timeout_sec=120.0)
+    if hasattr(cluster_or_url, "load_generator"):
+        gen = cluster_or_url.load_generator(concurrency=1, max_tokens=4, request_timeout_sec=120.0)
+    else:
+        gen = LoadGenerator(cluster_or_url, concurrency=1, max_tokens=4, request_timeout_sec=120.0)
     thread = threading.Thread(target=lambda: [gen.send_one(f"trigger {i}") for i in range(requests)], daemon=True)
     thread.start()
     return thread
