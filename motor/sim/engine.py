@@ -285,8 +285,11 @@ class SimEngine:
                 "op": "rebuild", "request_id": rid, "members": list(plan.members),
                 "master_ip": plan.master_ip, "master_port": plan.master_port,
                 "timeout_sec": timeout_sec, "delay_sec": self.injections.slow_rebuild_sec,
-                "checkin_sec": self.cfg.scale_down_checkin_sec, "fail_vote": self.injections.take_fail_vote(),
-                # vLLM: once a scale_down committed, idle ranks keep stepping so a later death shows.
+                "fail_vote": self.injections.take_fail_vote(),
+                # vLLM only (the RFC-era engine waits for peers until the recovery timeout): a round
+                # fails when a survivor does not check in within the window; once a scale_down
+                # committed, idle ranks keep stepping so that a later death shows without traffic.
+                "checkin_sec": self.cfg.scale_down_checkin_sec if self.ft.vllm else None,
                 "keep_stepping": self.ft.vllm and bool(plan.removed),
             })
             if not sent:

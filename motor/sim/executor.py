@@ -15,7 +15,7 @@ failed/timed-out collective is a fault: the group is shut down (so peers blocked
 collective fail at once) and the API process is told (UNHEALTHY).
 
 A rebuild (an accepted apply) forms the new group (every member must check in within the
-rebuild's ``checkin_sec``), then the members vote with one all-reduce: the round commits only if
+rebuild's ``checkin_sec`` when given, else before its deadline), then the members vote with one all-reduce: the round commits only if
 every member votes yes. With ``keep_stepping`` (vLLM after a committed scale_down) the members
 never go idle again: they run a dummy step every ``--idle-step-interval-sec`` while there is no
 work, so a peer that dies later is seen without traffic.
