@@ -49,6 +49,11 @@ class FakeCluster:
     retired: dict[str, set[int]] = field(default_factory=dict)
     fail: dict[tuple[str, str], grpc.StatusCode] = field(default_factory=dict)
     apply_refused: set[int] = field(default_factory=set)
+    # The Controller's clock (set by make_core): guard leases expire on it, as on a real NodeManager.
+    clock: ManualClock | None = None
+    lease_deadline: dict[str, float] = field(default_factory=dict)
+    # Called when an apply arrives (lets a test make it slow, e.g. by advancing the clock).
+    on_apply: Callable[[], None] | None = None
     # Entries a pod's Status answers beyond what was asked (identity-contract violations), by address.
     extra_status: dict[str, list[int]] = field(default_factory=dict)
     # When each engine's apply was sent (EngineApplyResult.sent_at_unix_sec), by rank.
@@ -90,9 +95,12 @@ class FakeNodeManagerClient:
         c.calls.append(("guard", self.address, request_id, lease_sec))
         c._maybe_fail("guard", self.address)
         holder = c.guard_holder.get(self.address)
-        if holder and holder != request_id:
+        now = c.clock.monotonic() if c.clock else 0.0
+        if holder and holder != request_id and now < c.lease_deadline.get(self.address, float("inf")):
             raise PeerCallError("guard", self.address, grpc.StatusCode.FAILED_PRECONDITION, f"held by {holder}")
         c.guard_holder[self.address] = request_id
+        c.lease_deadline[self.address] = max(now + lease_sec, c.lease_deadline.get(self.address, 0.0)) \
+            if holder == request_id else now + lease_sec
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
     async def status(self, instance_id, request_id, endpoint_ids):
@@ -120,6 +128,8 @@ class FakeNodeManagerClient:
         c = self.cluster
         c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
                         store_port))
+        if c.on_apply is not None:
+            c.on_apply()
         c._maybe_fail("apply", self.address)
         results = []
         for r in endpoint_ids:
@@ -140,6 +150,8 @@ class FakeNodeManagerClient:
         c._maybe_fail("finalize" if commit else "abort", self.address)
         if c.guard_holder.get(self.address) != request_id:
             raise PeerCallError("finalize", self.address, grpc.StatusCode.FAILED_PRECONDITION, "stale")
+        if commit and c.clock is not None and c.clock.monotonic() >= c.lease_deadline.get(self.address, float("inf")):
+            raise PeerCallError("finalize", self.address, grpc.StatusCode.FAILED_PRECONDITION, "lease expired")
         del c.guard_holder[self.address]
         if commit:
             c.retired.setdefault(self.address, set()).update(retired_ids)
@@ -224,6 +236,7 @@ def make_config(**ft) -> ControllerConfig:
 def make_core(cluster: FakeCluster, config: ControllerConfig | None = None, coordinator: FakeCoordinator | None = None,
               store: MemoryRuntimeStore | None = None, fast_recovery=None) -> tuple[ControllerCore, ManualClock]:
     clock = ManualClock()
+    cluster.clock = clock
     peers = ControllerPeers(FakeNodeManagers(cluster), coordinator)  # type: ignore[arg-type]
     core = ControllerCore(config or make_config(), store or MemoryRuntimeStore(), peers, clock, fast_recovery)
     return core, clock

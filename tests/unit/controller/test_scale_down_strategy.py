@@ -765,3 +765,26 @@ async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_
     assert {(a[5], a[7]) for a in applies} == want and len(applies) == (2 if dead == {1} else 1)
     restored = core.registry.get(7).topology()
     assert sorted(p.dp_store_port_base for p in restored.pods) == [31000, 42000]
+
+
+async def test_a_round_slower_than_the_guard_lease_renews_it_and_commits_on_a_live_lease() -> None:
+    """Issue 13 item 11: the NodeManagers refuse finalize(commit) on an expired lease; the Controller
+    renews the guard (same request_id) while the round runs."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    lease = core.config.fault_tolerance_config.guard_lease_sec
+    slow = {"done": False}
+
+    def slow_apply() -> None:
+        if not slow["done"]:
+            slow["done"] = True
+            clock.advance(lease + 1.0)  # one NodeManager took longer than the whole lease
+
+    cluster.on_apply = slow_apply
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    renewals = [e for e in strategy.txn.events if e.name == "guard" and e.detail == "renew"]
+    assert len(renewals) == 2 and all(e.lease_sec == lease for e in renewals)
+    assert len([c for c in cluster.named("finalize") if c[3]]) == 2

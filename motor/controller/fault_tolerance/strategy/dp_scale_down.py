@@ -64,6 +64,7 @@ class DpScaleDownStrategy(Strategy):
         self._round_dead: set[int] = set()
         self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call)
         self._controller_committed = False
+        self._guarded_at_sec = 0.0
         self.last_observed_mono_sec = 0.0
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -132,6 +133,7 @@ class DpScaleDownStrategy(Strategy):
             self._gate()
             plan = self._plan()
             await self.calls.guard_all(plan, deps.config.fault_tolerance_config.guard_lease_sec)
+            self._guarded_at_sec = deps.clock.monotonic()
             plan = await self._await_apply_ready(plan)
             await self.drain()
             self._check_stop()
@@ -142,6 +144,7 @@ class DpScaleDownStrategy(Strategy):
             await self._await_recovered(plan)
             self.set_phase(FtPhase.POST_SCALE_CLEANUP)
             await self._persist(must=True)
+            await self._renew_guards_if_due()
             await self.calls.finalize_commit(plan)
             self._commit(plan)
         except (RoundFailed, Preempted) as exc:
@@ -203,6 +206,15 @@ class DpScaleDownStrategy(Strategy):
                       skew_sec=skew, endpoint_ids=sorted(sent))
         self._log(logging.INFO, "apply skew %.3fs over survivors %s", skew, sorted(sent))
 
+    async def _renew_guards_if_due(self) -> None:
+        """Renews the guard every third of its lease while the round runs (issue 13: a round slower
+        than the lease must not rely on an expired lease)."""
+        lease = self.deps.config.fault_tolerance_config.guard_lease_sec
+        now = self.deps.clock.monotonic()
+        if now - self._guarded_at_sec >= lease / 3:
+            await self.calls.renew_guards(lease)
+            self._guarded_at_sec = now
+
     def _commit(self, plan: RoundPlan) -> None:
         # Every NodeManager committed: the engines' result is final, so the Controller commits too.
         self.deps.runtimes.commit_round(self.instance_id, plan.removed_this_round)
@@ -231,6 +243,7 @@ class DpScaleDownStrategy(Strategy):
         polls = 0
         while True:
             self._check_stop()
+            await self._renew_guards_if_due()
             statuses = await self._query(plan)
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
             dead = sorted(r for r, v in verdicts.items() if v is Verdict.DEAD)

@@ -68,6 +68,15 @@ class RoundCalls:
             )))
         await self._gather(calls)
 
+    async def renew_guards(self, lease_sec: float) -> None:
+        """Same request_id again: the NodeManagers extend the lease to the later deadline, so a slow
+        round never commits on an expired lease (they refuse that)."""
+        addresses = [a for a in dict.fromkeys(self._guard_attempted) if a not in self._committed]
+        await self._gather((a, self._timed(
+            "guard", a, lambda c=self._nodemanagers.get(a): c.guard(self._instance_id, self._request_id, lease_sec),
+            {"lease_sec": lease_sec, "detail": "renew"},
+        )) for a in addresses)
+
     async def status(self, plan: RoundPlan) -> list[common_pb2.EngineFtStatus]:
         calls = []
         for pod in plan.pods:
