@@ -227,7 +227,12 @@ class FtProxy:
         if commit:
             check_endpoint_ids(ids, local=self._supervisor.ids, field="retired_ids", allow_empty=True,
                                allow_headless=True, allow_retired=True)
-        self.guard_state.require_holder(request_id, "finalize")
+        # A commit needs the live lease (an expired one may already have let another round in); an
+        # abort only ends what its holder started, so an expired, unreplaced lease may still abort.
+        if commit:
+            self.guard_state.require_live(request_id, "finalize")
+        else:
+            self.guard_state.require_holder(request_id, "finalize")
         if not commit:
             if ids:
                 log.warning("instance=%d request_id=%s finalize(abort) ignores retired_ids %s", self._instance,

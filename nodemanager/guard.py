@@ -5,9 +5,10 @@
   is live is refused (FAILED_PRECONDITION naming both ids and the remaining lease); once the lease
   has expired anyone may take the guard.
 * While the lease is live the NodeManager freezes its own self-restart/"suicide" paths.
-* Apply needs the *live* lease of its request_id. Finalize needs the recorded holder: an expired
-  lease that nobody replaced still belongs to its request_id (so the transaction can still end), but
-  a finalize from any other id is stale and never releases the guard of a newer transaction.
+* Apply and finalize(commit) need the *live* lease of their request_id (RFC §6: an expired lease or
+  a wrong id is refused). finalize(abort) needs the recorded holder: an expired lease that nobody
+  replaced still belongs to its request_id, so the transaction can still be called off, but a
+  finalize from any other id is stale and never releases the guard of a newer transaction.
 * ``ForwardedApplies`` remembers request_ids whose apply was forwarded, so an apply is never
   forwarded twice (ALREADY_EXISTS), bounded to the most recent ids.
 """

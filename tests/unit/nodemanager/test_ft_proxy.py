@@ -169,3 +169,15 @@ def test_finalize_abort_releases_without_retiring(env) -> None:
     result = proxy.finalize(instance_id=7, request_id="r1", commit=False, retired_ids=[2])
     assert result.guard_released and result.retired_ids == [] and state.retired == frozenset() and not commits
     proxy.guard("r2", 10, 7)  # the guard is free again
+
+
+def test_finalize_commit_is_refused_on_an_expired_lease_abort_is_not(env) -> None:
+    """Issue 13 item 11: RFC §6, an expired lease (or a wrong id) is refused by the NodeManager."""
+    proxy, state, clock, commits = env
+    proxy.guard("r1", 10, 7)
+    clock.now = 11.0
+    with pytest.raises(FailedPrecondition, match="lease of request_id 'r1' expired"):
+        proxy.finalize(instance_id=7, request_id="r1", commit=True, retired_ids=[2])
+    assert not state.retired and not commits
+    result = proxy.finalize(instance_id=7, request_id="r1", commit=False, retired_ids=[])
+    assert result.guard_released and proxy.guard_state.holder is None
