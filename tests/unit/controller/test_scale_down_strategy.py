@@ -788,3 +788,35 @@ async def test_a_round_slower_than_the_guard_lease_renews_it_and_commits_on_a_li
     renewals = [e for e in strategy.txn.events if e.name == "guard" and e.detail == "renew"]
     assert len(renewals) == 2 and all(e.lease_sec == lease for e in renewals)
     assert len([c for c in cluster.named("finalize") if c[3]]) == 2
+
+
+async def test_one_nodemanager_fails_finalize_commit_while_the_other_committed() -> None:
+    """Issue 13 (missing test): the vendor's half-applied defect. Pod .2 retires rank 1, pod .3 refuses
+    its commit: the Controller does not commit, falls back to the whole rebuild, and no publication
+    ever routes to a retired rank nor leaves a serving rank retired."""
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, coordinator=coord)
+    await assemble(core, cluster)
+    violations: list[str] = []
+
+    def check_publication(event: str) -> None:
+        retired = set().union(*cluster.retired.values()) if cluster.retired else set()
+        routed = set(coord.view.get(7, []))
+        if routed & retired:
+            violations.append(f"{event}: routes to retired {sorted(routed & retired)}")
+
+    coord.on_refresh = check_publication
+    cluster.fail[("finalize", "127.0.0.3:1")] = grpc.StatusCode.UNAVAILABLE
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.DEAD if r == 1 else EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    del cluster.fail[("finalize", "127.0.0.3:1")]
+    txns = core.timelines.transactions(7)
+    assert [t.strategy for t in txns] == ["dp_scale_down", "instance_reconfiguration"]
+    assert txns[0].outcome.startswith("failed") and txns[1].outcome == "succeeded"
+    assert not violations
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.NORMAL and rt.dead_committed == frozenset()
+    assert not cluster.retired.get("127.0.0.2:1") and coord.view == {7: [0, 1, 2, 3]}
