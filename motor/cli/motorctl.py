@@ -2,7 +2,8 @@
 
   motorctl status [--json]            the RFC §7 runtime of every instance
   motorctl watch [--count N]          phase changes as they happen
-  motorctl timeline INSTANCE          the last recovery transactions, stage by stage
+  motorctl timeline INSTANCE          the last recovery transactions, step by step, with a stage bar
+  motorctl timeline INSTANCE --follow each transaction as it finishes (steps and stage bar)
   motorctl instances                  what the Coordinator routes to
   motorctl inject URL FAULT [k=v...]  an engine fault through the reference engine's admin route
   motorctl hw-fault NODE [NPU]        a MindCluster-shaped hardware fault: ReportHardwareFault, or
@@ -33,8 +34,10 @@ from google.protobuf import json_format
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from motor.cli import engine_check
+from motor.cli.stage_bar import stage_bar
 from motor.common.config import ClientTlsConfig, ConfigError, build_config
 from motor.common.grpc_server import open_sync_channel
+from motor.controller.fault_tolerance.stages import transaction_stages
 from motor.sim.client import InjectionError, inject_fault
 
 ChannelFactory = Callable[[str], grpc.Channel]
@@ -81,7 +84,12 @@ def _clock(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
 
 
-def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse) -> str:
+def _unicode(out: TextIO) -> bool:
+    """Block characters only where the output can encode them (a StringIO or a UTF-8 terminal)."""
+    return "utf" in (getattr(out, "encoding", None) or "utf-8").lower()
+
+
+def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse, unicode: bool = True) -> str:
     lines = []
     for txn in resp.transactions:
         took = f"{txn.ended_at_unix_sec - txn.started_at_unix_sec:.3f}s" if txn.ended_at_unix_sec else "running"
@@ -97,7 +105,41 @@ def timeline_text(instance_id: int, resp: controller_pb2.GetTimelineResponse) ->
             if e.detail:
                 parts.append(e.detail)
             lines.append(" ".join(parts))
+        if txn.ended_at_unix_sec and transaction_stages(txn):
+            lines += ["  " + line for line in stage_bar(txn, unicode=unicode).splitlines()]
     return "\n".join(lines) if lines else f"instance {instance_id}: no transactions yet"
+
+
+# Transactions read per wake-up when following: more than finish between two runtime changes.
+FOLLOW_LIMIT = 5
+
+
+def follow_timeline(stub: controller_pb2_grpc.ControllerStub, instance_id: int, count: int, out: TextIO) -> None:
+    """Prints each transaction of the instance once it has finished: its steps and its stage bar. Every
+    runtime change on the Watch stream (a transaction ends with one) reads the last transactions."""
+
+    def finished() -> list[controller_pb2.Transaction]:
+        resp = stub.GetTimeline(controller_pb2.GetTimelineRequest(instance_id=instance_id, limit=FOLLOW_LIMIT),
+                                timeout=RPC_TIMEOUT_SEC)
+        return [t for t in resp.transactions if t.ended_at_unix_sec]
+
+    printed = {(t.request_id, t.started_at_unix_sec) for t in finished()}
+    print(f"instance {instance_id}: following ({len(printed)} earlier transactions not shown; "
+          f"motorctl timeline {instance_id} lists them)", file=out, flush=True)
+    stream = stub.WatchFaultToleranceStatus(controller_pb2.WatchFaultToleranceStatusRequest(instance_ids=[instance_id]))
+    shown = 0
+    for _ in stream:
+        for txn in finished():
+            key = (txn.request_id, txn.started_at_unix_sec)
+            if key in printed:
+                continue
+            printed.add(key)
+            print(timeline_text(instance_id, controller_pb2.GetTimelineResponse(transactions=[txn]), _unicode(out)),
+                  file=out, flush=True)
+            shown += 1
+            if count and shown >= count:
+                stream.cancel()
+                return
 
 
 def instances_text(resp: coordinator_pb2.ListInstancesResponse) -> str:
@@ -184,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("instance_id", type=int)
     tl.add_argument("--limit", type=int, default=0)
     tl.add_argument("--json", action="store_true")
+    tl.add_argument("--follow", action="store_true", help="print each transaction as it finishes, until interrupted")
+    tl.add_argument("--count", type=int, default=0, help="with --follow: stop after N transactions (0: never)")
     sub.add_parser("instances", help="what the Coordinator routes to")
     inj = sub.add_parser("inject", help="engine fault through the reference engine's admin route")
     inj.add_argument("engine_url", help="e.g. http://127.0.0.2:8001")
@@ -245,12 +289,15 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
                     if args.count and seen >= args.count:
                         stream.cancel()
                         break
+        elif args.command == "timeline" and args.follow:
+            with channel_factory(args.controller) as ch:
+                follow_timeline(controller_pb2_grpc.ControllerStub(ch), args.instance_id, args.count, out)
         elif args.command == "timeline":
             with channel_factory(args.controller) as ch:
                 resp = controller_pb2_grpc.ControllerStub(ch).GetTimeline(
                     controller_pb2.GetTimelineRequest(instance_id=args.instance_id, limit=args.limit), timeout=RPC_TIMEOUT_SEC)
             print(json_format.MessageToJson(resp, preserving_proto_field_name=True) if args.json
-                  else timeline_text(args.instance_id, resp), file=out)
+                  else timeline_text(args.instance_id, resp, _unicode(out)), file=out)
         elif args.command == "instances":
             with channel_factory(args.coordinator) as ch:
                 resp = coordinator_pb2_grpc.CoordinatorStub(ch).ListInstances(
@@ -267,7 +314,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
-        if code == grpc.StatusCode.CANCELLED and args.command == "watch":
+        if code == grpc.StatusCode.CANCELLED and (args.command == "watch" or getattr(args, "follow", False)):
             return 0
         print(f"motorctl {args.command}: {code.name if code else 'ERROR'}: {details}", file=sys.stderr)
         return 1
