@@ -89,6 +89,11 @@ class FaultDeduper:
         self._seen.pop(endpoint_id, None)
         self._reported.pop(endpoint_id, None)
 
+    def rearm(self, endpoint_id: int) -> None:
+        """Forget what was seen, keep what was reported: the next fault is news even if it reads
+        like the last one, and a return to healthy still sends RECOVERED."""
+        self._seen.pop(endpoint_id, None)
+
     def last(self, endpoint_id: int) -> int | None:
         """The fault reported and not yet recovered, if any."""
         return self._reported.get(endpoint_id)
@@ -149,7 +154,7 @@ class EngineFtManager:
         """After a committed round: the Controller dropped the survivors' old evidence, so whatever
         they report next is news."""
         for endpoint_id in endpoint_ids:
-            self.dedupe.reset(endpoint_id)
+            self.dedupe.rearm(endpoint_id)
 
     def unwatch(self, endpoint_id: int) -> None:
         task = self._tasks.pop(endpoint_id, None)

@@ -85,8 +85,10 @@ def test_a_committed_round_rearms_so_an_identical_next_fault_is_reported() -> No
     d = FaultDeduper()
     entry = ("unhealthy", None, "RuntimeError", (), None, None)
     assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
-    d.reset(2)  # finalize(commit)
+    d.rearm(2)  # finalize(commit)
     assert d.observe(2, UNHEALTHY, entry) == UNHEALTHY
+    d.rearm(2)
+    assert d.observe(2, H) == RECOVERED  # what was reported still recovers
 
 
 def test_diagnosing_is_never_reported_and_never_recovers() -> None:
