@@ -18,8 +18,8 @@ PROG = "motor-engine-sim"
 
 # Today's defaults keep the RFC-era behaviour while Motor's NodeManager/Controller learn
 # `diagnosing`; vLLM's own behaviour is `--ft-dialect vllm --diagnosing-sec 1.5`.
-DEFAULT_FT_DIALECT = FtDialect.RFC
-DEFAULT_DIAGNOSING_SEC = 0.0
+DEFAULT_FT_DIALECT = FtDialect.VLLM
+DEFAULT_DIAGNOSING_SEC = 1.5
 
 
 @dataclass(frozen=True)
