@@ -25,4 +25,5 @@ Modules:
   ft_service         motor.v1.NodeManagerFaultTolerance servicer
   lifecycle_service  motor.v1.NodeManager servicer
   errors, rpc        typed refusals and their one mapping to gRPC status codes
+  metrics            NodeManagerMetrics: polls, reports, exits, guard, applies (GET /metrics on metrics_http)
 """

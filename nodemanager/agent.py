@@ -23,6 +23,7 @@ from pathlib import Path
 from gen.motor.v1 import common_pb2, controller_pb2
 from motor.common.config import NodeManagerConfig
 from motor.common.ports import free_port
+from motor.common.security import client_tls
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance
@@ -31,6 +32,7 @@ from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from nodemanager.ft_poller import ENGINE_DEAD, EngineFtManager, FaultReport
 from nodemanager.ft_proxy import FtProxy
 from nodemanager.guard import GuardState
+from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
 from nodemanager.reporter import FaultReporter
 from nodemanager.supervisor import EngineExit, ProcessSupervisor, RunState
@@ -65,22 +67,27 @@ class NodeManagerAgent:
         self.state = PodState(config.instance_id, config.fault_tolerance_config.enable_dp_scale_down_proxy)
         self.polling_enabled = config.fault_tolerance_config.enable_fault_tolerance and config.ft_capability.engine_ft_enabled
         self.guard = GuardState(clock)
+        self.metrics = NodeManagerMetrics()
         self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
         self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
                                             on_stopping=self._on_stopping)
         self.controller = ControllerClient(config.controller_address, timeout_sec=config.controller_request_timeout_sec,
-                                           tls=config.client_tls)
+                                           tls=client_tls(config.client_tls, config.security))
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
-            is_retired=self.state.is_retired,
+            is_retired=self.state.is_retired, metrics=self.metrics,
         )
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
             timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
             report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
+            metrics=self.metrics,
         )
-        self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit)
+        self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
+                             metrics=self.metrics)
+        self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
+                                    report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched))
         self.link: ControllerLink | None = None
         self.grpc_address = ""
         self.dp_master_port = config.dp_master_port
@@ -174,6 +181,7 @@ class NodeManagerAgent:
             self.link.poke()
 
     def _on_exit(self, ev: EngineExit) -> None:
+        self.metrics.engine_exit(ev.intentional)
         self.poller.unwatch(ev.endpoint_id)
         if self.link is not None:
             self.link.poke()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from gen.motor.v1 import controller_pb2
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import EngineAddress, EngineHttpClient
+from nodemanager.metrics import NodeManagerMetrics
 
 log = logging.getLogger("nodemanager.ft_poller")
 
@@ -127,6 +128,7 @@ class EngineFtManager:
         report: Callable[[FaultReport], None],
         instance_id: int,
         still_polled: Callable[[int], bool] = lambda _: True,
+        metrics: NodeManagerMetrics | None = None,
     ) -> None:
         self._http = http
         self._interval = interval_sec
@@ -138,6 +140,7 @@ class EngineFtManager:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.dedupe = FaultDeduper()
         self.polls = 0
+        self._metrics = metrics or NodeManagerMetrics()
 
     @property
     def watched(self) -> list[int]:
@@ -192,14 +195,17 @@ class EngineFtManager:
             return None
         self.polls += 1
         entry: EngineStatusEntry | None = None
+        started, error = time.monotonic(), ""
         try:
             entry = await self._http.read_status(addr, self._timeout)
             observation = classify(entry)
             evidence = entry.describe()
         except (EngineTimeout, EngineUnreachable) as exc:
             observation, evidence = DEAD, str(exc)
+            error = "timeout" if isinstance(exc, EngineTimeout) else "unreachable"
         except EngineProtocolError as exc:
-            observation, evidence = PROTOCOL_ERROR, str(exc)
+            observation, evidence, error = PROTOCOL_ERROR, str(exc), "protocol"
+        self._metrics.poll(time.monotonic() - started, error)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
         kind = self.dedupe.observe(endpoint_id, observation, entry_identity(entry))

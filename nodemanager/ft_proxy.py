@@ -45,6 +45,7 @@ from nodemanager.errors import (
     Unavailable,
 )
 from nodemanager.guard import ForwardedApplies, GuardGrant, GuardState, check_request_id
+from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
 from nodemanager.supervisor import ProcessSupervisor
 
@@ -85,6 +86,7 @@ class FtProxy:
         guard: GuardState,
         *,
         on_commit: Callable[[list[int], str], None],
+        metrics: NodeManagerMetrics | None = None,
     ) -> None:
         self._config = config
         self._state = state
@@ -94,6 +96,7 @@ class FtProxy:
         self.applies = ForwardedApplies()
         self._on_commit = on_commit
         self._instance = config.instance_id
+        self._metrics = metrics or NodeManagerMetrics()
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -186,12 +189,16 @@ class FtProxy:
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
                     timeout_sec: float | None = None, dp_store_port: int = 0) -> ApplyResult:
         self._require_enabled()
-        ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
-                                dp_master_rank, list(endpoint_ids))
-        if dp_store_port and not 1024 <= dp_store_port <= 65535:
-            raise InvalidArgument(f"dp_store_port {dp_store_port} is not a port in 1024..65535 (0: the pod's own)")
-        self.guard_state.require_live(request_id, "apply")
-        self.applies.claim(request_id)
+        try:
+            ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
+                                    dp_master_rank, list(endpoint_ids))
+            if dp_store_port and not 1024 <= dp_store_port <= 65535:
+                raise InvalidArgument(f"dp_store_port {dp_store_port} is not a port in 1024..65535 (0: the pod's own)")
+            self.guard_state.require_live(request_id, "apply")
+            self.applies.claim(request_id)
+        except NodeManagerError:
+            self._metrics.apply_call("refused")
+            raise
         # The Controller's choice (the new master's pod, the same on every survivor) wins; without
         # one this pod's own base + master rank.
         store_port = dp_store_port or self._config.dp_store_port_base + dp_master_rank
@@ -216,7 +223,11 @@ class FtProxy:
                     "instance=%d rank=%d request_id=%s apply %s: HTTP %d engine_request_id=%r %s (%.3fs)",
                     self._instance, o.endpoint_id, request_id, "accepted" if o.accepted else "NOT accepted",
                     o.http_status, o.engine_request_id, o.message, o.elapsed_sec)
-        return ApplyResult(all(o.accepted for o in outcomes), outcomes, store_port)
+        for o in outcomes:
+            self._metrics.engine_apply(o.accepted)
+        accepted = all(o.accepted for o in outcomes)
+        self._metrics.apply_call("accepted" if accepted else "not_accepted")
+        return ApplyResult(accepted, outcomes, store_port)
 
     # -- finalize ---------------------------------------------------------------------------
     def finalize(self, *, instance_id: int, request_id: str, commit: bool, retired_ids: list[int]) -> FinalizeResult:
@@ -238,10 +249,12 @@ class FtProxy:
                 log.warning("instance=%d request_id=%s finalize(abort) ignores retired_ids %s", self._instance,
                             request_id, ids)
             self.guard_state.release(request_id)
+            self._metrics.finalizes.labels("abort").inc()
             log.info("instance=%d request_id=%s finalize(abort): guard released", self._instance, request_id)
             return FinalizeResult(sorted(self._state.retired), True, [])
         new = self._state.retire(ids)
         self.guard_state.release(request_id)
+        self._metrics.finalizes.labels("commit").inc()
         log.info("instance=%d request_id=%s finalize(commit): retired %s (newly %s), cumulative %s; guard released",
                  self._instance, request_id, sorted(ids), new, sorted(self._state.retired))
         if new:

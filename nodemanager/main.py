@@ -20,6 +20,8 @@ from typing import Any
 from gen.motor.v1 import node_manager_pb2_grpc
 from motor.common.config import NodeManagerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.metrics_http import MetricsListener
+from motor.common.security import log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.ft_service import FtServicer
@@ -46,10 +48,12 @@ class NodeManagerService:
         self.exit_code: int | None = None
         self._exit_request = exit_request or _signal_self
         self.agent = NodeManagerAgent(config, exit_hook=self._request_exit)
+        self._metrics = MetricsListener(self.agent.metrics.registry, config.metrics_http.host, config.metrics_http.port,
+                                        f"nodemanager pod={config.pod_ip}")
         ft = FtServicer(self.agent.proxy)
         lifecycle = LifecycleServicer(self.agent)
         self._grpc = GrpcServer(
-            config.server,
+            server_config(config.server, config.security),
             [
                 ServiceBinding(
                     "motor.v1.NodeManager",
@@ -74,17 +78,20 @@ class NodeManagerService:
         return self._grpc.port
 
     async def start(self) -> dict[str, Any]:
+        log_transport(f"nodemanager pod={self.config.pod_ip}", self.config.security, self.config.server)
         port = await self._grpc.start()
         host = self.config.server.host
         if host in ("0.0.0.0", "::", ""):
             host = self.config.pod_ip
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        metrics_port = await self._metrics.start()
         await self.agent.start(address)
-        return {"grpc_port": port, "log_dir": str(self.agent.log_dir)}
+        return {"grpc_port": port, "log_dir": str(self.agent.log_dir), "metrics_port": metrics_port}
 
     async def stop(self) -> None:
         await self._grpc.stop()
         await self.agent.stop()
+        await self._metrics.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import grpc
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_client import ControllerClient, rpc_error_text
 from nodemanager.ft_poller import FaultReport, kind_name
+from nodemanager.metrics import NodeManagerMetrics
 
 log = logging.getLogger("nodemanager.reporter")
 
@@ -38,6 +39,7 @@ class FaultReporter:
         queue_size: int,
         attempts: int,
         is_retired: Callable[[int], bool],
+        metrics: NodeManagerMetrics | None = None,
     ) -> None:
         self._client = client
         self._pod_ip = pod_ip
@@ -49,6 +51,7 @@ class FaultReporter:
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.lost = 0
+        self._metrics = metrics or NodeManagerMetrics()
 
     def start(self) -> None:
         if self._task is None:
@@ -64,10 +67,12 @@ class FaultReporter:
         if self._is_retired(report.endpoint_id):
             log.info("instance=%d rank=%d %s not reported: endpoint is retired", self._instance,
                      report.endpoint_id, kind_name(report.kind))
+            self._metrics.reports_dropped.labels("retired").inc()
             return
         if len(self._queue) == self._queue.maxlen:
             dropped = self._queue[0]
             self.lost += 1
+            self._metrics.reports_dropped.labels("queue_full").inc()
             log.error("instance=%d rank=%d fault report %s dropped: queue full (%d waiting)", self._instance,
                       dropped.endpoint_id, kind_name(dropped.kind), len(self._queue))
         self._queue.append(report)
@@ -111,19 +116,23 @@ class FaultReporter:
                 final = isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _TRANSIENT
                 if final:
                     self.lost += 1
+                    self._metrics.reports_dropped.labels("refused").inc()
                     log.error("instance=%d rank=%d fault report %s refused by the controller: %s", self._instance,
                               report.endpoint_id, kind_name(report.kind), rpc_error_text(exc))
                     return
                 if attempt == self._attempts:
                     self.lost += 1
+                    self._metrics.reports_dropped.labels("attempts_exhausted").inc()
                     log.error("instance=%d rank=%d fault report %s lost after %d attempts: %s", self._instance,
                               report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
                     return
                 log.warning("instance=%d rank=%d fault report %s attempt %d failed: %s", self._instance,
                             report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
+                self._metrics.report_retries.inc()
                 await asyncio.sleep(_BACKOFF_SEC[min(attempt - 1, len(_BACKOFF_SEC) - 1)])
                 continue
             self.sent += 1
+            self._metrics.reports_sent.labels(kind_name(report.kind)).inc()
             if resp.accepted:
                 log.info("instance=%d rank=%d fault report %s delivered", self._instance, report.endpoint_id,
                          kind_name(report.kind))

@@ -378,6 +378,9 @@ class NodeManagerConfig(_Model):
     client_tls: ClientTlsConfig | None = None
     security: SecurityConfig | None = None
     instance_id: Annotated[int, Field(ge=0)]
+    # GET /metrics (Prometheus) on a listener of its own; port 0 picks a free one (metrics_port in
+    # the ready file).
+    metrics_http: HttpListenConfig = HttpListenConfig()
     role: Literal["prefill", "decode", "union"] = "union"
     model: str = "motor-sim"
     dp_size: Annotated[int, Field(ge=1, le=4096)]
