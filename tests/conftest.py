@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,3 +28,21 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.endpoint
     finally:
         server.stop()
+
+
+_FUZZ_LINES = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def fuzz_report(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Fuzz tests report how many cases ran (and how they ended); shown in the session summary."""
+    lines = request.config.stash.setdefault(_FUZZ_LINES, [])
+    return lambda line: lines.append(line)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    lines = config.stash.get(_FUZZ_LINES, [])
+    if lines:
+        terminalreporter.section("fuzz cases run")
+        for line in lines:
+            terminalreporter.write_line(line)

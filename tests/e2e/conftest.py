@@ -4,6 +4,11 @@ Artifacts go to $MOTOR_E2E_OUT (default runs/e2e-<date>) / <test name>/: the pro
 artifacts.json with what RFC §8 asks every case to keep: the injection (command and target rank),
 engine and controller timelines, apply bodies and their 202s, dead_committed, the coordinator
 endpoint set, pod stops, and inference after recovery.
+
+Transport: every row runs plaintext; the rows in MTLS_ROWS run a second time with mTLS and roles on
+every contract (`ClusterSpec(tls=True)`: certificates in <run dir>/pki, HTTPS status page and OpenAI
+front, TLS etcd where the row starts one), as test ids ``[plain]`` and ``[mtls]``. MOTOR_E2E_MTLS=0
+runs the plaintext ones only.
 """
 
 from __future__ import annotations
@@ -21,6 +26,23 @@ import pytest
 from motor.launch.cluster import ClusterSpec, LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
+
+# A representative subset of the RFC §8 matrix, run with mTLS too: an ordinary-rank scale-down
+# under load, rank 0 as new master over consecutive rounds, a fallback row (static gate refusal →
+# whole-instance reconfiguration through the NodeManagers' lifecycle RPCs) and the controller
+# killed in SCALING_DOWN and restarted on (TLS) etcd.
+MTLS_ROWS = frozenset({
+    "test_ordinary_rank_under_load",
+    "test_rank0_new_master_and_consecutive_rounds",
+    "test_static_gate_refusal_records_reason_and_falls_back",
+    "test_controller_killed_in_scaling_down_restarts_into_reconfiguration",
+})
+TRANSPORTS = ("plain", "mtls") if os.environ.get("MOTOR_E2E_MTLS", "1") != "0" else ("plain",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "transport" in metafunc.fixturenames and metafunc.function.__name__ in MTLS_ROWS:
+        metafunc.parametrize("transport", TRANSPORTS, indirect=True)
 OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("e2e-%Y%m%d-%H%M%S")))
 
 
@@ -75,10 +97,17 @@ def artifacts(run_dir: Path) -> Iterator[Artifacts]:
 
 
 @pytest.fixture
-def start_cluster(run_dir: Path, artifacts: Artifacts):
+def transport(request: pytest.FixtureRequest) -> str:
+    """"plain" or "mtls" (only the MTLS_ROWS are parametrized; every other row is plain)."""
+    return getattr(request, "param", "plain")
+
+
+@pytest.fixture
+def start_cluster(run_dir: Path, artifacts: Artifacts, transport: str):
     started: list[LocalCluster] = []
 
     def start(**spec_kwargs: Any) -> LocalCluster:
+        spec_kwargs.setdefault("tls", transport == "mtls")
         cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir)
         started.append(cluster)
         return cluster.start()

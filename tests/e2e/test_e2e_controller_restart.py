@@ -4,16 +4,19 @@ apply is never replayed."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from motor.launch.load import LoadGenerator, trigger_traffic
+from motor.launch.load import trigger_traffic
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_controller_killed_in_scaling_down_restarts_into_reconfiguration(start_cluster, artifacts, etcd_endpoint) -> None:
+def test_controller_killed_in_scaling_down_restarts_into_reconfiguration(start_cluster, artifacts) -> None:
+    # A private etcd in the run dir (TLS with client certificates under the mtls transport).
     cluster = start_cluster(
-        etcd_endpoints=[etcd_endpoint],
+        start_etcd=True,
         controller_overrides={"fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 60.0},
     )
     # Survivors accept the apply and then stay recovering, holding the round in SCALING_DOWN.
@@ -22,8 +25,14 @@ def test_controller_killed_in_scaling_down_restarts_into_reconfiguration(start_c
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     cluster.wait_until(lambda rt: rt["phase"] == "SCALING_DOWN", 60.0, "SCALING_DOWN")
-    first_round = cluster.timeline()[-1]
-    applies_before = [e for e in first_round["events"] if e["name"] == "apply"]
+    # SCALING_DOWN is entered as the applies go out; each is on the timeline once answered.
+    deadline = time.monotonic() + 10.0
+    while True:
+        first_round = cluster.timeline()[-1]
+        applies_before = [e for e in first_round["events"] if e["name"] == "apply"]
+        if len(applies_before) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     artifacts.record("timeline_before_kill", cluster.timeline())
     cluster.kill_controller()
     cluster.restart_controller()
@@ -37,7 +46,7 @@ def test_controller_killed_in_scaling_down_restarts_into_reconfiguration(start_c
     assert len(applies_before) == 2
     assert rt["dead_committed"] == [] and rt["alive_dp_ranks"] == [0, 1, 2, 3]
     assert rt["generation"] > 0
-    load = LoadGenerator(cluster.coordinator_http, concurrency=1, max_tokens=4)
+    load = cluster.load_generator(concurrency=1, max_tokens=4)
     result = load.send_one("after restart")
     artifacts.data["inference_after_recovery"].append({"status": result.status, "rank": result.rank})
     assert result.ok, result.error

@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
-from motor.launch.load import LoadGenerator, trigger_traffic
+from motor.common.security import Role
+from motor.launch.load import trigger_traffic
 
 def fallback_cause(txn: dict) -> str:
     return next(e["fallback_cause"] for e in txn["events"] if e["event_kind"] == "DECISION")
@@ -40,7 +41,7 @@ def _wait_reconfigured(cluster, timeout_sec: float = 120.0) -> dict:
 
 
 def _infer_all_ranks(cluster, artifacts) -> None:
-    load = LoadGenerator(cluster.coordinator_http, concurrency=1, max_tokens=4)
+    load = cluster.load_generator(concurrency=1, max_tokens=4)
     results = [load.send_one(f"after recovery {i}") for i in range(4)]
     artifacts.data["inference_after_recovery"].extend({"status": r.status, "rank": r.rank} for r in results)
     assert all(r.ok for r in results), [r.error for r in results]
@@ -77,7 +78,7 @@ def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) ->
 
 def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifacts) -> None:
     cluster = start_cluster(controller_overrides=FAST, capability={"num_redundant_experts": 0})
-    LoadGenerator(cluster.coordinator_http, concurrency=1).send_one("warm")
+    cluster.load_generator(concurrency=1).send_one("warm")
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     _wait_reconfigured(cluster)
@@ -138,7 +139,7 @@ def test_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
     assert rt["phase"] == "DISABLED"
     address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
     codes = {}
-    with grpc.insecure_channel(address) as channel:
+    with cluster.grpc_channel(address, Role.CONTROLLER) as channel:  # the FT proxy is the Controller's
         ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
         for name, call, req in (
             ("Guard", ft.Guard, node_manager_pb2.GuardRequest(request_id="x", lease_sec=10, instance_id=1)),

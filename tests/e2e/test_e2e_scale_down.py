@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
-from motor.launch.load import LoadGenerator, trigger_traffic
+from motor.common.security import Role
+from motor.launch.load import trigger_traffic
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -18,7 +19,7 @@ ROUND_SEC = 60.0
 
 
 def _infer(cluster, artifacts, expect_ranks) -> None:
-    load = LoadGenerator(cluster.coordinator_http, concurrency=1, max_tokens=4)
+    load = cluster.load_generator(concurrency=1, max_tokens=4)
     results = [load.send_one(f"after recovery {i}") for i in range(4)]
     artifacts.data["inference_after_recovery"].extend(
         {"status": r.status, "rank": r.rank, "error": r.error} for r in results)
@@ -33,7 +34,7 @@ def _applies(txn) -> list[dict]:
 def _assert_typed_grpc_timeline(cluster) -> None:
     """GetTimeline carries the round's facts as typed fields: removed ranks, apply targets, 202s and
     the request id each engine answered with."""
-    with grpc.insecure_channel(cluster.controller_address) as channel:
+    with cluster.grpc_channel(cluster.controller_address) as channel:
         resp = controller_pb2_grpc.ControllerStub(channel).GetTimeline(
             controller_pb2.GetTimelineRequest(instance_id=cluster.spec.instance_id), timeout=5)
     txn = resp.transactions[-1]
@@ -55,7 +56,7 @@ def _assert_typed_grpc_timeline(cluster) -> None:
 
 def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     cluster = start_cluster()
-    load = LoadGenerator(cluster.coordinator_http, concurrency=4, max_tokens=8, max_duration_sec=120).start()
+    load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=120).start()
     try:
         time.sleep(1.5)
         artifacts.injection(cluster, 1, "executor_death")
@@ -84,7 +85,7 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
 
 def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> None:
     cluster = start_cluster()
-    load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=150).start()
+    load = cluster.load_generator(concurrency=2, max_tokens=8, max_duration_sec=150).start()
     try:
         artifacts.injection(cluster, 1, "executor_death")
         cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
@@ -115,7 +116,7 @@ def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_
     cluster = start_cluster(enable_dp_scale_up=scale_up)
     # With scale-up on, the emptied pod's NodeManager is told to stop and exits.
     cluster.nodemanagers["127.0.0.2"].expected_exit = scale_up
-    load = LoadGenerator(cluster.coordinator_http, concurrency=2, max_tokens=8, max_duration_sec=120).start()
+    load = cluster.load_generator(concurrency=2, max_tokens=8, max_duration_sec=120).start()
     try:
         artifacts.injection(cluster, 0, "executor_death")
         artifacts.injection(cluster, 1, "executor_death")
@@ -144,7 +145,7 @@ def test_heartbeat_and_ft_proxy_after_commit(start_cluster, artifacts) -> None:
     trigger_traffic(cluster)
     cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
     address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
-    with grpc.insecure_channel(address) as channel:
+    with cluster.grpc_channel(address, Role.CONTROLLER) as channel:  # the FT proxy is the Controller's
         pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
         ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
         with pytest.raises(grpc.RpcError) as info:
