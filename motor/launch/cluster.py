@@ -152,13 +152,13 @@ class LocalCluster:
     def _security(self, role: Role) -> dict[str, Any] | None:
         return self.pki.security(role) if self.pki is not None else None
 
-    @property
-    def operator_tls(self) -> ClientTlsConfig | None:
-        """What the launcher (and a test) presents to the services: the operator certificate."""
+    def client_tls(self, role: Role = Role.OPERATOR) -> ClientTlsConfig | None:
+        """What the launcher (and a test) presents to the services: the operator certificate, or the
+        one of the role a test plays."""
         if self.pki is None:
             return None
-        return ClientTlsConfig(ca_file=self.pki.ca_file, cert_file=self.pki.cert_file(Role.OPERATOR),
-                               key_file=self.pki.key_file(Role.OPERATOR))
+        return ClientTlsConfig(ca_file=self.pki.ca_file, cert_file=self.pki.cert_file(role),
+                               key_file=self.pki.key_file(role))
 
     def http_context(self) -> ssl.SSLContext | None:
         """HTTPS to the status page and the OpenAI front, as the operator."""
@@ -169,9 +169,9 @@ class LocalCluster:
                                                  self.pki.key_file(Role.OPERATOR))
         return self._http_ctx
 
-    def grpc_channel(self, address: str) -> grpc.Channel:
-        """A blocking channel to one of the cluster's services, as the operator when tls is on."""
-        return open_sync_channel(address, self.operator_tls)
+    def grpc_channel(self, address: str, role: Role = Role.OPERATOR) -> grpc.Channel:
+        """A blocking channel to one of the cluster's services, as `role` (operator) when tls is on."""
+        return open_sync_channel(address, self.client_tls(role))
 
     def load_generator(self, **kwargs: Any) -> LoadGenerator:
         """Completions through the Coordinator (https when tls is on)."""
@@ -224,7 +224,8 @@ class LocalCluster:
         for pod_ip, ranks in spec.pods():
             name = f"nodemanager-{pod_ip}"
             self.nodemanagers[pod_ip] = self._start_service(
-                name, "motor-nodemanager", self.nodemanager_config(pod_ip, ranks), ["grpc_port"], ready_timeout_sec
+                name, "motor-nodemanager", self.nodemanager_config(pod_ip, ranks), ["grpc_port", "metrics_port"],
+                ready_timeout_sec,
             )
         self.wait_serving(ready_timeout_sec)
 
@@ -259,6 +260,7 @@ class LocalCluster:
         }
         cfg: dict[str, Any] = {
             "server": {"host": pod_ip, "port": 0},
+            "metrics_http": {"host": pod_ip, "port": 0},
             "pod_ip": pod_ip,
             "node_name": f"node-{pod_ip}",
             "controller_address": f"127.0.0.1:{self.controller.info['grpc_port']}",
@@ -331,6 +333,21 @@ class LocalCluster:
         url = f"{self.controller_http}/controller/fault_tolerance/timeline?instance_id={self.spec.instance_id}"
         with urllib.request.urlopen(url, timeout=timeout_sec, context=self.http_context()) as resp:
             return json.load(resp)["transactions"]
+
+    def metrics_urls(self) -> dict[str, str]:
+        """GET /metrics of every service by its name: the Controller's and Coordinator's HTTP ports, each
+        NodeManager's own listener (metrics_port in its ready file, always plain HTTP)."""
+        urls = {"controller": f"{self.controller_http}/metrics", "coordinator": f"{self.coordinator_http}/metrics"}
+        for pod_ip, svc in self.nodemanagers.items():
+            urls[svc.name] = f"http://{pod_ip}:{svc.info['metrics_port']}/metrics"
+        return urls
+
+    def scrape(self, name: str, timeout_sec: float = 5.0) -> str:
+        """The Prometheus text one service (a name of `metrics_urls`) exports now."""
+        url = self.metrics_urls()[name]
+        context = self.http_context() if url.startswith("https:") else None
+        with urllib.request.urlopen(url, timeout=timeout_sec, context=context) as resp:
+            return resp.read().decode()
 
     def published(self, timeout_sec: float = 5.0) -> dict[int, list[int]]:
         """Instance id → endpoint ids the Coordinator routes to (its own answer, via gRPC)."""
