@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gen.motor.v1 import node_manager_pb2_grpc
+from motor.common.authz import METRICS_ROLES, http_role_middleware
 from motor.common.config import NodeManagerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.metrics_http import MetricsListener
-from motor.common.security import log_transport, server_config
+from motor.common.security import http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.ft_service import FtServicer
@@ -48,8 +49,13 @@ class NodeManagerService:
         self.exit_code: int | None = None
         self._exit_request = exit_request or _signal_self
         self.agent = NodeManagerAgent(config, exit_hook=self._request_exit)
-        self._metrics = MetricsListener(self.agent.metrics.registry, config.metrics_http.host, config.metrics_http.port,
-                                        f"nodemanager pod={config.pod_ip}")
+        security = config.security
+        self._metrics = MetricsListener(
+            self.agent.metrics.registry, config.metrics_http.host, config.metrics_http.port,
+            f"nodemanager pod={config.pod_ip}",
+            ssl_context=http_server_context(security, require_client_cert=True) if security else None,
+            middlewares=[http_role_middleware(METRICS_ROLES, "nodemanager")] if security else (),
+        )
         ft = FtServicer(self.agent.proxy)
         lifecycle = LifecycleServicer(self.agent)
         self._grpc = GrpcServer(

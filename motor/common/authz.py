@@ -67,8 +67,10 @@ OPEN_SERVICES = frozenset({
     "grpc.reflection.v1.ServerReflection",
 })
 
-# The Controller's JSON pages (status, timeline, and whatever else it serves on that port).
+# The Controller's JSON pages (status, timeline, and /metrics on that port).
 STATUS_PAGE_ROLES = frozenset({OP, C})
+# A /metrics listener of its own (the NodeManager's): Prometheus scrapes with an operator certificate.
+METRICS_ROLES = frozenset({OP, C})
 
 RefusalHook = Callable[[str, str, str], None]  # (surface "grpc" | "http", method or path, role)
 _hooks: list[RefusalHook] = []

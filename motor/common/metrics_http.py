@@ -8,6 +8,9 @@ several services (or tests) in one process never collide on metric names.
 from __future__ import annotations
 
 import logging
+import ssl
+from collections.abc import Sequence
+from typing import Any
 
 import prometheus_client
 from aiohttp import web
@@ -38,7 +41,11 @@ def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None
 class MetricsListener:
     """`GET /metrics` on a host:port of its own (port 0 picks a free one); start() returns the port."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, what: str) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, what: str,
+                 ssl_context: ssl.SSLContext | None = None, middlewares: Sequence[Any] = ()) -> None:
+        """`ssl_context` and `middlewares`: HTTPS and role checks under `security`."""
+        self._ssl_context = ssl_context
+        self._middlewares = list(middlewares)
         self._registry = registry
         self._host = host
         self._port = port
@@ -47,11 +54,11 @@ class MetricsListener:
         self.port: int | None = None
 
     async def start(self) -> int:
-        app = web.Application()
+        app = web.Application(middlewares=self._middlewares, client_max_size=64 * 1024)
         add_metrics_route(app, self._registry)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
+        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -60,7 +67,8 @@ class MetricsListener:
                           f"{exc.strerror or exc}") from None
         self._runner = runner
         self.port = int(runner.addresses[0][1])
-        log.info("%s metrics on http://%s:%d%s", self._what, self._host, self.port, METRICS_PATH)
+        log.info("%s metrics on %s://%s:%d%s", self._what, "https" if self._ssl_context else "http", self._host,
+                 self.port, METRICS_PATH)
         return self.port
 
     async def stop(self) -> None:

@@ -39,6 +39,7 @@ class Cluster:
     coordinator: str
     nodemanager: str
     status_url: str
+    nm_metrics_url: str
 
 
 def _start(name: str, script: str, config: dict, tmp: Path, procs: list[ManagedProcess]) -> dict:
@@ -73,7 +74,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "log_dir": str(tmp / "engines"), "security": pki.security(Role.NODEMANAGER),
             "fault_tolerance_config": {"enable_dp_scale_down": True}}, tmp, procs)
         yield Cluster(pki, other, f"127.0.0.1:{ctl['grpc_port']}", f"127.0.0.1:{coord['grpc_port']}",
-                      f"{POD_IP}:{nm['grpc_port']}", f"https://127.0.0.1:{ctl['http_port']}/controller/fault_tolerance/status")
+                      f"{POD_IP}:{nm['grpc_port']}", f"https://127.0.0.1:{ctl['http_port']}/controller/fault_tolerance/status",
+                      f"https://127.0.0.1:{nm['metrics_port']}/metrics")
     finally:
         for proc in reversed(procs):
             proc.stop(grace_sec=10)
@@ -170,19 +172,22 @@ def _refused_handshake(url: str, context: ssl.SSLContext) -> OSError:
     return info.value
 
 
-def test_status_page_over_https_by_role(cluster: Cluster) -> None:
-    pki = cluster.pki
-    _refused_handshake(cluster.status_url, http_client_context(pki.ca_file))
-    _refused_handshake(cluster.status_url, http_client_context(pki.ca_file, cluster.other.cert_file(Role.OPERATOR),
-                                                               cluster.other.key_file(Role.OPERATOR)))
-    status, body = _get(cluster.status_url, http_client_context(pki.ca_file, pki.cert_file(Role.NODEMANAGER),
-                                                                pki.key_file(Role.NODEMANAGER)))
+@pytest.mark.parametrize("page", ["status_url", "nm_metrics_url"])
+def test_http_pages_over_https_by_role(cluster: Cluster, page: str) -> None:
+    pki, url = cluster.pki, getattr(cluster, page)
+    _refused_handshake(url, http_client_context(pki.ca_file))
+    _refused_handshake(url, http_client_context(pki.ca_file, cluster.other.cert_file(Role.OPERATOR),
+                                                cluster.other.key_file(Role.OPERATOR)))
+    status, body = _get(url, http_client_context(pki.ca_file, pki.cert_file(Role.NODEMANAGER),
+                                                 pki.key_file(Role.NODEMANAGER)))
     assert status == 403, body
     assert "is not allowed for role nodemanager" in json.loads(body)["detail"]
-    status, body = _get(cluster.status_url, http_client_context(pki.ca_file, pki.cert_file(Role.OPERATOR),
-                                                                pki.key_file(Role.OPERATOR)))
+    status, body = _get(url, http_client_context(pki.ca_file, pki.cert_file(Role.OPERATOR), pki.key_file(Role.OPERATOR)))
     assert status == 200, body
-    assert "instances" in json.loads(body)
+    if page == "status_url":
+        assert "instances" in json.loads(body)
+    else:
+        assert "# TYPE" in body
     # Plain HTTP to the TLS port gets no page.
     with pytest.raises(OSError):
-        urllib.request.urlopen(cluster.status_url.replace("https://", "http://"), timeout=5).read()
+        urllib.request.urlopen(url.replace("https://", "http://"), timeout=5).read()
