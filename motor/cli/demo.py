@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.cli.stage_bar import stage_bar
 from motor.launch.cluster import ClusterSpec, LocalCluster
 from motor.launch.load import LoadGenerator
 from motor.launch.shutdown import Terminated, exit_on_sigterm, sigterm_deferred
@@ -69,6 +71,16 @@ def print_timeline(txn: dict[str, Any]) -> None:
         print(f"    +{offset:6.2f}s {e['kind']:<8} {e['name']}{call}{detail}")
 
 
+def print_stage_bar(cluster: LocalCluster) -> None:
+    """The last round as a stage bar, from the typed timeline (GetTimeline: the stages need its fields)."""
+    with cluster.grpc_channel(cluster.controller_address) as channel:
+        resp = controller_pb2_grpc.ControllerStub(channel).GetTimeline(
+            controller_pb2.GetTimelineRequest(instance_id=cluster.spec.instance_id, limit=1), timeout=10)
+    if resp.transactions:
+        unicode = "utf" in (sys.stdout.encoding or "").lower()
+        print("\n".join("  " + line for line in stage_bar(resp.transactions[-1], unicode=unicode).splitlines()))
+
+
 def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False) -> int:
     failures: list[str] = []
 
@@ -106,6 +118,7 @@ def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False) -> int:
                 expect(published == alive, f"coordinator routes to {published}")
                 txn = cluster.timeline()[-1]
                 print_timeline(txn)
+                print_stage_bar(cluster)
                 expect(txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded", "round succeeded without fallback")
                 applies = [e for e in txn["events"] if e["name"] == "apply"]
                 expect(bool(applies) and all(e["outcome"] == "ok" for e in applies), "one accepted apply per pod with survivors")
