@@ -42,7 +42,14 @@ $(BUF):
 	command -v etcd >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
 	touch $@
 
-deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok
+# promtool (Debian `prometheus`, not started) checks deploy/prometheus/motor-rules.yaml and the
+# dashboard's PromQL in tests/unit/test_deploy_observability.py.
+.tools/promtool.ok:
+	@mkdir -p .tools
+	command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
+	touch $@
+
+deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
 test: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
