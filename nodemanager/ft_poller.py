@@ -52,6 +52,8 @@ class FaultReport:
     evidence: str
     status: EngineStatusEntry | None = None
     observed_at_unix_sec: float = 0.0
+    # When the engine was first seen diagnosing before this verdict (0: not seen).
+    diagnosing_observed_at_unix_sec: float = 0.0
 
 
 DIAGNOSING_OBSERVATION = -1  # not a report kind: the engine is still diagnosing
@@ -139,6 +141,8 @@ class EngineFtManager:
         self._instance = instance_id
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.dedupe = FaultDeduper()
+        # First diagnosing observation since the last verdict, per endpoint (wall time, for the report).
+        self._diagnosing_since: dict[int, float] = {}
         self.polls = 0
         self._metrics = metrics or NodeManagerMetrics()
 
@@ -210,10 +214,13 @@ class EngineFtManager:
             return None  # stopped, retired or exited while the read was in flight: not evidence
         kind = self.dedupe.observe(endpoint_id, observation, entry_identity(entry))
         if observation == DIAGNOSING_OBSERVATION:
+            self._diagnosing_since.setdefault(endpoint_id, time.time())
             log.debug("instance=%d rank=%d FT status %s: no verdict yet", self._instance, endpoint_id, evidence)
+            return None
+        diagnosing_at = self._diagnosing_since.pop(endpoint_id, 0.0)
         if kind is None:
             return None
         log.log(logging.INFO if kind == RECOVERED else logging.WARNING, "instance=%d rank=%d FT status %s: %s",
                 self._instance, endpoint_id, kind_name(kind), evidence)
-        self._report(FaultReport(endpoint_id, kind, evidence, entry, time.time()))
+        self._report(FaultReport(endpoint_id, kind, evidence, entry, time.time(), diagnosing_at))
         return kind

@@ -90,6 +90,7 @@ class FaultReporter:
             kind=report.kind,  # type: ignore[arg-type]
             evidence=report.evidence,
             observed_at_unix_sec=report.observed_at_unix_sec,
+            diagnosing_observed_at_unix_sec=report.diagnosing_observed_at_unix_sec,
         )
         if report.status is not None:
             req.status.CopyFrom(report.status.to_pb())

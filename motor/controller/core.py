@@ -190,7 +190,8 @@ class ControllerCore:
         self.metrics.fault_report(str(kind))
         observed = req.observed_at_unix_sec or self.clock.wall()
         detail = req.evidence or (req.status.fault_info if req.HasField("status") else "")
-        return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed)
+        return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed,
+                                           req.diagnosing_observed_at_unix_sec)
 
     # ---- publication -------------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ class ClusterSpec:
     # Extra dotted overrides, e.g. {"fault_tolerance_config.software_status_collection_timeout_sec": 8}.
     controller_overrides: dict[str, Any] = field(default_factory=dict)
     nodemanager_overrides: dict[str, Any] = field(default_factory=dict)
+    # Overrides of one pod's NodeManager only, by pod IP (applied after nodemanager_overrides).
+    pod_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     coordinator_overrides: dict[str, Any] = field(default_factory=dict)
     # FtCapability the NodeManagers report (the gate's input).
     capability: dict[str, Any] = field(default_factory=dict)
@@ -290,7 +292,7 @@ class LocalCluster:
             cfg["engine_extra_args"] = []
         if self.pki is not None:
             cfg["security"] = self._security(Role.NODEMANAGER)
-        for key, value in spec.nodemanager_overrides.items():
+        for key, value in [*spec.nodemanager_overrides.items(), *spec.pod_overrides.get(pod_ip, {}).items()]:
             set_dotted(cfg, key, value)
         return cfg
 

@@ -182,7 +182,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, known: _Optional[bool] = ..., config: _Optional[_Union[NodeManagerFtConfig, _Mapping]] = ...) -> None: ...
 
 class ReportSoftwareFaultRequest(_message.Message):
-    __slots__ = ("pod_ip", "instance_id", "endpoint_id", "kind", "evidence", "status", "observed_at_unix_sec")
+    __slots__ = ("pod_ip", "instance_id", "endpoint_id", "kind", "evidence", "status", "observed_at_unix_sec", "diagnosing_observed_at_unix_sec")
     POD_IP_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class ReportSoftwareFaultRequest(_message.Message):
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSING_OBSERVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     pod_ip: str
     instance_id: int
     endpoint_id: int
@@ -197,7 +198,8 @@ class ReportSoftwareFaultRequest(_message.Message):
     evidence: str
     status: _common_pb2.EngineFtStatus
     observed_at_unix_sec: float
-    def __init__(self, pod_ip: _Optional[str] = ..., instance_id: _Optional[int] = ..., endpoint_id: _Optional[int] = ..., kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., evidence: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.EngineFtStatus, _Mapping]] = ..., observed_at_unix_sec: _Optional[float] = ...) -> None: ...
+    diagnosing_observed_at_unix_sec: float
+    def __init__(self, pod_ip: _Optional[str] = ..., instance_id: _Optional[int] = ..., endpoint_id: _Optional[int] = ..., kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., evidence: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.EngineFtStatus, _Mapping]] = ..., observed_at_unix_sec: _Optional[float] = ..., diagnosing_observed_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class ReportSoftwareFaultResponse(_message.Message):
     __slots__ = ("accepted", "message")
@@ -321,7 +323,7 @@ class GetTimelineRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class TimelineEvent(_message.Message):
-    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id", "fallback_cause", "hardware_ranks", "skew_sec")
+    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id", "fallback_cause", "hardware_ranks", "skew_sec", "diagnosing_observed_at_unix_sec")
     AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +353,7 @@ class TimelineEvent(_message.Message):
     FALLBACK_CAUSE_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_RANKS_FIELD_NUMBER: _ClassVar[int]
     SKEW_SEC_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSING_OBSERVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     at_unix_sec: float
     kind: str
     name: str
@@ -380,7 +383,8 @@ class TimelineEvent(_message.Message):
     fallback_cause: FallbackCause
     hardware_ranks: _containers.RepeatedScalarFieldContainer[int]
     skew_sec: float
-    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ..., fallback_cause: _Optional[_Union[FallbackCause, str]] = ..., hardware_ranks: _Optional[_Iterable[int]] = ..., skew_sec: _Optional[float] = ...) -> None: ...
+    diagnosing_observed_at_unix_sec: float
+    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ..., fallback_cause: _Optional[_Union[FallbackCause, str]] = ..., hardware_ranks: _Optional[_Iterable[int]] = ..., skew_sec: _Optional[float] = ..., diagnosing_observed_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class Transaction(_message.Message):
     __slots__ = ("request_id", "strategy", "started_at_unix_sec", "ended_at_unix_sec", "outcome", "events")

@@ -51,6 +51,8 @@ class RankEvidence:
     observed_at_sec: float
     received_at_sec: float = 0.0
     received_mono_sec: float = 0.0
+    # When the NodeManager first saw the engine diagnosing before this verdict (0: not seen).
+    diagnosing_at_sec: float = 0.0
 
 
 class FaultNormalizer:

@@ -42,7 +42,7 @@ class EvidenceIntake:
 
     def record_software(
         self, runtime: FtRuntime, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
-        received_at_sec: float, now_sec: float,
+        received_at_sec: float, now_sec: float, diagnosing_at_sec: float = 0.0,
     ) -> RankEvidence | None:
         """The recorded evidence, or None for a committed dead rank. Raises NormalizationError."""
         evidence = FaultNormalizer(runtime.original_dp_ranks).normalize(
@@ -50,7 +50,8 @@ class EvidenceIntake:
         )
         if evidence is None:
             return None
-        evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec, received_mono_sec=now_sec)
+        evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec, received_mono_sec=now_sec,
+                                       diagnosing_at_sec=diagnosing_at_sec)
         state = self.of(runtime.instance_id)
         if evidence.health is Health.HEALTHY:
             state.evidence.pop(endpoint_id, None)

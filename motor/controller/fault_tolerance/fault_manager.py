@@ -44,12 +44,14 @@ class FaultManager:
             running.note_hardware(ranks, description)
 
     def report_software(
-        self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float
+        self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
+        diagnosing_at_sec: float = 0.0,
     ) -> str:
         """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError."""
         runtime = self.deps.runtimes.get(instance_id)
         evidence = self.intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
-                                               self.deps.clock.wall(), self.deps.clock.monotonic())
+                                               self.deps.clock.wall(), self.deps.clock.monotonic(),
+                                               diagnosing_at_sec)
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
         log.info("instance=%d rank=%d evidence=%s detail=%s", instance_id, endpoint_id, kind, detail)

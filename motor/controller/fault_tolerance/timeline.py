@@ -91,7 +91,8 @@ class Transaction:
         self.add(
             Kind.TIMELINE_EVENT_KIND_EVIDENCE, str(ev.kind), ev.observed_at_sec,
             ranks=[ev.rank], evidence_kind=evidence_kind_proto(ev.kind), observed_at_unix_sec=ev.observed_at_sec,
-            received_at_unix_sec=ev.received_at_sec, detail=f"rank {ev.rank} {ev.kind}: {ev.detail}",
+            received_at_unix_sec=ev.received_at_sec, diagnosing_observed_at_unix_sec=ev.diagnosing_at_sec,
+            detail=f"rank {ev.rank} {ev.kind}: {ev.detail}",
         )
 
     def phase(self, phase: FtPhase, at_sec: float, detail: str = "") -> None:

@@ -86,3 +86,11 @@ async def test_diagnosing_does_not_hide_a_death_or_a_new_fault() -> None:
 async def test_every_known_status_is_polled_without_error(status: str) -> None:
     kinds, _ = await poll_all([entry(status)])
     assert kinds == [{"unhealthy": UNHEALTHY, "dead": DEAD}.get(status)]
+
+
+async def test_a_verdict_after_diagnosing_carries_when_diagnosing_was_first_seen() -> None:
+    _, reports = await poll_all([entry("diagnosing"), entry("diagnosing"), entry("unhealthy", "RuntimeError"),
+                                 entry("healthy"), entry("unhealthy", "RuntimeError")])
+    first, recovered, second = reports
+    assert 0 < first.diagnosing_observed_at_unix_sec <= first.observed_at_unix_sec
+    assert recovered.kind == RECOVERED and second.diagnosing_observed_at_unix_sec == 0.0
