@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gen.motor.v1 import controller_pb2
@@ -51,7 +53,7 @@ def test_every_scale_down_stage_ends_where_the_next_begins() -> None:
     durations = {s.name: round(s.duration_sec, 6) for s in stages}
     assert durations == {"detection": 0.1, "decision": 0.9, "guard": 0.3, "apply_ready": 0.7, "drain": 0.5,
                          "apply": 0.5, "rebuild": 2.0, "commit": 1.0, "publish": 2.0}
-    assert all(a.end_unix_sec == b.start_unix_sec for a, b in zip(stages, stages[1:]))
+    assert all(a.end_unix_sec == b.start_unix_sec for a, b in itertools.pairwise(stages))
     assert fault_to_published_sec(round_txn()) == pytest.approx(8.0)
 
 

@@ -63,7 +63,7 @@ class Controller:
         return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
 
 
-async def until(predicate, timeout_sec: float = 10.0) -> None:  # noqa: ANN001
+async def until(predicate, timeout_sec: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_sec
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
@@ -136,8 +136,8 @@ async def test_guard_gauges_are_read_at_scrape_time_and_applies_by_outcome(agent
     a.proxy.guard("sd-1", 10.0, 7)
     assert value(m, "motor_nodemanager_guard_held") == 1
     assert value(m, "motor_nodemanager_guard_remaining_seconds") == 10.0
-    apply = dict(instance_id=7, request_id="sd-1", instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
-                 removed_dp_ranks=[1], dp_master_ip="127.0.0.2", dp_master_rank=0, endpoint_ids=[0])
+    apply = {"instance_id": 7, "request_id": "sd-1", "instruction": node_manager_pb2.INSTRUCTION_SCALE_DOWN,
+             "removed_dp_ranks": [1], "dp_master_ip": "127.0.0.2", "dp_master_rank": 0, "endpoint_ids": [0]}
     result = await a.proxy.apply(**apply)  # forwarded, but the engine was never launched: not accepted
     assert not result.accepted
     assert value(m, "motor_nodemanager_apply_calls_total", outcome="not_accepted") == 1
@@ -151,7 +151,7 @@ async def test_guard_gauges_are_read_at_scrape_time_and_applies_by_outcome(agent
     clock.now = 6.0
     assert value(m, "motor_nodemanager_guard_held") == 0  # expired: read from the guard, nothing to update
     with pytest.raises(FailedPrecondition, match="expired"):
-        await a.proxy.apply(**dict(apply, request_id="sd-2"))
+        await a.proxy.apply(**{**apply, "request_id": "sd-2"})
     assert value(m, "motor_nodemanager_apply_calls_total", outcome="refused") == 2
 
 
