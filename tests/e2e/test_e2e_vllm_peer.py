@@ -9,15 +9,15 @@ inference here; the engines' relaunch is checked by their pids and their status 
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from watch import LastErrors
 
-from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 
 pytestmark = pytest.mark.timeout(540)
 
@@ -33,31 +33,6 @@ FAST = {
     "reconfiguration_timeout_sec": 240.0,
 }
 REFUSAL = "Invalid instruction: 'scale_down'."
-
-
-class LastErrors:
-    """Every last_error of the instance's runtime, from the Controller's WatchFaultToleranceStatus."""
-
-    def __init__(self, address: str, instance_id: int) -> None:
-        self._channel = grpc.insecure_channel(address)
-        self._stream = controller_pb2_grpc.ControllerStub(self._channel).WatchFaultToleranceStatus(
-            controller_pb2.WatchFaultToleranceStatusRequest(instance_ids=[instance_id]))
-        self.values: list[str] = []
-        self._thread = threading.Thread(target=self._run, name="watch-last-error", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for change in self._stream:
-                if change.runtime.HasField("last_error") and change.runtime.last_error not in self.values:
-                    self.values.append(change.runtime.last_error)
-        except grpc.RpcError:
-            pass  # cancelled by close()
-
-    def close(self) -> None:
-        self._stream.cancel()
-        self._thread.join(5)
-        self._channel.close()
 
 
 def engines(cluster) -> dict[int, node_manager_pb2.EngineProcess]:
@@ -93,7 +68,7 @@ def test_scale_down_refused_by_vllm_router_falls_back_to_reconfiguration(start_c
     )
     before = engines(cluster)
     assert sorted(before) == [0, 1, 2, 3] and all(e.running and e.pid for e in before.values())
-    watch = LastErrors(cluster.controller_address, cluster.spec.instance_id)
+    watch = LastErrors(cluster, cluster.spec.instance_id)
     try:
         # An executor death on rank 1 as vLLM reports it: rank 1 dead, the survivors unhealthy.
         push(cluster, artifacts, 1, "dead")
