@@ -83,6 +83,10 @@ def add_refusal_hook(hook: RefusalHook) -> None:
     _hooks.append(hook)
 
 
+def remove_refusal_hook(hook: RefusalHook) -> None:
+    _hooks.remove(hook)
+
+
 def refusal_counts() -> dict[tuple[str, str, str], int]:
     with _lock:
         return dict(_counts)
@@ -92,10 +96,10 @@ def _refused(surface: str, method: str, role: str, peer: str) -> None:
     log.warning("authz: %s %s refused for role %s (peer %s)", surface, method, role, peer)
     with _lock:
         _counts[(surface, method, role)] += 1
-    for hook in list(_hooks):
+    for hook in tuple(_hooks):  # a hook may add hooks while we iterate
         try:
             hook(surface, method, role)
-        except Exception:  # noqa: BLE001 - a broken hook must not turn a refusal into a crash
+        except Exception:  # a broken hook must not turn a refusal into a crash
             log.exception("authz refusal hook %r failed", hook)
 
 

