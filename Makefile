@@ -74,8 +74,9 @@ ts-test: $(VENV)/.installed $(TS_DIR)/node_modules/.ci-stamp
 demo: deps
 	$(VENV)/bin/motor demo
 
-gen: $(VENV)/.installed
+gen: $(VENV)/.installed $(TS_DIR)/node_modules/.ci-stamp
 	$(PY) scripts/gen_protos.py
+	cd $(TS_DIR) && npm run --silent generate
 
 lint: $(BUF)
 	cd protos && ../$(BUF) lint
