@@ -17,6 +17,7 @@ import aiohttp
 
 from nodemanager.engine_answers import (
     EngineStatusEntry,
+    EngineStatusMalformed,
     EngineTimeout,
     EngineUnreachable,
     parse_apply_answer,
@@ -24,6 +25,20 @@ from nodemanager.engine_answers import (
 )
 
 MAX_BODY_BYTES = 1 << 20
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> tuple[bytes, bool]:
+    """The whole body, however many pieces it arrives in, up to `limit` bytes; the flag says there
+    was more. (One `content.read(n)` returns only what has arrived so far.) Bounded by the
+    request's timeout like the rest of the call."""
+    buf = bytearray()
+    while True:
+        chunk = await resp.content.read(limit + 1 - len(buf))
+        if not chunk:
+            return bytes(buf), False
+        buf += chunk
+        if len(buf) > limit:
+            return bytes(buf[:limit]), True
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,10 @@ class EngineHttpClient:
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s")
             try:
                 async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
-                    body = await resp.content.read(MAX_BODY_BYTES)
+                    body, truncated = await read_body(resp)
+                    if truncated:
+                        raise EngineStatusMalformed(addr.endpoint_id,
+                                                    f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
                     return parse_status(addr.endpoint_id, resp.status, body, time.time())
             except (TimeoutError, asyncio.TimeoutError):
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s") from None
@@ -118,7 +136,7 @@ class EngineHttpClient:
                 url, data=body.encode(), headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=bound),
             ) as resp:
-                raw = await resp.content.read(MAX_BODY_BYTES)
+                raw, _ = await read_body(resp)  # only quoted in the outcome: a cut body is fine
                 accepted, rid, message = parse_apply_answer(resp.status, raw)
                 return outcome(accepted, resp.status, rid, message)
         except (TimeoutError, asyncio.TimeoutError):
