@@ -49,6 +49,9 @@ class SimConfig:
     wave_poll_interval_sec: float
     max_tokens_limit: int
     log_level: str
+    # "test" (tests, demos) or "production" (a deployment using this engine): fault injection is
+    # refused in production mode.
+    mode: str = "test"
 
     @property
     def slots_per_rank(self) -> int:
@@ -174,8 +177,26 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--idle-step-interval-sec", type=_seconds(0, inclusive=False), default=0.1,
                    help="vllm dialect: after a committed scale_down an idle rank runs a dummy step this often")
     f.add_argument("--enable-fault-injection", action="store_true", help="serve /motor/admin/* (tests and demos only)")
+    f.add_argument("--mode", choices=["test", "production"], default=os.environ.get("MOTOR_ENGINE_MODE", "test"),
+                   help="production refuses --enable-fault-injection (default: $MOTOR_ENGINE_MODE or test)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     return p
+
+
+def injection_refusal(cfg: SimConfig) -> str | None:
+    """Why the admin (fault injection) routes may not be served with this config, or None."""
+    if not cfg.enable_fault_injection:
+        return None
+    if cfg.mode != "test":
+        return f"--enable-fault-injection is refused with --mode {cfg.mode}: fault injection is for tests and demos"
+    try:
+        addr = ipaddress.ip_address(cfg.host)
+    except ValueError:
+        addr = None
+    if addr is None or addr.is_unspecified:
+        return (f"--enable-fault-injection needs --host to be the pod's own address (one interface's IP), "
+                f"not {cfg.host!r}")
+    return None
 
 
 def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
@@ -197,7 +218,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
             parser.error(f"--ready-file {ns.ready_file!r} is blank")
         if not os.path.isdir(os.path.dirname(os.path.abspath(ns.ready_file))):
             parser.error(f"--ready-file {ns.ready_file!r}: directory does not exist")
-    return SimConfig(
+    cfg = SimConfig(
         dp_rank=ns.dp_rank,
         dp_size=ns.dp_size,
         dp_master_ip=ns.dp_master_ip,
@@ -223,4 +244,9 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         wave_poll_interval_sec=ns.wave_poll_interval_sec,
         max_tokens_limit=ns.max_tokens_limit,
         log_level=ns.log_level,
+        mode=ns.mode,
     )
+    refusal = injection_refusal(cfg)
+    if refusal is not None:
+        parser.error(refusal)
+    return cfg

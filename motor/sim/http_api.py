@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from motor.sim.config import injection_refusal
 from motor.sim.engine import SimEngine
 from motor.sim.ft_api import add_ft_routes
 from motor.sim.injection import add_admin_routes
@@ -23,5 +24,10 @@ def build_app(engine: SimEngine) -> web.Application:
     if cfg.enable_fault_tolerance:
         add_ft_routes(app, engine, cfg.ft_api_prefix)
     if cfg.enable_fault_injection:
+        # Tests and demos only: refused in production mode and on a wildcard address (checked at
+        # start-up by parse_config, again here for a config built in code).
+        refusal = injection_refusal(cfg)
+        if refusal is not None:
+            raise ValueError(refusal)
         add_admin_routes(app, engine)
     return app
