@@ -6,6 +6,7 @@ same way over HTTPS."""
 
 from __future__ import annotations
 
+import io
 import json
 import ssl
 import subprocess
@@ -191,3 +192,20 @@ def test_http_pages_over_https_by_role(cluster: Cluster, page: str) -> None:
     # Plain HTTP to the TLS port gets no page.
     with pytest.raises(OSError):
         urllib.request.urlopen(url.replace("https://", "http://"), timeout=5).read()
+
+
+def test_motorctl_speaks_mtls_as_the_operator(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from motor.cli.motorctl import run as motorctl
+
+    pki = cluster.pki
+    out = io.StringIO()
+    assert motorctl(["--tls-dir", str(pki.directory), "--controller", cluster.controller, "status", "--json"],
+                    out=out) == 0
+    assert json.loads(out.getvalue()) == {"instances": []}
+    assert motorctl(["--tls-dir", str(pki.directory), "--coordinator", cluster.coordinator, "instances"],
+                    out=io.StringIO()) == 0
+    as_nm = ["--ca", str(pki.ca_file), "--cert", str(pki.cert_file(Role.NODEMANAGER)),
+             "--key", str(pki.key_file(Role.NODEMANAGER))]
+    assert motorctl([*as_nm, "--controller", cluster.controller, "timeline", "3"], out=io.StringIO()) == 1
+    assert "PERMISSION_DENIED" in capsys.readouterr().err
+    assert motorctl(["--controller", cluster.controller, "status"], out=io.StringIO()) == 1  # plaintext
