@@ -76,6 +76,7 @@ class NodeManagerAgent:
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
+            hold_sec=config.fault_report_hold_sec,
             is_retired=self.state.is_retired, metrics=self.metrics,
         )
         self.poller = EngineFtManager(
@@ -104,13 +105,15 @@ class NodeManagerAgent:
         self.launched = asyncio.Event()
         self._lifecycle_lock = asyncio.Lock()
         await self.http.start()
-        self.reporter.start()
         self.link = ControllerLink(
             self.controller, instance_id=self._instance, pod_ip=self.config.pod_ip,
             build_register=self.register_request, alive_ids=self.alive_ids, on_config=self._on_config,
             heartbeat_interval_sec=self.config.heartbeat_interval_sec,
             max_backoff_sec=self.config.controller_retry_max_backoff_sec,
         )
+        # Reports made before the first registration wait for it instead of being refused.
+        self.reporter.registered = self.link.registered
+        self.reporter.start()
         log.info("instance=%d pod=%s NodeManager starting: engines %s, log_dir=%s, proxy=%s, polling=%s, controller=%s",
                  self._instance, self.config.pod_ip, self.supervisor.ids, self.log_dir, self.state.proxy_enabled,
                  self.polling_enabled, self.config.controller_address)

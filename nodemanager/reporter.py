@@ -2,9 +2,11 @@
 
 Reports go into a bounded queue (``fault_report_queue_size``; when full, the oldest waiting report
 is dropped and logged) and one worker sends them in order, each with the controller deadline and at
-most ``fault_report_attempts`` attempts (transient failures only: a refusal such as NOT_FOUND or
-INVALID_ARGUMENT is final). Reports about retired endpoints are dropped, both when
-submitted and when sent (a commit may land in between).
+most ``fault_report_attempts`` attempts (transient failures only: a refusal such as
+INVALID_ARGUMENT is final). A report made before the Controller knows the instance is held, not lost:
+nothing is sent before the first registration succeeded, and NOT_FOUND (the instance is not
+assembled yet) is tried again every second for up to ``fault_report_hold_sec``. Reports about
+retired endpoints are dropped, both when submitted and when sent (a commit may land in between).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable
 
 import grpc
@@ -40,7 +43,15 @@ class FaultReporter:
         attempts: int,
         is_retired: Callable[[int], bool],
         metrics: NodeManagerMetrics | None = None,
+        registered: asyncio.Event | None = None,
+        hold_sec: float = 60.0,
+        hold_retry_sec: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.registered = registered or asyncio.Event()
+        self._hold_sec = hold_sec
+        self._hold_retry_sec = hold_retry_sec
+        self._clock = clock
         self._client = client
         self._pod_ip = pod_ip
         self._instance = instance_id
@@ -101,6 +112,11 @@ class FaultReporter:
             while not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
+            try:
+                # Held until the first registration: the Controller would not know the instance.
+                await asyncio.wait_for(self.registered.wait(), self._hold_sec)
+            except TimeoutError:
+                pass
             report = self._queue.popleft()
             if self._is_retired(report.endpoint_id):
                 continue
@@ -108,13 +124,24 @@ class FaultReporter:
 
     async def _deliver(self, report: FaultReport) -> None:
         req = self._request(report)
-        for attempt in range(1, self._attempts + 1):
+        hold_until = self._clock() + self._hold_sec
+        attempt = 0
+        while attempt < self._attempts:
+            attempt += 1
             try:
                 resp = await self._client.report_software_fault(req)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - transport or server error: bounded retry
-                final = isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _TRANSIENT
+                code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+                if code == grpc.StatusCode.NOT_FOUND and self._clock() < hold_until:
+                    # The instance is not assembled yet (its other pods are still registering).
+                    log.info("instance=%d rank=%d fault report %s held: %s", self._instance, report.endpoint_id,
+                             kind_name(report.kind), rpc_error_text(exc))
+                    attempt -= 1
+                    await asyncio.sleep(self._hold_retry_sec)
+                    continue
+                final = code is not None and code not in _TRANSIENT
                 if final:
                     self.lost += 1
                     self._metrics.reports_dropped.labels("refused").inc()

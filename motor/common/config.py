@@ -414,6 +414,9 @@ class NodeManagerConfig(_Model):
     fault_report_queue_size: Annotated[int, Field(ge=1, le=65536)] = 1024
     # Delivery attempts of one fault report (each with the controller deadline) before it is dropped.
     fault_report_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    # A report made before the Controller knows the instance (registration or assembly still under
+    # way: NOT_FOUND) is held and sent again for up to this long, then dropped (logged).
+    fault_report_hold_sec: PositiveSec = 60.0
     fault_injection: NodeManagerFaultInjection = NodeManagerFaultInjection()
 
     @field_validator("pod_ip", "dp_master_ip")

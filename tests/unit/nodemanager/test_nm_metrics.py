@@ -86,11 +86,17 @@ async def test_every_poll_is_counted_and_timed_and_errors_by_kind() -> None:
         assert value(metrics, "motor_nodemanager_status_poll_errors_total", kind=kind) == 1, kind
 
 
+def registered() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
 async def test_reports_sent_retried_and_dropped_by_reason() -> None:
     metrics = NodeManagerMetrics()
     retired = {5}
     reporter = FaultReporter(Controller(fail=4), pod_ip="127.0.0.2", instance_id=7, queue_size=8,  # type: ignore[arg-type]
-                             attempts=3, is_retired=retired.__contains__, metrics=metrics)
+                             attempts=3, is_retired=retired.__contains__, metrics=metrics, registered=registered())
     reporter.start()
     try:
         reporter.submit(FaultReport(5, DEAD, "retired rank"))
@@ -105,8 +111,9 @@ async def test_reports_sent_retried_and_dropped_by_reason() -> None:
     assert value(metrics, "motor_nodemanager_fault_reports_sent_total", kind="UNHEALTHY") == 1
 
     refused = NodeManagerMetrics()
-    reporter = FaultReporter(Controller(fail=1, code=grpc.StatusCode.NOT_FOUND), pod_ip="127.0.0.2",  # type: ignore[arg-type]
-                             instance_id=7, queue_size=1, attempts=3, is_retired=lambda _: False, metrics=refused)
+    reporter = FaultReporter(Controller(fail=1, code=grpc.StatusCode.INVALID_ARGUMENT), pod_ip="127.0.0.2",  # type: ignore[arg-type]
+                             instance_id=7, queue_size=1, attempts=3, is_retired=lambda _: False, metrics=refused,
+                             registered=registered())
     reporter.submit(FaultReport(1, DEAD, "dropped: the queue holds one"))
     reporter.submit(FaultReport(2, DEAD, "refused by the controller"))
     reporter.start()

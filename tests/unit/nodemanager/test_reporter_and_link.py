@@ -68,10 +68,14 @@ async def until(predicate, timeout_sec: float = 5.0) -> None:  # noqa: ANN001
         await asyncio.sleep(0.01)
 
 
-def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int = 8) -> FaultReporter:
+def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int = 8, registered: bool = True,
+             hold_sec: float = 60.0) -> FaultReporter:
     retired = retired if retired is not None else set()
+    event = asyncio.Event()
+    if registered:
+        event.set()
     return FaultReporter(client, pod_ip="127.0.0.2", instance_id=7, queue_size=size, attempts=3,  # type: ignore[arg-type]
-                         is_retired=retired.__contains__)
+                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01)
 
 
 async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
@@ -108,7 +112,7 @@ async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through()
 async def test_a_refusal_is_final() -> None:
     client = ScriptedClient()
     client.fail["report"] = 1
-    client.fail_code = grpc.StatusCode.NOT_FOUND
+    client.fail_code = grpc.StatusCode.INVALID_ARGUMENT
     r = reporter(client)
     r.start()
     try:
@@ -191,3 +195,49 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_early_reports_wait_for_the_first_registration() -> None:
+    """Issue 13 item 7: a report made before the NodeManager registered is held, then sent."""
+    client = ScriptedClient()
+    r = reporter(client, registered=False)
+    r.start()
+    try:
+        r.submit(FaultReport(1, ENGINE_DEAD, "exited before registration"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert client.calls["report"] == [] and r.pending == 1
+        r.registered.set()
+        await until(lambda: r.sent == 1)
+        assert r.lost == 0
+    finally:
+        await r.close()
+
+
+async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -> None:
+    """Issue 13 item 7: NOT_FOUND (the Controller does not know the instance yet) is not final."""
+    client = ScriptedClient()
+    client.fail["report"] = 4
+    client.fail_code = grpc.StatusCode.NOT_FOUND
+    r = reporter(client)
+    r.start()
+    try:
+        r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
+        await until(lambda: r.sent == 1)
+        assert r.lost == 0 and len(client.calls["report"]) == 5
+    finally:
+        await r.close()
+
+
+async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
+    client = ScriptedClient()
+    client.fail["report"] = 1000
+    client.fail_code = grpc.StatusCode.NOT_FOUND
+    r = reporter(client, hold_sec=0.0)
+    r.start()
+    try:
+        r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
+        await until(lambda: r.lost == 1)
+        assert r.sent == 0 and len(client.calls["report"]) == 1
+    finally:
+        await r.close()
