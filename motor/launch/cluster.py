@@ -338,10 +338,10 @@ class LocalCluster:
 
     def metrics_urls(self) -> dict[str, str]:
         """GET /metrics of every service by its name: the Controller's and Coordinator's HTTP ports, each
-        NodeManager's own listener (metrics_port in its ready file, always plain HTTP)."""
+        NodeManager's own listener (metrics_port in its ready file); https when tls is on."""
         urls = {"controller": f"{self.controller_http}/metrics", "coordinator": f"{self.coordinator_http}/metrics"}
         for pod_ip, svc in self.nodemanagers.items():
-            urls[svc.name] = f"http://{pod_ip}:{svc.info['metrics_port']}/metrics"
+            urls[svc.name] = f"{self._scheme}://{pod_ip}:{svc.info['metrics_port']}/metrics"
         return urls
 
     def scrape(self, name: str, timeout_sec: float = 5.0) -> str:
