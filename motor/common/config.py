@@ -126,6 +126,10 @@ class ServerConfig(_Model):
     # Larger requests are refused with RESOURCE_EXHAUSTED before any handler runs.
     max_receive_message_bytes: Annotated[int, Field(ge=64 * 1024, le=256 * 1024 * 1024)] = (
         DEFAULT_MAX_RECEIVE_MESSAGE_BYTES)
+    # A second, plaintext listener on `host` that serves only grpc.health.v1.Health (the same
+    # statuses): for Kubernetes gRPC probes, which speak no TLS, when the main port requires client
+    # certificates. It tells SERVING / NOT_SERVING and nothing else. None: no such listener.
+    health_port: Port | None = None
 
     _host = field_validator("host")(_check_host)
 

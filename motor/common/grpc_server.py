@@ -80,7 +80,10 @@ class GrpcServer:
         self._label = service_label
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
+        self._health_server: grpc.aio.Server | None = None
         self.port: int | None = None
+        # server.health_port's bound port (plaintext, health only), when configured.
+        self.health_port: int | None = None
 
     async def start(self) -> int:
         # SO_REUSEPORT (grpc's default) would let two servers share a port silently.
@@ -109,6 +112,8 @@ class GrpcServer:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         self.port = port
+        if self._config.health_port is not None:
+            await self._start_health_listener(self._config.health_port)
         log.info(
             "%s gRPC serving on %s (tls=%s mtls=%s roles=%s) services=%s",
             self._label,
@@ -120,10 +125,30 @@ class GrpcServer:
         )
         return port
 
+    async def _start_health_listener(self, port: int) -> None:
+        """server.health_port: the same health statuses on a plaintext port of their own (Kubernetes
+        gRPC probes cannot present a client certificate), and no other service."""
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        address = _bind_address(self._config.host, port)
+        try:
+            self.health_port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            await server.stop(None)
+            await self.stop(0)
+            raise OSError(f"{self._label}: cannot bind the gRPC health listener to {address}: {exc}") from None
+        await server.start()
+        self._health_server = server
+        log.info("%s gRPC health (plaintext, grpc.health.v1 only) on %s", self._label,
+                 _bind_address(self._config.host, self.health_port))
+
     async def stop(self, grace_sec: float | None = None) -> None:
         if self._server is None:
             return
         server, self._server = self._server, None
         await self._health.enter_graceful_shutdown()
         await server.stop(self._config.shutdown_grace_sec if grace_sec is None else grace_sec)
+        if self._health_server is not None:
+            health_server, self._health_server = self._health_server, None
+            await health_server.stop(0)
         log.info("%s gRPC server stopped", self._label)
