@@ -92,15 +92,15 @@ def test_hardware_fault_on_a_scaled_down_rank_is_handled(start_cluster, artifact
 
 def test_unmappable_hardware_fault_takes_the_original_strategy(start_cluster, artifacts, run_dir) -> None:
     cluster, _ = _hardware_cluster(start_cluster, run_dir)
-    started = time.monotonic()
     answer = _hw_fault(artifacts, "--controller", cluster.controller_address, "hw-fault", "node-127.0.0.2",
                        "davinci-x", "--level", "L6")
     assert "UNKNOWN_CARD_FORMAT" in answer
     cluster.wait_until(
         lambda rt: any(t["strategy"] == "instance_reconfiguration" for t in cluster.timeline()), 30.0, "reconfiguration")
-    # No correlation wait: the original strategy started well inside the 5 s window.
+    # No correlation wait: the original strategy was chosen for the unmappable fault itself, not for
+    # a correlation window that ran out.
     first = cluster.timeline()[0]
-    assert first["started_at_unix_sec"] - (time.time() - (time.monotonic() - started)) < 4.0
+    assert decision(first)["fallback_cause"] == "HARDWARE_UNMAPPABLE"
     cluster.wait_until(lambda rt: rt["phase"] == "NORMAL" and rt["serving_published"], 120.0, "reconfigured")
     data = artifacts.collect(cluster)
     assert not [e for t in data["controller_timeline"] for e in t["events"] if e["name"] == "apply"]

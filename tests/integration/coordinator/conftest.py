@@ -35,7 +35,6 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
     specs = {
         "group_a": (2, ["127.0.0.1", "127.0.0.2"], MODEL_A),
         "group_b": (1, ["127.0.0.3"], MODEL_B),
-        "victim": (1, ["127.0.0.4"], MODEL_A),
     }
     started: dict[str, SimCluster] = {}
 

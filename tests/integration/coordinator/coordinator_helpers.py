@@ -4,7 +4,8 @@ serving views as the Controller publishes them, a gRPC handle on a Coordinator, 
 Engines (all with fault tolerance and fault injection on, 0.02 s per token):
   group_a  2-rank DP group, model "motor-sim",   ranks on 127.0.0.1 and 127.0.0.2 (instance 1)
   group_b  1-rank group,    model "motor-sim-b", on 127.0.0.3                     (instance 2)
-  victim   1-rank group,    model "motor-sim",   on 127.0.0.4 (only the fault tests break it)
+  victim   1-rank group,    model "motor-sim",   on 127.0.0.4, a fresh one per fault test
+           (the `victim` fixture of test_coordinator_faults.py)
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ RESUME = coordinator_pb2.REFRESH_EVENT_RESUME
 class Engines:
     group_a: SimCluster
     group_b: SimCluster
-    victim: SimCluster
 
 
 def instance_proto(instance_id: int, cluster: SimCluster, model: str, ranks: Sequence[int] | None = None,

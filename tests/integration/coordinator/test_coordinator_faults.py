@@ -1,9 +1,8 @@
 """Engine failures seen through an in-process Coordinator, on real motor-engine-sim processes.
 
-The victim engine (a 1-rank group, instance 3) degrades as the module goes, so the tests run in
-file order: healthy -> UNHEALTHY mid-stream (503 afterwards) -> healed through the FT API's retry
-instruction -> killed mid-stream -> dead (connection refused).
-Instance 1 (the healthy 2-rank group A) serves the same model and takes the retries.
+Each test breaks its own victim engine (a fresh 1-rank group, instance 3, started for it and stopped
+by pid after it), so the tests pass alone and in any order. Instance 1 (the healthy 2-rank group A,
+shared by the session) serves the same model and takes the retries.
 """
 
 from __future__ import annotations
@@ -12,12 +11,14 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 from coordinator_helpers import (
     ADD,
     MODEL_A,
+    SIM_ARGS,
     CoordinatorFactory,
     Engines,
     chat,
@@ -29,14 +30,26 @@ from coordinator_helpers import (
 
 from gen.motor.v1 import common_pb2
 from motor.sim.client import SimClient
+from motor.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.timeout(90)
 
 VICTIM = "3/0"
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def victim_client(engines: Engines) -> SimClient:
-    return SimClient(engines.victim.ranks[0].url, timeout_sec=5)
+@pytest.fixture
+def victim(tmp_path: Path) -> Iterator[SimCluster]:
+    cluster = SimCluster.start(tmp_path / "victim", 1, hosts=["127.0.0.4"], cwd=REPO_ROOT, ready_timeout_sec=90,
+                               extra_args=[*SIM_ARGS, "--model", MODEL_A])
+    try:
+        yield cluster
+    finally:
+        cluster.stop(grace_sec=5)
+
+
+def victim_client(victim: SimCluster) -> SimClient:
+    return SimClient(victim.ranks[0].url, timeout_sec=5)
 
 
 def retried_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -44,22 +57,22 @@ def retried_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_failure_after_the_first_byte_is_not_retried(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     c = await start_coordinator()
     # Both instances published; the stream goes to the victim (rank 0 ties rotate: 1/0 first, then 3/0).
-    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
         "X-Motor-Endpoint"] == "1/0"
-    victim = victim_client(engines)
-    assert victim.entry()["status"] == "healthy"
+    client = victim_client(victim)
+    assert client.entry()["status"] == "healthy"
     injected = asyncio.Event()
 
     async def on_event(_event) -> None:
         if not injected.is_set():
             injected.set()
-            result = await asyncio.to_thread(victim.inject, "unhealthy", reason="mid-stream test")
+            result = await asyncio.to_thread(client.inject, "unhealthy", reason="mid-stream test")
             assert result.status == 200
 
     reply = await post_stream(http, c.http_url + "/v1/completions", completion(max_tokens=200), on_event=on_event)
@@ -71,15 +84,18 @@ async def test_failure_after_the_first_byte_is_not_retried(
 
 
 async def test_engine_503_is_retried_on_another_endpoint(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    victim = victim_client(engines)
-    if victim.entry()["status"] == "healthy":
-        assert victim.inject("unhealthy", reason="503 test").status == 200
-    assert victim.complete("x").status == 503
+    client = victim_client(victim)
+    assert client.inject("unhealthy", reason="503 test").status == 200
+    for _ in range(200):  # diagnosing first (vLLM's dialect), then unhealthy; 503 in both
+        if client.entry()["status"] == "unhealthy":
+            break
+        await asyncio.sleep(0.05)
+    assert client.complete("x").status == 503
     c = await start_coordinator(endpoint_cooldown_sec=0.3)
-    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     url = c.http_url
     for round_ in range(3):
         replies = await asyncio.gather(
@@ -96,20 +112,13 @@ async def test_engine_503_is_retried_on_another_endpoint(
 
 
 async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    victim = victim_client(engines)
-    if victim.entry()["status"] != "healthy":  # heal the UNHEALTHY victim through the FT API
-        assert victim.apply("retry", "coordinator-heal").status == 202
-        for _ in range(200):
-            entry = victim.entry()
-            if entry["status"] == "healthy" and "ft_state" not in entry:
-                break
-            await asyncio.sleep(0.05)
-    assert victim.complete("x", max_tokens=1).status == 200
+    client = victim_client(victim)
+    assert client.complete("x", max_tokens=1).status == 200
     c = await start_coordinator()
-    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
         "X-Motor-Endpoint"] == "1/0"
     killed = asyncio.Event()
@@ -117,7 +126,7 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
     async def on_event(_event) -> None:
         if not killed.is_set():
             killed.set()
-            await asyncio.to_thread(engines.victim.ranks[0].proc.kill)
+            await asyncio.to_thread(victim.ranks[0].proc.kill)
 
     reply = await post_stream(http, c.http_url + "/v1/completions", completion(max_tokens=200), on_event=on_event)
     assert reply.status == 200 and reply.headers["X-Motor-Endpoint"] == VICTIM
@@ -128,13 +137,12 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
 
 
 async def test_killed_engine_is_retried_without_client_visible_failure(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    if engines.victim.ranks[0].proc.running:
-        engines.victim.ranks[0].proc.kill()
+    victim.ranks[0].proc.kill()
     c = await start_coordinator(endpoint_cooldown_sec=0.3)
-    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, engines.victim, MODEL_A)])
+    await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     url = c.http_url
     for round_ in range(3):
         replies = await asyncio.gather(
@@ -171,7 +179,7 @@ def hung_instance(address: tuple[str, int]) -> common_pb2.Instance:
 
 
 async def test_timeout_before_headers_is_retried_and_bounded_by_max_retries(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     hung_endpoint: tuple[str, int], caplog: pytest.LogCaptureFixture,
 ) -> None:
     views = [instance_proto(1, engines.group_a, MODEL_A), hung_instance(hung_endpoint)]
@@ -196,12 +204,11 @@ async def test_timeout_before_headers_is_retried_and_bounded_by_max_retries(
 
 
 async def test_nothing_can_serve_is_503_with_retry_after(
-    engines: Engines, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
+    engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
 ) -> None:
-    if engines.victim.ranks[0].proc.running:
-        engines.victim.ranks[0].proc.kill()
+    victim.ranks[0].proc.kill()
     c = await start_coordinator(retry_after_sec=3, endpoint_cooldown_sec=5)
-    await c.refresh(ADD, [instance_proto(3, engines.victim, MODEL_A)])
+    await c.refresh(ADD, [instance_proto(3, victim, MODEL_A)])
     first = await post_json(http, c.http_url + "/v1/completions", completion())
     assert first.status == 503 and first.headers["Retry-After"] == "3"
     assert "connect error" in first.body["error"]["message"] and "endpoint 3/0" in first.body["error"]["message"]

@@ -390,7 +390,7 @@ async def test_request_is_held_through_a_drain_and_served_after_the_add(
     await c.refresh(ADD, [a])  # the success ADD
     reply = await asyncio.wait_for(pending, 10)
     assert reply.status == 200, reply.body
-    assert 0.5 <= time.monotonic() - started < 5.0
+    assert time.monotonic() - started >= 0.5  # it was held through the drain, then served
 
 
 async def test_held_request_gets_503_when_the_hold_ends(start_coordinator: CoordinatorFactory,

@@ -126,10 +126,10 @@ def test_registers_real_engines_once_ready(pod: SimPod) -> None:
 
 def test_hung_status_route_is_a_timeout_and_dead_evidence(pod: SimPod) -> None:
     assert pod.engine(1).inject("hang_status", duration_sec=3.0).status == 200
-    started = time.monotonic()
     err = rpc_error(pod.ft.Status, nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1]), timeout=5)
-    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - started < 2.5
-    assert err.details().startswith("engine timed out: endpoint 1:")
+    # The NodeManager's own engine bound ended it (its message), not the caller's 5 s deadline.
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.details().startswith("engine timed out: endpoint 1:"), err.details()
     dead = wait_for(lambda: pod.controller.reports_of(1, K.SOFTWARE_FAULT_KIND_DEAD), 5, "DEAD on first timeout")
     assert "did not answer within 1s" in dead[0].evidence
     wait_for(lambda: pod.controller.reports_of(1, K.SOFTWARE_FAULT_KIND_RECOVERED), 8, "RECOVERED after the hang")

@@ -1,4 +1,5 @@
-"""One 4-rank engine group driven through the RFC's rows, step by step (tests run in file order).
+"""4-rank engine groups: read-only checks on one group, and the RFC's rows driven step by step on a
+group of their own, inside one test (so every test passes alone and in any order).
 
 Ranks sit on 127.0.0.1..4 to emulate pods. Experts: 4 logical + 4 redundant, 2 slots per rank,
 which survives removing rank 1 and then rank 0, but not a third rank afterwards.
@@ -26,10 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 STATUS_WAIT_SEC = 20.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    run_dir = tmp_path_factory.mktemp("sim-flow")
-    c = SimCluster.start(
+def start_group(run_dir: Path) -> SimCluster:
+    return SimCluster.start(
         run_dir, 4, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90,
         extra_args=[
             "--enable-fault-tolerance", "--enable-fault-injection",
@@ -39,6 +38,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
             "--engine-recovery-timeout-sec", "20",
         ],
     )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    c = start_group(tmp_path_factory.mktemp("sim-flow"))
     try:
         yield c
     finally:
@@ -169,7 +173,7 @@ def test_malformed_apply_body_gets_400(clients: list[SimClient], raw: bytes, nam
     assert clients[2].entry() == {"id": 2, "status": "healthy"}
 
 
-def test_apply_on_healthy_rank_is_rejected_in_status(clients: list[SimClient]) -> None:
+def _apply_on_healthy_rank_is_rejected_in_status(clients: list[SimClient]) -> None:
     res = clients[3].scale_down("healthy-probe", [1], HOSTS[0], 1)
     assert res.status == 202 and res.body["request_id"] == "healthy-probe"
     entry = clients[3].entry()
@@ -182,7 +186,7 @@ def test_apply_on_healthy_rank_is_rejected_in_status(clients: list[SimClient]) -
     assert clients[3].complete("still serving", 2).status == 200
 
 
-def test_idle_executor_death_leaves_survivors_healthy(clients: list[SimClient]) -> None:
+def _idle_executor_death_leaves_survivors_healthy(clients: list[SimClient]) -> None:
     wait_idle(clients, [0, 1, 2, 3])
     assert clients[1].inject("executor_death").status == 200
     wait_entries(clients, [1], lambda e: e["status"] == "dead", "rank 1 dead")
@@ -198,7 +202,7 @@ def test_idle_executor_death_leaves_survivors_healthy(clients: list[SimClient]) 
     assert clients[1].request("GET", "/health").status == 200
 
 
-def test_traffic_makes_survivors_unhealthy(clients: list[SimClient]) -> None:
+def _traffic_makes_survivors_unhealthy(clients: list[SimClient]) -> None:
     res = clients[0].complete("traffic after death", 4)
     assert res.status == 503, res.body
     assert "unhealthy" in res.body["error"]["message"]
@@ -211,7 +215,7 @@ def test_traffic_makes_survivors_unhealthy(clients: list[SimClient]) -> None:
     assert clients[2].complete("new request while unhealthy", 2).status == 503
 
 
-def test_scale_down_removes_rank_1(clients: list[SimClient], cluster: SimCluster) -> None:
+def _scale_down_removes_rank_1(clients: list[SimClient], cluster: SimCluster) -> None:
     port = free_port(HOSTS[0])
     for rank in (0, 2, 3):
         res = clients[rank].scale_down("round-1", [1], HOSTS[0], port)
@@ -235,7 +239,7 @@ def test_scale_down_removes_rank_1(clients: list[SimClient], cluster: SimCluster
     assert clients[1].entry()["status"] == "dead" and clients[1].entry()["ft_state"] == "failed"
 
 
-def test_in_flight_stream_is_aborted_when_a_peer_dies(clients: list[SimClient]) -> None:
+def _in_flight_stream_is_aborted_when_a_peer_dies(clients: list[SimClient]) -> None:
     outcome: dict[str, Any] = {}
 
     def long_stream() -> None:
@@ -258,7 +262,7 @@ def test_in_flight_stream_is_aborted_when_a_peer_dies(clients: list[SimClient]) 
     wait_entries(clients, [0], lambda e: e["status"] == "dead", "rank 0 dead")
 
 
-def test_second_round_removes_rank_0_with_new_master(clients: list[SimClient]) -> None:
+def _second_round_removes_rank_0_with_new_master(clients: list[SimClient]) -> None:
     new_master = HOSTS[2]
     port = free_port(new_master)
     # Rank 0 hosted the store, so the old master must change: the same one is refused.
@@ -280,7 +284,7 @@ def test_second_round_removes_rank_0_with_new_master(clients: list[SimClient]) -
         assert_serves(clients[rank], rank)
 
 
-def test_insufficient_redundancy_ends_failed(clients: list[SimClient]) -> None:
+def _insufficient_redundancy_ends_failed(clients: list[SimClient]) -> None:
     assert clients[3].inject("executor_death").status == 200
     wait_entries(clients, [3], lambda e: e["status"] == "dead", "rank 3 dead")
     assert clients[2].complete("trigger", 2).status == 503
@@ -292,3 +296,22 @@ def test_insufficient_redundancy_ends_failed(clients: list[SimClient]) -> None:
     assert entry["last_ft_request_id"] == "round-3"
     assert "insufficient expert redundancy" in entry["ft_error"]
     assert clients[2].admin_state()["group"]["members"] == [2, 3]  # untouched
+
+
+@pytest.mark.timeout(400)
+def test_rfc_rows_in_order_on_a_group_of_their_own(tmp_path: Path) -> None:
+    """Each step starts from the state the previous one left: a rejected probe, an idle death, the
+    survivors' faults under traffic, round 1, a death mid-stream, round 2 with a new master, and a
+    third removal the experts cannot survive."""
+    story = start_group(tmp_path / "rows")
+    try:
+        clients = [story.client(r) for r in range(4)]
+        _apply_on_healthy_rank_is_rejected_in_status(clients)
+        _idle_executor_death_leaves_survivors_healthy(clients)
+        _traffic_makes_survivors_unhealthy(clients)
+        _scale_down_removes_rank_1(clients, story)
+        _in_flight_stream_is_aborted_when_a_peer_dies(clients)
+        _second_round_removes_rank_0_with_new_master(clients)
+        _insufficient_redundancy_ends_failed(clients)
+    finally:
+        story.stop(grace_sec=5)

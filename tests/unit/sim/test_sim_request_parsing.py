@@ -91,7 +91,7 @@ async def test_status_hang_window_and_clear() -> None:
     state.hang_status(0.2)
     t0 = time.monotonic()
     await state.wait_status_released()
-    assert 0.15 < time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 > 0.15  # held for the window (released by time, not by clear)
     state.hang_status(None)
     waiter = asyncio.create_task(state.wait_status_released())
     await asyncio.sleep(0.05)
