@@ -230,6 +230,13 @@ class FtProxy:
         return ApplyResult(accepted, outcomes, store_port)
 
     # -- finalize ---------------------------------------------------------------------------
+    async def injected_finalize_delay(self, request_id: str) -> None:
+        delay = self._config.fault_injection.finalize_delay_sec
+        if delay:
+            log.warning("instance=%d request_id=%s fault injection: holding finalize(commit) %gs", self._instance,
+                        request_id, delay)
+            await asyncio.sleep(delay)
+
     def finalize(self, *, instance_id: int, request_id: str, commit: bool, retired_ids: list[int]) -> FinalizeResult:
         self._require_enabled()
         check_request_id(request_id)

@@ -69,6 +69,8 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     @rpc_method("Finalize")
     async def Finalize(self, request: node_manager_pb2.FinalizeRequest, context: grpc.aio.ServicerContext
                        ) -> node_manager_pb2.FinalizeResponse:
+        if request.commit:
+            await self._proxy.injected_finalize_delay(request.request_id)
         result = self._proxy.finalize(instance_id=request.instance_id, request_id=request.request_id,
                                       commit=request.commit, retired_ids=list(request.retired_ids))
         return node_manager_pb2.FinalizeResponse(retired_ids=result.retired_ids, guard_released=result.guard_released)

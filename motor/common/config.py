@@ -11,6 +11,7 @@ names elsewhere (§4.4) sit beside them. `enable_dp_scale_down_proxy` is derived
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import string
 from pathlib import Path
@@ -25,6 +26,12 @@ Port = Annotated[int, Field(ge=0, le=65535)]
 FilePath = Annotated[Path, Field(strict=False)]
 # Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
 MAX_GUARD_LEASE_SEC = 3600.0
+
+
+# DevicePublicNamePre as the device plugin accepts it (customname.deviceNamePattern).
+_CARD_NAME_PREFIX_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{1,15}$")
+# What a container sees instead of the host's card name: "0", "/dev/davinci0", "davinci0".
+_CONTAINER_INDEX_RE = re.compile(r"^(/dev/)?(davinci)?[0-9]+$")
 
 
 class ConfigError(ValueError):
@@ -235,6 +242,18 @@ class HardwareMonitorConfig(_Model):
     # List+watch ConfigMaps and Nodes: "auto" when a kubeconfig or in-cluster config loads, "on"
     # refuses to start without one, "off" never.
     kubernetes: Literal["auto", "off", "on"] = "auto"
+    # Card name prefixes of an operator's deviceNameCustomization.json (DevicePublicNamePre, written
+    # as there, e.g. "custom910-"), known beside MindCluster's own (motor.controller.hardware.cardnames).
+    card_name_prefixes: list[str] = []
+
+    @field_validator("card_name_prefixes")
+    @classmethod
+    def _check_card_name_prefixes(cls, value: list[str]) -> list[str]:
+        for prefix in value:
+            if not _CARD_NAME_PREFIX_RE.match(prefix):
+                raise ValueError(f"card name prefix {prefix!r} is not a DevicePublicNamePre "
+                                 f"({_CARD_NAME_PREFIX_RE.pattern})")
+        return value
 
     @field_validator("configmap_dir")
     @classmethod
@@ -338,9 +357,21 @@ class CoordinatorConfig(_Model):
 
 
 class DeviceInfoConfig(_Model):
+    # The host's card name as the device plugin publishes it (the pod's huawei.com/AscendReal
+    # annotation, e.g. "Ascend910-3" or "npu-3"); never a container-local index such as "0".
     device_id: str
     device_ip: str = ""
     device_type: str = ""
+
+    @field_validator("device_id")
+    @classmethod
+    def _check_device_id(cls, value: str) -> str:
+        if not value.strip() or value != value.strip() or "," in value:
+            raise ValueError(f"device_id {value!r} is not one card name")
+        if _CONTAINER_INDEX_RE.match(value):
+            raise ValueError(f"device_id {value!r} is a container-local index; give the host's card name from the "
+                             "pod's huawei.com/AscendReal annotation (e.g. 'Ascend910-3')")
+        return value
 
 
 class EngineSpec(_Model):
@@ -370,6 +401,9 @@ class NodeManagerFaultInjection(_Model):
     # Hold every apply this long before forwarding it to the engines: one pod's survivors then
     # check in late, past the engines' check-in window.
     apply_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = 0.0
+    # Hold every finalize(commit) this long before committing: the NodeManager-commit /
+    # Controller-commit window of RFC §5 stays open long enough to interrupt it.
+    finalize_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = 0.0
 
 
 class NodeManagerConfig(_Model):
@@ -389,6 +423,10 @@ class NodeManagerConfig(_Model):
     model: str = "motor-sim"
     dp_size: Annotated[int, Field(ge=1, le=4096)]
     engines: list[EngineSpec]
+    # The pod's annotations as a downwardAPI volume writes them (fieldPath: metadata.annotations):
+    # at registration every engines[].device_infos[].device_id must be a card the device plugin gave
+    # the pod (huawei.com/AscendReal, else huawei.com/<resource>). None: not checked (no device plugin).
+    pod_annotations_file: str | None = None
     # argv of one engine; {placeholders} are filled per rank (see nodemanager's launcher).
     engine_command: list[str] | None = None
     engine_ft_api_prefix: str = "/v1/fault_tolerance"

@@ -47,7 +47,7 @@ from motor.common.security import Role, http_client_context
 from motor.launch.etcd import EtcdServer, EtcdTls, start_etcd
 from motor.launch.load import LoadGenerator
 from motor.launch.shutdown import sigterm_deferred
-from motor.sim.client import inject_fault
+from motor.sim.client import SimClient, inject_fault
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ class ClusterSpec:
     # Extra dotted overrides, e.g. {"fault_tolerance_config.software_status_collection_timeout_sec": 8}.
     controller_overrides: dict[str, Any] = field(default_factory=dict)
     nodemanager_overrides: dict[str, Any] = field(default_factory=dict)
+    # More reference-engine flags for every rank (e.g. ["--ft-dialect", "rfc"]).
+    engine_args: list[str] = field(default_factory=list)
     # Overrides of one pod's NodeManager only, by pod IP (applied after nodemanager_overrides).
     pod_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     coordinator_overrides: dict[str, Any] = field(default_factory=dict)
@@ -285,6 +287,8 @@ class LocalCluster:
                 "--engine-recovery-timeout-sec", str(spec.engine_recovery_timeout_sec),
                 "--model-load-sec", str(spec.model_load_sec),
                 "--enable-fault-injection",
+                "--apply-journal", str(self.run_dir / "engine-applies-rank{dp_rank}.jsonl"),
+                *spec.engine_args,
             ],
         }
         if spec.engine_command is not None:
@@ -430,6 +434,18 @@ class LocalCluster:
             if engine.endpoint.id == rank:
                 return f"http://{engine.endpoint.ip}:{engine.endpoint.business_port}"
         raise KeyError(f"pod {pod_ip} does not describe rank {rank}")
+
+    def engine_client(self, rank: int) -> SimClient:
+        """The rank's reference engine, directly (its FT API and admin routes)."""
+        return SimClient(self.engine_url(rank), timeout_sec=10)
+
+    def engine_applies(self, rank: int) -> list[dict[str, Any]]:
+        """Every apply the rank's engines were sent in this cluster's life (their own journal: it
+        outlives a relaunch), oldest first."""
+        path = self.run_dir / f"engine-applies-rank{rank}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def inject(self, rank: int, fault: str, **params: Any) -> dict[str, Any]:
         """An engine fault through the reference engine's admin route (as `motorctl inject` does)."""

@@ -52,6 +52,8 @@ class SimConfig:
     # "test" (tests, demos) or "production" (a deployment using this engine): fault injection is
     # refused in production mode.
     mode: str = "test"
+    # Append one JSON line per apply received (what the engine was sent, kept across restarts).
+    apply_journal: str | None = None
 
     @property
     def slots_per_rank(self) -> int:
@@ -180,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--mode", choices=["test", "production"], default=os.environ.get("MOTOR_ENGINE_MODE", "test"),
                    help="production refuses --enable-fault-injection (default: $MOTOR_ENGINE_MODE or test)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
+    p.add_argument("--apply-journal", metavar="PATH", default=None,
+                   help="append one JSON line per apply received (tests count what the engines were sent)")
     return p
 
 
@@ -245,6 +249,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         max_tokens_limit=ns.max_tokens_limit,
         log_level=ns.log_level,
         mode=ns.mode,
+        apply_journal=ns.apply_journal,
     )
     refusal = injection_refusal(cfg)
     if refusal is not None:

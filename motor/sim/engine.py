@@ -7,6 +7,7 @@ All state here is touched only on the event loop; the executor's messages arrive
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -237,6 +238,15 @@ class SimEngine:
             rank=self.rank, dp_size=self.cfg.dp_size, members=self.members, removed=self.removed,
             master_ip=self.master[0], master_port=self.master[1],
         )
+
+    def journal_apply(self, req: ApplyRequest) -> None:
+        """One line per well-formed apply received, before it is judged (append-only, survives a restart)."""
+        if not self.cfg.apply_journal:
+            return
+        line = {"at_unix_sec": time.time(), "rank": self.rank, "request_id": req.request_id,
+                "instruction": req.instruction.value, "params": req.params}
+        with open(self.cfg.apply_journal, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
 
     def apply(self, req: ApplyRequest) -> str | None:
         """Decide at once (visible in status before the answer goes out); rebuild in the background.

@@ -33,6 +33,7 @@ def add_ft_routes(app: web.Application, engine: SimEngine, prefix: str) -> None:
         except ApplyBodyError as exc:
             log.warning("rank=%d malformed apply body rejected: %s", rank, exc)
             return web.json_response({"detail": str(exc)}, status=400)
+        engine.journal_apply(req)
         refused = engine.apply(req)
         if refused is not None:
             return web.json_response({"detail": refused}, status=400)
