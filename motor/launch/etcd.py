@@ -22,6 +22,7 @@ given client certificate.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -182,21 +183,5 @@ def start_etcd(run_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", name
 async def astart_etcd(run_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", name: str | None = None,
                       ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC, tls: EtcdTls | None = None) -> EtcdServer:
     """`start_etcd` without blocking the event loop."""
-    run_path = Path(run_dir)
-    run_path.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, _BIND_ATTEMPTS + 1):
-        server = _spawn(run_path, host, _member_name(name, attempt), tls)
-        try:
-            await server.process.await_http_ok(server.health_url, ready_timeout_sec,
-                                               tls.probe_context() if tls else None)
-            return server
-        except ProcessExitedError as exc:
-            await server.astop()
-            if _bind_race(exc) and attempt < _BIND_ATTEMPTS:
-                logger.warning("etcd %s lost a port race, retrying with new ports", server.name)
-                continue
-            raise
-        except BaseException:
-            await server.astop()
-            raise
-    raise AssertionError("unreachable")
+    return await asyncio.to_thread(start_etcd, run_dir, host=host, name=name, ready_timeout_sec=ready_timeout_sec,
+                                   tls=tls)
