@@ -16,6 +16,7 @@ from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.evidence import EvidenceKind, RankEvidence
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
+from motor.controller.fault_tolerance.snapshot_pull import SnapshotPuller
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
 from motor.controller.fault_tolerance.strategy_center import FastRecovery, NoFastRecovery, StrategyCenter
 from motor.controller.hardware.model import HardwareFault
@@ -37,6 +38,9 @@ class FaultManager:
         self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation,
                                      fast_recovery or NoFastRecovery())
         self.hardware.on_busy_fault = self._hardware_during_strategy
+        self.puller = SnapshotPuller(deps, self.intake, self.report_software,
+                                     busy=lambda iid: self.center.running(iid) is not None)
+        self.center.on_waiting = self.puller.ensure
 
     def _hardware_during_strategy(self, instance_id: int, ranks: frozenset[int], description: str) -> None:
         running = self.center.running(instance_id)
@@ -92,6 +96,7 @@ class FaultManager:
         self.center.start()
 
     async def close(self) -> None:
+        await self.puller.close()
         await self.center.close()
 
     async def evaluate_all(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +73,8 @@ class StrategyCenter:
         self.fast_recovery = fast_recovery
         self._slots: dict[int, _Slot] = {}
         self._wake = asyncio.Event()
+        # Called for an instance whose snapshot is still incomplete (the snapshot puller hooks in).
+        self.on_waiting: Callable[[int], None] = lambda instance_id: None
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -183,7 +186,10 @@ class StrategyCenter:
             log.warning("instance=%d %s", instance_id, verdict.reason)
             self._reconfigure(instance_id, FallbackCause.HARDWARE_NOT_CORRELATED, verdict.reason)
             return
-        if decision.action in (Action.NONE, Action.WAIT):
+        if decision.action is Action.WAIT:
+            self.on_waiting(instance_id)
+            return
+        if decision.action is Action.NONE:
             return
         self.correlation.clear(instance_id)
         log.info("instance=%d decision=%s %s", instance_id, decision.action, decision.reason)

@@ -1,0 +1,70 @@
+"""Snapshot pulls: with fault evidence but no complete snapshot, the Controller reads the survivors'
+status itself and does not wait for the NodeManagers' next polls (in-memory peers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller_fakes import DEAD, UNHEALTHY, assemble, make_config, make_core, two_pods
+
+from motor.controller.fault_tolerance.evidence import EvidenceKind
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+
+DIAGNOSING = 4
+
+
+async def wait_for(predicate, what: str, steps: int = 2000) -> None:
+    for _ in range(steps):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what} not reached")
+
+
+async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster, config=make_config())
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()  # incomplete: waits, and starts pulling
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors' evidence pulled")
+    assert all("pulled by the Controller" in core.faults.evidence(7)[r].detail for r in (0, 2, 3))
+    await core.faults.evaluate_all()
+    assert isinstance(core.faults.running(7), DpScaleDownStrategy)
+    await core.faults.close()
+
+
+async def test_diagnosing_and_healthy_answers_are_no_news_and_pulls_stop_with_the_window() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    cluster.set(2, DIAGNOSING)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.faults.puller.pulls >= 3, "three pulls")
+    assert set(core.faults.evidence(7)) == {1}
+    cluster.set(1, 1)  # healthy again (e.g. restarted), and its NodeManager says so: the window closes
+    core.faults.report_software(7, 1, EvidenceKind.RECOVERED, "", core.clock.wall())
+    pulls = core.faults.puller.pulls
+    await wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), "puller ended")
+    assert core.faults.puller.pulls <= pulls + 1
+    cluster.set(2, UNHEALTHY)
+    await core.faults.close()
+
+
+async def test_pulls_are_off_with_interval_zero() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.0})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()
+    await asyncio.sleep(0.05)
+    assert core.faults.puller.pulls == 0 and not cluster.named("status")
