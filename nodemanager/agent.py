@@ -26,6 +26,7 @@ from motor.common.ports import free_port
 from motor.common.security import client_tls
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
+from nodemanager.device_ids import check_device_ids
 from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance
 from nodemanager.engine_http import EngineHttpClient
 from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable
@@ -249,6 +250,10 @@ class NodeManagerAgent:
 
     def register_request(self) -> controller_pb2.RegisterRequest:
         c = self.config
+        # The device ids must be this pod's cards (RFC §4.2 maps hardware faults by them): a mismatch
+        # raises DeviceIdMismatch, this attempt fails and is retried (logged by the link).
+        log.debug("instance=%d pod=%s %s", c.instance_id, c.pod_ip,
+                  check_device_ids(c.pod_annotations_file, [d.device_id for e in c.engines for d in e.device_infos]))
         cap = c.ft_capability
         return controller_pb2.RegisterRequest(
             pod=self.pod_pb(),

@@ -7,7 +7,7 @@
   motorctl instances                  what the Coordinator routes to
   motorctl inject URL FAULT [k=v...]  an engine fault through the reference engine's admin route
   motorctl hw-fault NODE [NPU]        a MindCluster-shaped hardware fault: ReportHardwareFault, or
-                                      a mounted-ConfigMap file with --configmap-dir
+                                      a mounted-ConfigMap file with --configmap-dir [--via SOURCE]
   motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S]
                                       does an engine's FT API conform to Motor's contract (engine_check)
   motorctl certs init DIR             a development CA and one certificate per role (and etcd's)
@@ -165,17 +165,26 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) -> str:
-    from motor.controller.hardware.inject import build_report_request, write_configmap_fault
+    from motor.controller.hardware.inject import (
+        VIA_DEVICE_INFO,
+        VIA_NODE_INFO,
+        build_report_request,
+        write_configmap_fault,
+        write_nodeinfo_fault,
+    )
     from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 
     try:
-        req = build_report_request(args.node, args.npu, args.code, args.level)
+        req = build_report_request(args.node, args.npu, args.code, args.level, via=args.via)
+        if args.configmap_dir:
+            fault = HardwareFault.from_request(req, now_sec=datetime.datetime.now().timestamp(), default_source="motorctl")
+            if (args.via or (VIA_DEVICE_INFO if args.npu else VIA_NODE_INFO)) == VIA_NODE_INFO:
+                folder = write_nodeinfo_fault(args.configmap_dir, args.node, [fault])
+            else:
+                folder = write_configmap_fault(args.configmap_dir, args.node, [fault], resource=args.resource)
+            return f"wrote {folder}"
     except HardwareFaultError as exc:
         raise SystemExit(f"motorctl hw-fault: {exc}") from None
-    if args.configmap_dir:
-        fault = HardwareFault.from_request(req, now_sec=datetime.datetime.now().timestamp(), default_source="motorctl")
-        folder = write_configmap_fault(args.configmap_dir, args.node, [fault])
-        return f"wrote {folder}"
     with channel_factory(args.controller) as ch:
         resp = controller_pb2_grpc.ControllerStub(ch).ReportHardwareFault(req, timeout=RPC_TIMEOUT_SEC)
     return resp.message
@@ -235,10 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
     inj.add_argument("params", nargs="*", help="KEY=VALUE (JSON values)")
     hw = sub.add_parser("hw-fault", help="report a hardware fault (RPC, or a ConfigMap file)")
     hw.add_argument("node", help="node name, e.g. node-127.0.0.2")
-    hw.add_argument("npu", nargs="?", default="", help="card, e.g. Ascend910-1 (omit: the whole node)")
-    hw.add_argument("--level", default="L6", help="L1..L6 or a MindCluster handling name (default L6)")
+    hw.add_argument("npu", nargs="?", default="",
+                    help="card as the device plugin names it: Ascend910-1, npu-1 (A5), Ascend310P-V-1, a vNPU "
+                         "Ascend910-2c-100-1, a share slice Ascend910-1-0 (omit: the whole node)")
+    hw.add_argument("--level", default="L6",
+                    help="L1..L6 or any MindCluster level name: SeparateNPU, RestartNPU, ... (device plugin), "
+                         "Separate, PreSeparate, ... (switch), SeparateFault, ... (NodeD) (default L6)")
     hw.add_argument("--code", default="80E18402", help="fault code(s), comma-joined hex")
-    hw.add_argument("--configmap-dir", help="write mindx-dl-deviceinfo-<node> here instead of calling the RPC")
+    hw.add_argument("--via", choices=["deviceinfo", "switch", "nodeinfo"],
+                    help="the publishing source: deviceinfo (a card; default with NPU), switch (the node's "
+                         "SwitchInfoCfg) or nodeinfo (NodeD; default without NPU)")
+    hw.add_argument("--resource", help="with --configmap-dir: the DeviceList resource (default from the card name: "
+                                       "huawei.com/npu for npu-*, else huawei.com/Ascend910, ...)")
+    hw.add_argument("--configmap-dir",
+                    help="write the ConfigMap here (mindx-dl-deviceinfo-<node>, or mindx-dl-nodeinfo-<node> for "
+                         "NodeD) instead of calling the RPC")
     engine_check.add_parser(sub)
     ce = sub.add_parser("certs", help="development certificates")
     ce_sub = ce.add_subparsers(dest="certs_command", required=True)

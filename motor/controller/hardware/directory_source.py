@@ -1,4 +1,5 @@
-"""DirectoryConfigMapSource: device-info ConfigMaps mounted as files (kubelet's layout), polled."""
+"""DirectoryConfigMapSource: MindCluster ConfigMaps mounted as files (kubelet's layout), polled:
+the device plugin's `mindx-dl-deviceinfo-<node>` and NodeD's `mindx-dl-nodeinfo-<node>`."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from motor.controller.hardware.dedup import FaultDeduper
 from motor.controller.hardware.formats import (
     DEVICE_INFO_KEY,
     MANUALLY_SEPARATE_KEY,
+    NODEINFO_KEY,
+    SWITCH_INFO_KEY,
     UPGRADE_REASON_KEY,
-    node_from_configmap_name,
+    document_kind,
 )
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.parser import parse_configmap
@@ -25,17 +30,19 @@ log = logging.getLogger(__name__)
 MAX_CONFIGMAP_BYTES = 1 << 20
 # Bound of one directory scan (documents per poll).
 MAX_DOCUMENTS = 4096
-_KEY_FILES = (DEVICE_INFO_KEY, MANUALLY_SEPARATE_KEY, UPGRADE_REASON_KEY)
+_KEY_FILES = (DEVICE_INFO_KEY, SWITCH_INFO_KEY, MANUALLY_SEPARATE_KEY, UPGRADE_REASON_KEY, NODEINFO_KEY)
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 class DirectoryConfigMapSource:
-    """Polls a directory of mounted device-info ConfigMaps.
+    """Polls a directory of mounted MindCluster ConfigMaps.
 
-    Accepted entries (anything starting with '.' is kubelet's bookkeeping and skipped):
-    - `mindx-dl-deviceinfo-<node>/` holding key files (`DeviceInfoCfg`, `ManuallySeparateNPU`,
-      `UpgradeFaultReason`), as kubelet mounts one ConfigMap, `..data` symlink swaps included;
-    - a file `mindx-dl-deviceinfo-<node>[.json|.yaml]` holding the DeviceInfoCfg value, the data
+    Accepted entries (anything starting with '.' is kubelet's bookkeeping and skipped), for
+    `mindx-dl-deviceinfo-<node>` and `mindx-dl-nodeinfo-<node>` alike:
+    - `<name>/` holding key files (`DeviceInfoCfg`, `SwitchInfoCfg`, `ManuallySeparateNPU`,
+      `UpgradeFaultReason`; NodeD's `NodeInfo`), as kubelet mounts one ConfigMap, `..data` symlink
+      swaps included;
+    - a file `<name>[.json|.yaml]` holding one key's value (DeviceInfoCfg or NodeInfo), the data
       mapping or the whole ConfigMap object (a projected item or a `kubectl get -o json` dump).
     A document is re-read only when a key file's (inode, mtime, size) changed; only new or changed
     faults are delivered. A document that cannot be read at all keeps its last known faults.
@@ -48,6 +55,7 @@ class DirectoryConfigMapSource:
         *,
         max_documents: int = MAX_DOCUMENTS,
         max_file_bytes: int = MAX_CONFIGMAP_BYTES,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if poll_interval_sec <= 0:
             raise ValueError(f"poll_interval_sec={poll_interval_sec!r} must be > 0")
@@ -56,6 +64,7 @@ class DirectoryConfigMapSource:
         self._poll_interval_sec = poll_interval_sec
         self._max_documents = max_documents
         self._max_file_bytes = max_file_bytes
+        self._clock = clock
         self._dedup = FaultDeduper()
         self._fingerprints: dict[str, tuple[tuple[str, int, int, int], ...]] = {}
         self._missing_logged = False
@@ -113,21 +122,21 @@ class DirectoryConfigMapSource:
             doc_name = entry.name
             for suffix in _FILE_SUFFIXES:
                 doc_name = doc_name.removesuffix(suffix)
-            node = node_from_configmap_name(doc_name)
-            if node is None:
+            named = document_kind(doc_name)
+            if named is None:
                 continue
             if len(seen) >= self._max_documents:
                 log.warning("hardware: %s holds more than %d device-info documents; %s and later ignored", self.path, self._max_documents, entry.name)
                 break
             seen.add(doc_name)
-            fresh += self._read_document(entry, doc_name, node)
+            fresh += self._read_document(entry, doc_name, *named)
         for gone in sorted(set(self._fingerprints) - seen):
             del self._fingerprints[gone]
             log.info("hardware: %s/%s removed", self.path, gone)
             log_cleared(self._dedup.forget(gone), self.name)
         return fresh
 
-    def _read_document(self, entry: os.DirEntry[str], doc_name: str, node: str) -> list[HardwareFault]:
+    def _read_document(self, entry: os.DirEntry[str], doc_name: str, kind: str, node: str) -> list[HardwareFault]:
         try:
             if entry.is_dir(follow_symlinks=True):
                 files = [(key, Path(entry.path) / key) for key in _KEY_FILES]
@@ -149,5 +158,5 @@ class DirectoryConfigMapSource:
             return []
         self._fingerprints[doc_name] = fingerprint
         doc: dict[str, str] | str = contents[""] if "" in contents else contents
-        result = parse_configmap(doc, node_name=node, source=f"configmap:{entry.path}")
-        return absorb(self._dedup, doc_name, result, self.name, where=f"node={node} ")
+        result = parse_configmap(doc, node_name=node, source=f"configmap:{entry.path}", kind=kind)
+        return absorb(self._dedup, doc_name, result, self.name, where=f"node={node} ", now_sec=self._clock())

@@ -1,11 +1,16 @@
 """One `huawei.com/<resource>-Fault` list of a DeviceInfoCfg → HardwareFaults. Pure.
 
-Each entry: fault_type (CardUnhealthy | CardNetworkUnhealthy | NodeUnhealthy | PublicFault),
-npu_name ("" for a node fault), large_model_fault_level / fault_level / fault_handling (same
-meaning; fault_handling is the recommended one; empty for a node fault), fault_code (comma-joined
-hex, or "Disconnected" / "heartbeatTimeOut"), and fault_time_and_level_map
-{code: {fault_time (milliseconds), fault_level}}. A malformed entry is skipped with a problem
-naming it; the time map's bad items are dropped one by one.
+Each entry is the device plugin's `DeviceFault` (JSON tags): fault_type (CardUnhealthy |
+CardNetworkUnhealthy), npu_name (always a card), large_model_fault_level / fault_level /
+fault_handling (the same value; the plugin's documentation recommends fault_handling; 2023's plugin
+wrote no fault_handling), fault_code (comma-joined hex, upper case; empty when the card has no code
+of its own), and since late 2024 fault_time_and_level_map {code: {fault_time (ms), fault_level}}.
+
+A NormalNPU / NormalNetwork entry is no fault (the plugin writes one, with an empty fault_code, for
+each ring-mate of a card under hot reset; the reset itself is read from the -Recovering list by
+`parser`). An entry without npu_name is not the device plugin's: Volcano's node entry (NodeUnhealthy,
+heartbeatTimeOut) has that shape, and Motor does not read Volcano's documents (see `formats`).
+A malformed entry is skipped with a problem naming it; the time map's bad items are dropped one by one.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from motor.controller.hardware import levels
-from motor.controller.hardware.formats import FAULT_TYPE_NODE, NODE_FAULT_LEVEL, is_number
+from motor.controller.hardware.formats import VOLCANO_NODE_FAULT_TYPE, is_number
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 
 # Field order in which the level is read; the documentation recommends fault_handling.
@@ -47,24 +52,18 @@ def parse_fault_entry(entry: Any, where: str, node: str, source: str) -> tuple[H
     if not isinstance(npu_name, str):
         return None, [f"{where}: npu_name={npu_name!r} is not a string; skipped"]
     npu_name = npu_name.strip()
-    where = f"{where} (npu_name={npu_name!r})" if npu_name else where
     fault_type = entry.get("fault_type", "")
     if not isinstance(fault_type, str):
         return None, [f"{where}: fault_type={fault_type!r} is not a string; skipped"]
+    if not npu_name:
+        whose = " (Volcano's node entry, not read)" if fault_type == VOLCANO_NODE_FAULT_TYPE else ""
+        return None, [(f"{where}: npu_name='' with fault_type={fault_type!r}: the device plugin names a card in "
+                       f"every entry{whose}; skipped")]
+    where = f"{where} (npu_name={npu_name!r})"
     problems: list[str] = []
 
     times_ms, map_levels, map_codes, map_problems = _parse_time_map(entry.get("fault_time_and_level_map"), where)
     problems += map_problems
-
-    raw_codes = entry.get("fault_code", "")
-    if not isinstance(raw_codes, str):
-        return None, problems + [f"{where}: fault_code={raw_codes!r} is not a comma-joined string; skipped"]
-    codes, code_problems = normalize_fault_codes(raw_codes)
-    problems += [f"{where}: {p}" for p in code_problems]
-    if not codes:
-        codes = tuple(sorted(map_codes))
-    if not codes:
-        return None, problems + [f"{where}: no usable fault_code; skipped"]
 
     handling = ""
     level: int | None = None
@@ -75,16 +74,24 @@ def parse_fault_entry(entry: Any, where: str, node: str, source: str) -> tuple[H
         if not value.strip():
             continue
         if levels.is_healthy_name(value):
+            # No fault of its own (e.g. a ring-mate of a card under hot reset, empty fault_code).
             return None, problems
         level = levels.level_from_name(value)
         if level is None:
             return None, problems + [f"{where}: {field_name}={value!r} is not a known MindCluster level; skipped"]
         handling = value.strip()
         break
+
+    raw_codes = entry.get("fault_code", "")
+    if not isinstance(raw_codes, str):
+        return None, problems + [f"{where}: fault_code={raw_codes!r} is not a comma-joined string; skipped"]
+    codes, code_problems = normalize_fault_codes(raw_codes)
+    problems += [f"{where}: {p}" for p in code_problems]
+    if not codes:
+        codes = tuple(sorted(map_codes))
+
     if level is None:
-        if fault_type == FAULT_TYPE_NODE:
-            level = NODE_FAULT_LEVEL
-        elif map_levels:
+        if map_levels:
             level = max(map_levels)
         else:
             return None, problems + [f"{where}: no fault_handling/fault_level/large_model_fault_level; skipped"]

@@ -1,4 +1,8 @@
-"""KubernetesConfigMapSource: list+watch of `kube-system/mindx-dl-deviceinfo-*` and of Nodes.
+"""KubernetesConfigMapSource: list+watch of MindCluster's ConfigMaps and of Nodes.
+
+Three streams: the device plugin's `kube-system/mindx-dl-deviceinfo-*` (DeviceInfoCfg, SwitchInfoCfg,
+ManuallySeparateNPU), NodeD's `mindx-dl/mindx-dl-nodeinfo-*` (NodeInfo) and the Nodes (Ready). A
+ConfigMap counts only in its own namespace (a deviceinfo name in mindx-dl is not the plugin's).
 
 The `kubernetes` client is synchronous, so each stream (ConfigMaps, Nodes) runs list-then-watch in
 its own daemon thread and posts raw events to the event loop; parsing and de-duplication happen on
@@ -23,7 +27,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from motor.controller.hardware.dedup import FaultDeduper
-from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE, ParseResult, node_from_configmap_name
+from motor.controller.hardware.formats import (
+    CONFIGMAP_NAMESPACE,
+    DEVICE_INFO,
+    NODE_INFO,
+    NODEINFO_NAMESPACE,
+    ParseResult,
+    document_kind,
+)
 from motor.controller.hardware.kube_api import KubeApi
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.node_parser import parse_node
@@ -33,6 +44,7 @@ from motor.controller.hardware.source import FaultCallback, absorb, call_fault_c
 log = logging.getLogger(__name__)
 
 CONFIGMAPS = "configmaps"
+NODEINFOS = "nodeinfos"
 NODES = "nodes"
 _MAX_BACKOFF_SEC = 30.0
 _GONE = 410
@@ -60,19 +72,27 @@ class KubernetesConfigMapSource:
     def __init__(
         self,
         api: KubeApi,
+        clock: Callable[[], float] = time.time,
         *,
         namespace: str = CONFIGMAP_NAMESPACE,
+        nodeinfo_namespace: str | None = NODEINFO_NAMESPACE,
         watch_nodes: bool = True,
         watch_timeout_sec: int = 240,
         retry_backoff_sec: float = 2.0,
     ) -> None:
         self._api = api
+        self._clock = clock
         self._namespace = namespace
+        self._nodeinfo_namespace = nodeinfo_namespace
+        # The document kind each watched namespace holds.
+        self._kinds = {namespace: DEVICE_INFO}
+        if nodeinfo_namespace is not None:
+            self._kinds[nodeinfo_namespace] = NODE_INFO
         self._watch_nodes = watch_nodes
         self._watch_timeout_sec = watch_timeout_sec
         self._retry_backoff_sec = retry_backoff_sec
         self._dedup = FaultDeduper()
-        self._configmaps: set[str] = set()
+        self._configmaps: dict[str, set[str]] = {ns: set() for ns in self._kinds}
         self._nodes: set[str] = set()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -82,22 +102,30 @@ class KubernetesConfigMapSource:
 
     # --- pure event handling (loop thread) --------------------------------------------------
 
-    def handle_configmap_event(self, event_type: str, obj: Mapping[str, Any]) -> list[HardwareFault]:
-        """ADDED / MODIFIED / DELETED of a ConfigMap in the namespace → new or changed faults."""
+    def handle_configmap_event(
+        self, event_type: str, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> list[HardwareFault]:
+        """ADDED / MODIFIED / DELETED of a ConfigMap in a watched namespace → new or changed faults."""
+        namespace = namespace or self._namespace
         name = _object_name(obj)
-        if name is None or node_from_configmap_name(name) is None:
+        named = document_kind(name) if name is not None else None
+        if name is None or named is None or named[0] != self._kinds.get(namespace):
             return []
+        kind, node = named
         if event_type == "DELETED":
-            log.info("hardware: ConfigMap %s/%s deleted", self._namespace, name)
+            log.info("hardware: ConfigMap %s/%s deleted", namespace, name)
         return self._handle(
-            self._configmaps, name, f"cm/{name}", f"k8s:configmap/{self._namespace}/{name}", event_type,
-            lambda source: parse_configmap(obj, source=source),
+            self._configmaps[namespace], name, f"cm/{namespace}/{name}", f"k8s:configmap/{namespace}/{name}", event_type,
+            lambda source: parse_configmap(obj, node_name=node, source=source, kind=kind),
         )
 
-    def handle_configmap_sync(self, items: list[Mapping[str, Any]]) -> list[HardwareFault]:
+    def handle_configmap_sync(self, items: list[Mapping[str, Any]], namespace: str | None = None) -> list[HardwareFault]:
         """A full list (start, or relist after 410): also forgets ConfigMaps deleted meanwhile."""
-        return self._sync(items, self._configmaps, self.handle_configmap_event,
-                          lambda name: node_from_configmap_name(name) is not None)
+        namespace = namespace or self._namespace
+        kind = self._kinds.get(namespace)
+        return self._sync(items, self._configmaps[namespace],
+                          lambda event, obj: self.handle_configmap_event(event, obj, namespace),
+                          lambda name: (document_kind(name) or ("", ""))[0] == kind)
 
     def handle_node_event(self, event_type: str, obj: Mapping[str, Any]) -> list[HardwareFault]:
         name = _object_name(obj)
@@ -122,7 +150,7 @@ class KubernetesConfigMapSource:
         if event_type not in ("ADDED", "MODIFIED"):
             return []
         known.add(name)
-        return absorb(self._dedup, doc_key, parse(source), source)
+        return absorb(self._dedup, doc_key, parse(source), source, now_sec=self._clock())
 
     @staticmethod
     def _sync(
@@ -150,10 +178,12 @@ class KubernetesConfigMapSource:
         self._consumer = asyncio.create_task(self._consume(on_faults), name="hardware-k8s-intake")
         streams: list[tuple[str, Callable[[], tuple[list[dict[str, Any]], str]], Callable[[str], Iterator[tuple[str, dict[str, Any]]]]]] = [
             (
-                CONFIGMAPS,
-                lambda: self._api.list_configmaps(self._namespace),
-                lambda rv: self._api.watch_configmaps(self._namespace, rv, self._watch_timeout_sec),
+                kind_stream,
+                lambda ns=ns: self._api.list_configmaps(ns),
+                lambda rv, ns=ns: self._api.watch_configmaps(ns, rv, self._watch_timeout_sec),
             )
+            for kind_stream, ns in ((CONFIGMAPS, self._namespace), (NODEINFOS, self._nodeinfo_namespace))
+            if ns is not None
         ]
         if self._watch_nodes:
             streams.append((NODES, self._api.list_nodes, lambda rv: self._api.watch_nodes(rv, self._watch_timeout_sec)))
@@ -185,8 +215,12 @@ class KubernetesConfigMapSource:
 
     def _dispatch(self, kind: str, event_type: str, payload: Any) -> None:
         """Loop thread: one raw event → faults → the delivery queue."""
-        if kind == CONFIGMAPS:
-            faults = self.handle_configmap_sync(payload) if event_type == "SYNC" else self.handle_configmap_event(event_type, payload)
+        if kind in (CONFIGMAPS, NODEINFOS):
+            namespace = self._namespace if kind == CONFIGMAPS else self._nodeinfo_namespace
+            if event_type == "SYNC":
+                faults = self.handle_configmap_sync(payload, namespace)
+            else:
+                faults = self.handle_configmap_event(event_type, payload, namespace)
         else:
             faults = self.handle_node_sync(payload) if event_type == "SYNC" else self.handle_node_event(event_type, payload)
         if faults and self._batches is not None:

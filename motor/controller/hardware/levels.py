@@ -1,24 +1,40 @@
 """The one table from MindCluster fault handling names (and "L1".."L6") to Motor's `FaultLevel`.
 
-MindCluster's Ascend Device Plugin writes, per faulty card, three fields that mean the same thing
-(`large_model_fault_level`, `fault_level`, `fault_handling`; its documentation recommends reading
-`fault_handling`). The six processor levels are documented as L1..L6 in this order (MindX DL 5.0
-"故障级别及处理": L1 NotHandleFault … L6 SeparateNPU), and the proto's FaultLevel follows it.
+Every name MindCluster writes is understood, by source (Ascend/mind-cluster, read 2025):
 
-MindCluster also has names outside that ladder. They are mapped here, each with the reason:
+- Device plugin, per card (`-Fault` entries: `large_model_fault_level`, `fault_level`,
+  `fault_handling`, the same value; `fault_time_and_level_map[code].fault_level`; `fault_code.go`):
+  the processor ladder L1..L6 in this order (MindX DL "故障级别及处理"): NotHandleFault,
+  RestartRequest, RestartBusiness, FreeRestartNPU, RestartNPU, SeparateNPU; and outside it
+  SubHealthFault, PreSeparateNPU, ManuallySeparateNPU, and the healthy NormalNPU / NormalNetwork.
+- Device plugin, switch (A3/A5 `SwitchInfoCfg.FaultLevel` and its per-code levels;
+  `convertToSwitchLevelStr`): NotHandle, SubHealthFault, RestartRequest, PreSeparate, Separate.
+  SwitchFaultCode.json's ResetFaultCodes are folded into SeparateFaultCodes when loaded
+  (`LoadSwitchFaultCode`), so a ResetFault code is published as "Separate": L6, and the name
+  "ResetFault" (a relayed report) is L6 too.
+- NodeD (`NodeInfo.FaultDevList[].FaultLevel`): NotHandleFault, PreSeparateFault, SeparateFault.
+  Its NodeStatus words (Healthy / PreSeparate / UnHealthy, and the switch's SubHealthy) are node
+  states, read by `nodeinfo_parser` / `switch_parser`, not levels.
 
-- PreSeparateNPU ("暂不影响业务，后续不再调度任务到该芯片": the running service is not affected,
-  only new scheduling avoids the card) → L1. Motor acts on impact to running ranks; if the card
-  does break a collective, the engine's own FT status reports it (software path), and hardware
-  evidence only corroborates. Its fault_handling text is kept on the fault, so it stays visible.
-- SubHealthFault (handled per the job's subHealthyStrategy, whose default is "ignore") → L1.
-- ManuallySeparateNPU (a card isolated after a frequency/duration upgrade until a person releases
-  it; also a ConfigMap key listing such cards) → L6: at least as final as SeparateNPU.
-- Node-level names written by NodeD / switch faults (for reports relayed over the RPC):
-  PreSeparateFault → L1 (same reasoning as PreSeparateNPU), SeparateFault → L6,
-  ResetFault → L5 (the device must be reset), RestartRequestFault → L2.
-- NormalNPU / NormalNetwork are MindCluster's "healthy" states, not faults: `level_from_name`
-  returns None for them and `is_healthy_name` says so, so a parser can skip them quietly.
+Placement of the names outside the ladder, each with the reason:
+
+- PreSeparateNPU → L1 (decision; test `test_pre_separate_npu_placement`). MindCluster's own
+  meaning is "暂不影响业务，后续不再调度任务到该芯片": the device plugin keeps a card in use healthy
+  (`isHealthy`: PreSeparateNPU and used → Healthy), ClusterD's fault-recover service filters it out
+  with NotHandleFault (`filterLevel`), and Volcano leaves it to the platform. Motor acts on impact
+  to running ranks: a PreSeparateNPU card that does break a collective shows up in the engine's FT
+  status (the software path), and hardware evidence only corroborates. Its name is kept on the
+  fault (`fault_handling`), so it stays visible. (MindCluster's severity *order* for summarising
+  several fault types puts it above RestartNPU; that order decides which name a card shows, not
+  what happens to a running job.) The switch's "PreSeparate" and NodeD's "PreSeparateFault" are
+  the same decision.
+- SubHealthFault → L1: handled per the job's subHealthyStrategy, whose default is "ignore".
+- ManuallySeparateNPU → L6: a card isolated (after a frequency/duration upgrade) until a person
+  releases it; at least as final as SeparateNPU.
+- RestartRequestFault → L2 (relayed name of the switch's RestartRequestFaultCodes).
+- NormalNPU / NormalNetwork: "no fault". `level_from_name` returns None and `is_healthy_name` says
+  so; the device plugin writes them for the ring-mates of a card under hot reset (an entry with an
+  empty fault_code), which `fault_list` reads as "no fault of its own".
 """
 
 from __future__ import annotations
@@ -54,19 +70,33 @@ LEVEL_BY_NAME: Mapping[str, int] = MappingProxyType(
         # The documented L1..L6 ladder, by name and by number.
         **{name: level for level, name in CANONICAL_NAME.items()},
         **{f"L{level}": level for level in CANONICAL_NAME},
-        # Names outside the ladder (see the module docstring for each reason).
+        # Device plugin names outside the ladder (see the module docstring for each reason).
         "PreSeparateNPU": L1,
         "SubHealthFault": L1,
         "ManuallySeparateNPU": L6,
+        # Switch levels (SwitchInfoCfg); "RestartRequest" and "SubHealthFault" are shared above.
+        "NotHandle": L1,
+        "PreSeparate": L1,
+        "Separate": L6,
+        "ResetFault": L6,
+        "RestartRequestFault": L2,
+        # NodeD levels (NodeInfo.FaultDevList[].FaultLevel); "NotHandleFault" is shared above.
         "PreSeparateFault": L1,
         "SeparateFault": L6,
-        "ResetFault": L5,
-        "RestartRequestFault": L2,
     }
 )
 
 # MindCluster writes these for cards that are fine again; they carry no fault.
 HEALTHY_NAMES: frozenset[str] = frozenset({"NormalNPU", "NormalNetwork"})
+
+# The names each MindCluster writer uses (what a document of that source may hold).
+DEVICE_PLUGIN_NAMES: frozenset[str] = frozenset(CANONICAL_NAME.values()) | {
+    "SubHealthFault", "PreSeparateNPU", "ManuallySeparateNPU"}
+SWITCH_NAMES: frozenset[str] = frozenset({"NotHandle", "SubHealthFault", "RestartRequest", "PreSeparate", "Separate"})
+NODED_NAMES: frozenset[str] = frozenset({"NotHandleFault", "PreSeparateFault", "SeparateFault"})
+# The switch's and NodeD's name of a ladder level, where they have one.
+SWITCH_NAME_OF_LEVEL: Mapping[int, str] = MappingProxyType({L1: "NotHandle", L2: "RestartRequest", L6: "Separate"})
+NODED_NAME_OF_LEVEL: Mapping[int, str] = MappingProxyType({L1: "NotHandleFault", L6: "SeparateFault"})
 
 
 def level_from_name(name: str) -> int | None:

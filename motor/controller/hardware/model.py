@@ -15,8 +15,8 @@ from motor.controller.hardware import levels
 
 FaultKey = tuple[tuple[str, ...], str, str]
 
-# MindCluster fault codes are hex event ids ("80E18402"), plus a few words the device plugin writes
-# for conditions without an event id ("Disconnected", "heartbeatTimeOut").
+# MindCluster fault codes are hex event ids ("80E18402"; NodeD's IPMI codes and the switch's alarm
+# ids too), plus words Motor uses for conditions without an event id ("NodeNotReady").
 _CODE_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _HEX_RE = re.compile(r"^(0[xX])?[0-9A-Fa-f]+$")
 
@@ -50,7 +50,7 @@ def normalize_fault_codes(text: str) -> tuple[tuple[str, ...], list[str]]:
 @dataclass(frozen=True)
 class HardwareFault:
     node_name: str
-    # Card name as the device plugin writes it, e.g. "Ascend910-3"; "" means the whole node.
+    # Card name as the device plugin writes it, e.g. "Ascend910-3", "npu-3"; "" means the whole node.
     npu_name: str
     fault_codes: tuple[str, ...]
     # A controller_pb2.FaultLevel value, L1..L6.

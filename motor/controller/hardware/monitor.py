@@ -5,8 +5,10 @@ into HardwareFaults, and hand new or changed ones to one callback (the FaultMana
 Sources behind one protocol (`source.HardwareFaultSource`):
 
 - RpcSource (`rpc_source`): what the Controller's ReportHardwareFault servicer calls.
-- DirectoryConfigMapSource (`directory_source`): device-info ConfigMaps mounted as files, polled.
-- KubernetesConfigMapSource (`kube`): list+watch of the ConfigMaps and of Nodes (NotReady).
+- DirectoryConfigMapSource (`directory_source`): device-info and NodeD node-info ConfigMaps mounted
+  as files, polled.
+- KubernetesConfigMapSource (`kube`): list+watch of `kube-system/mindx-dl-deviceinfo-*`,
+  `mindx-dl/mindx-dl-nodeinfo-*` and of Nodes (NotReady).
 
 I/O happens only in the sources; parsing, de-duplication and mapping are pure modules.
 """
@@ -73,7 +75,8 @@ class ResourceMonitor:
                 log.info("hardware monitor: Kubernetes source off (hardware_monitor.kubernetes='auto'): %s", exc)
             else:
                 sources.append(KubernetesConfigMapSource(api))
-                log.info("hardware monitor: Kubernetes list+watch of ConfigMaps and Nodes (%s)", how)
+                log.info("hardware monitor: Kubernetes list+watch of device-info and node-info ConfigMaps and Nodes (%s)",
+                         how)
         return cls(sources, rpc=rpc)
 
     async def start(self, on_faults: FaultCallback) -> None:

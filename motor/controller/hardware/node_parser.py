@@ -8,7 +8,7 @@ from typing import Any
 
 from motor.common.text import shorten
 from motor.controller.hardware.formats import (
-    FAULT_TYPE_NODE,
+    FAULT_TYPE_NODE_NOT_READY,
     NODE_NOT_READY_CODE,
     NODE_NOT_READY_LEVEL,
     ParseResult,
@@ -47,7 +47,7 @@ def parse_node(node_obj: Mapping[str, Any], source: str = "k8s", level: int = NO
         npu_name="",
         fault_codes=(NODE_NOT_READY_CODE,),
         level=level,
-        fault_type=FAULT_TYPE_NODE,
+        fault_type=FAULT_TYPE_NODE_NOT_READY,
         fault_handling="",
         fault_time_unix_sec=max(when_sec, 0.0),
         source=source,

@@ -1,23 +1,39 @@
-"""MindCluster device-info ConfigMaps → HardwareFaults. Pure.
+"""MindCluster ConfigMaps → HardwareFaults. Pure.
 
-The format (Ascend Device Plugin, one ConfigMap per node, `kube-system/mindx-dl-deviceinfo-<node>`):
+`parse_configmap` takes either document MindCluster writes per node: the device plugin's
+`kube-system/mindx-dl-deviceinfo-<node>` (here) or NodeD's `mindx-dl/mindx-dl-nodeinfo-<node>`
+(`nodeinfo_parser`). The device-info format (`NodeDeviceInfoCache`, field names as in the Go struct):
 
     data:
       DeviceInfoCfg: '{"DeviceInfo":{"DeviceList":{"huawei.com/Ascend910":"Ascend910-0,…",
                        "huawei.com/Ascend910-Fault":"[{…},{…}]",        ← a JSON string in JSON
+                       "huawei.com/Ascend910-NetworkUnhealthy":"…",
+                       "huawei.com/Ascend910-Recovering":"…",           ← since 2024 (hot reset)
                        "huawei.com/Ascend910-Unhealthy":"Ascend910-4", …},
                        "UpdateTime":1744182144},                          ← seconds
-                       "SuperPodID":-2,"ServerIndex":-2,"CheckCode":"<sha256 hex>"}'
+                       "SuperPodID":-2,"ServerIndex":-2,                  ← since 2024
+                       "RackID":0,                                        ← A5 super pods only
+                       "CheckCode":"<sha256 hex>"}'
+      SwitchInfoCfg: '{"FaultCode":[…],"FaultLevel":"",…}'  ← A3/A5 (`switch_parser`)
       ManuallySeparateNPU: "Ascend910-1"        ← cards isolated until a person releases them
       UpgradeFaultReason: '{"Ascend910-1":[{"fault_code":…,"fault_level":…,…}]}'
+      Description: …
 
-The entries of each `…-Fault` list are read by `fault_list`. Newer hardware names the resource
-`huawei.com/npu` instead of `huawei.com/Ascend910`, so every DeviceList key ending in `-Fault` is
-read. CheckCode (`checkcode`) is sha256 over Go's json.Marshal of DeviceInfo; a mismatch is reported
-but the entries are still used (losing a real fault is worse than trusting an edited document).
+2023's plugin wrote `{"DeviceInfo":{…},"CheckCode":…}` only, its fault entries without
+fault_handling and times, and no -Recovering list; both formats are read. The resource is
+`huawei.com/Ascend910` (A2/A3), `huawei.com/npu` (A5), `huawei.com/Ascend310P`, … or an operator's
+DevicePublicType: every DeviceList key ending in a known suffix is read, whatever its resource.
 
-Whatever is malformed is reported in `problems` (naming the key or entry and what was wrong) and
-skipped; every well-formed entry of the same document is kept.
+Per card, the evidence is:
+- its `-Fault` entries (`fault_list`); a NormalNPU / NormalNetwork entry is "no fault of its own";
+- the card lists, for a card with no entry at least as severe: `-Recovering` (under hot reset, L5),
+  `-Unhealthy` (withdrawn by the plugin without a fault of its own — a ring-mate of a card being
+  reset — L5), `-NetworkUnhealthy` (L1, the plugin's default network level); levels in `formats`;
+- `ManuallySeparateNPU` (L6).
+The switch fault is the node's. CheckCode (`checkcode`) is sha256 over Go's json.Marshal of
+DeviceInfo; a mismatch is reported but the entries are still used (losing a real fault is worse than
+trusting an edited document). Whatever is malformed is reported in `problems` (naming the key or
+entry and the value) and skipped; every well-formed piece of the same document is kept.
 """
 
 from __future__ import annotations
@@ -29,30 +45,56 @@ from typing import Any
 import yaml
 
 from motor.controller.hardware import levels
+from motor.controller.hardware.cardnames import split_card_list
 from motor.controller.hardware.checkcode import device_info_check_code
 from motor.controller.hardware.fault_list import decode_fault_list, parse_fault_entry
 from motor.controller.hardware.formats import (
     CONFIGMAP_NAME_PREFIX,
+    DEVICE_INFO,
     DEVICE_INFO_KEY,
     FAULT_LIST_SUFFIX,
     FAULT_TYPE_MANUALLY_SEPARATED,
+    FAULT_TYPE_NETWORK_LISTED,
+    FAULT_TYPE_RECOVERING,
+    FAULT_TYPE_WITHDRAWN,
     MANUALLY_SEPARATE_KEY,
+    NETWORK_LISTED_LEVEL,
+    NETWORK_UNHEALTHY_SUFFIX,
+    NODE_INFO,
+    NODEINFO_KEY,
+    RECOVERING_LEVEL,
+    RECOVERING_SUFFIX,
+    SWITCH_INFO_KEY,
+    UNHEALTHY_SUFFIX,
     UPGRADE_REASON_KEY,
+    WITHDRAWN_LEVEL,
     ParseResult,
+    document_kind,
     is_number,
-    node_from_configmap_name,
 )
 from motor.controller.hardware.model import FaultKey, HardwareFault, normalize_fault_codes
+from motor.controller.hardware.nodeinfo_parser import parse_nodeinfo
+from motor.controller.hardware.switch_parser import parse_switch_info
+
+# A card listed under one of these suffixes, without an entry at least this severe: (type, level).
+_CARD_LISTS = (
+    (RECOVERING_SUFFIX, FAULT_TYPE_RECOVERING, RECOVERING_LEVEL),
+    (UNHEALTHY_SUFFIX, FAULT_TYPE_WITHDRAWN, WITHDRAWN_LEVEL),
+    (NETWORK_UNHEALTHY_SUFFIX, FAULT_TYPE_NETWORK_LISTED, NETWORK_LISTED_LEVEL),
+)
 
 
-def parse_configmap(doc: Mapping[str, Any] | str | bytes, node_name: str | None = None, source: str = "configmap") -> ParseResult:
-    """A device-info ConfigMap → (faults, problems).
+def parse_configmap(
+    doc: Mapping[str, Any] | str | bytes, node_name: str | None = None, source: str = "configmap",
+    kind: str | None = None,
+) -> ParseResult:
+    """A device-info or node-info ConfigMap → (faults, problems).
 
     `doc` is the Kubernetes object (dict with metadata and data), just its data mapping, the
-    content of a mounted `DeviceInfoCfg` key file, or a JSON/YAML text of any of these. The node
-    comes from `node_name`, else from the object's name.
+    content of a mounted key file (`DeviceInfoCfg` or `NodeInfo`), or a JSON/YAML text of any of
+    these. The node and the kind come from `node_name` / `kind` (DEVICE_INFO, NODE_INFO), else from
+    the object's name, else from the keys.
     """
-    problems: list[str] = []
     label = f"{CONFIGMAP_NAME_PREFIX}{node_name}" if node_name else source
     if isinstance(doc, bytes):
         try:
@@ -68,33 +110,49 @@ def parse_configmap(doc: Mapping[str, Any] | str | bytes, node_name: str | None 
         return ParseResult([], [f"{label}: expected a ConfigMap, its data or DeviceInfoCfg, got {type(doc).__name__}"])
 
     data: Mapping[str, Any]
+    name: str | None = None
     if "DeviceInfo" in doc:
         data = {DEVICE_INFO_KEY: doc}
+    elif isinstance(doc.get(NODEINFO_KEY), Mapping):
+        data = {NODEINFO_KEY: doc}  # the NodeInfo key's value, decoded
     elif "data" in doc and ("metadata" in doc or "kind" in doc):
         meta = doc.get("metadata") or {}
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if node_name is None and isinstance(name, str):
-            node_name = node_from_configmap_name(name)
-        if isinstance(name, str):
-            label = name
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        if isinstance(raw_name, str):
+            name = label = raw_name
         raw = doc.get("data") or {}
         if not isinstance(raw, Mapping):
             return ParseResult([], [f"{label}: data is {type(raw).__name__}, not a mapping"])
         data = raw
     else:
         data = doc
+    named = document_kind(name) if name else None
+    if named is not None:
+        kind = kind or named[0]
+        node_name = node_name or named[1]
+    if kind is None:
+        kind = NODE_INFO if NODEINFO_KEY in data and DEVICE_INFO_KEY not in data else DEVICE_INFO
     if not node_name:
-        return ParseResult([], [f"{label}: no node name (neither given nor a {CONFIGMAP_NAME_PREFIX}<node> name)"])
+        return ParseResult([], [(f"{label}: no node name (neither given nor a {CONFIGMAP_NAME_PREFIX}<node> or "
+                                 "mindx-dl-nodeinfo-<node> name)")])
+    if kind == NODE_INFO:
+        return parse_nodeinfo(data, node_name, source, label if name else "")
     label = f"{CONFIGMAP_NAME_PREFIX}{node_name}" if label == source else label
 
     faults: dict[FaultKey, HardwareFault] = {}
+    problems: list[str] = []
     if DEVICE_INFO_KEY in data:
         found, found_problems = _parse_device_info_cfg(data[DEVICE_INFO_KEY], node_name, label, source)
         problems += found_problems
         for fault in found:
             _keep_worst(faults, fault)
-    elif MANUALLY_SEPARATE_KEY not in data:
+    elif MANUALLY_SEPARATE_KEY not in data and SWITCH_INFO_KEY not in data:
         problems.append(f"{label}: no {DEVICE_INFO_KEY} key (keys: {sorted(map(str, data))})")
+    if SWITCH_INFO_KEY in data:
+        found, found_problems = parse_switch_info(data[SWITCH_INFO_KEY], node_name, f"{label}: {SWITCH_INFO_KEY}", source)
+        problems += found_problems
+        for fault in found:
+            _keep_worst(faults, fault)
     if MANUALLY_SEPARATE_KEY in data:
         reasons, reason_problems = _parse_upgrade_reasons(data.get(UPGRADE_REASON_KEY), label)
         problems += reason_problems
@@ -144,7 +202,10 @@ def _parse_device_info_cfg(raw: Any, node: str, label: str, source: str) -> tupl
         return [], problems + [f"{where}.DeviceInfo.DeviceList is missing or not an object"]
     check_code = cfg.get("CheckCode")
     if isinstance(check_code, str) and check_code and all(isinstance(v, str) for v in device_list.values()):
-        computed = device_info_check_code(info)
+        try:
+            computed = device_info_check_code(info)
+        except ValueError as exc:
+            computed = f"<{exc}>"
         if computed != check_code:
             problems.append(
                 f"{where}.CheckCode={check_code[:12]}… does not match the content ({computed[:12]}…): "
@@ -161,6 +222,30 @@ def _parse_device_info_cfg(raw: Any, node: str, label: str, source: str) -> tupl
             problems += entry_problems
             if fault is not None:
                 faults.append(fault)
+    listed, list_problems = _card_list_faults(device_list, faults, node, f"{where}.DeviceInfo.DeviceList", source)
+    return faults + listed, problems + list_problems
+
+
+def _card_list_faults(
+    device_list: Mapping[str, Any], entries: list[HardwareFault], node: str, where: str, source: str
+) -> tuple[list[HardwareFault], list[str]]:
+    """-Recovering / -Unhealthy / -NetworkUnhealthy cards without an entry at least as severe."""
+    worst: dict[str, int] = {}
+    for fault in entries:
+        worst[fault.npu_name] = max(worst.get(fault.npu_name, 0), fault.level)
+    faults: list[HardwareFault] = []
+    problems: list[str] = []
+    for suffix, fault_type, level in _CARD_LISTS:
+        for key in sorted(k for k in device_list if isinstance(k, str) and k.endswith(suffix)):
+            value = device_list[key]
+            if not isinstance(value, str):
+                problems.append(f'{where}["{key}"]={value!r} is not a comma-joined string of card names')
+                continue
+            for card in split_card_list(value):
+                if worst.get(card, 0) >= level:
+                    continue
+                worst[card] = level
+                faults.append(HardwareFault(node, card, (), level, fault_type, "", 0.0, source))
     return faults, problems
 
 

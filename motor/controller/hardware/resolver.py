@@ -4,11 +4,17 @@ Rules:
 - The pods of an instance on the fault's node are found by `Pod.node_name`; the candidate
   endpoints are those the pods list (`Pod.endpoint_ids`) and those whose `ip` is one of their
   `pod_ip`s. The endpoint id is the original DP rank.
-- A card fault maps to the candidates whose `device_infos[].device_id` equals `npu_name`; the
-  result is the union over all the instance's pods on that node.
-- An empty `npu_name` (node fault) maps to every candidate rank, headless ones included.
-- A card name that is not "Ascend<model>-<index>" is not guessed: UNKNOWN_CARD_FORMAT, and the
-  FaultManager keeps the original strategy.
+- A card fault maps to the candidates whose `device_infos[].device_id` names the same physical card
+  as `npu_name` (`cardnames`: every form the device plugin publishes — `Ascend910-3`, `npu-3`,
+  `Ascend310P-3`, `Ascend310P-V-3`, an operator's prefix, the vNPU `Ascend910-2c-100-3`, the share
+  slice `Ascend910-3-1` — stands for card 3 of its node); the result is the union over all the
+  instance's pods on that node. The device ids are the host's card names (the pod's
+  `huawei.com/AscendReal` annotation, checked by the NodeManager), never container-local indices.
+- An empty `npu_name` (node fault: NodeD, the switch, Node NotReady) maps to every candidate rank,
+  headless ones included.
+- A card name in none of those forms is not guessed: UNKNOWN_CARD_FORMAT, and the FaultManager
+  keeps the original strategy. An endpoint whose device id is in no known form cannot answer
+  either: TOPOLOGY_MISSING (unless another endpoint holds the card).
 - A node hosting no pod of any instance is not ours: NODE_NOT_OURS (ignore).
 - Identities stay apart: each fault is resolved on its own, keyed by (fault codes, npu_name, node);
   `resolve_all` never merges two cards that share a fault code.
@@ -20,17 +26,16 @@ The resolver reports; it never decides. Whether an unmappable fault means "origi
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gen.motor.v1 import common_pb2
+from motor.controller.hardware.cardnames import DEFAULT_CARD_NAMES, CardName, CardNames
 from motor.controller.hardware.model import FaultKey, HardwareFault
 
-# Card names the Ascend Device Plugin publishes: its name prefix ("Ascend910-", "Ascend310P-")
-# followed by the physical card id. Virtual NPUs ("Ascend910-2c-100-0") and customised prefixes are
-# deliberately not matched: a name we do not understand is not mapped by guesswork.
-DEFAULT_CARD_NAME_RE = re.compile(r"^Ascend[0-9A-Za-z]+-[0-9]+$")
+if TYPE_CHECKING:
+    from motor.common.config import HardwareMonitorConfig
 
 
 class Unmappable(str, enum.Enum):
@@ -114,11 +119,16 @@ class ResolveResult:
 
 
 class TopologyResolver:
-    def __init__(self, card_name_re: re.Pattern[str] = DEFAULT_CARD_NAME_RE) -> None:
-        self._card_name_re = card_name_re
+    def __init__(self, card_names: CardNames = DEFAULT_CARD_NAMES) -> None:
+        self.card_names = card_names
+
+    @classmethod
+    def from_config(cls, config: HardwareMonitorConfig) -> TopologyResolver:
+        """MindCluster's prefixes plus `hardware_monitor.card_name_prefixes`."""
+        return cls(CardNames(config.card_name_prefixes))
 
     def is_known_card_name(self, npu_name: str) -> bool:
-        return bool(self._card_name_re.match(npu_name))
+        return self.card_names.parse(npu_name) is not None
 
     def resolve(self, fault: HardwareFault, instances: Iterable[InstanceTopology]) -> ResolveResult:
         on_node = [
@@ -130,8 +140,9 @@ class TopologyResolver:
             return ResolveResult(
                 fault, (), Unmappable.NODE_NOT_OURS, f"no pod of any instance runs on node {fault.node_name}"
             )
-        if fault.npu_name and not self.is_known_card_name(fault.npu_name):
-            detail = f"card name {fault.npu_name!r} is not Ascend<model>-<index>; not guessed"
+        card = self.card_names.parse(fault.npu_name) if fault.npu_name else None
+        if fault.npu_name and card is None:
+            detail = f"card name {fault.npu_name!r} is not {self.card_names.describe_forms()}; not guessed"
             mappings = tuple(
                 InstanceMapping(inst.topology.id, frozenset(), inst.active, Unmappable.UNKNOWN_CARD_FORMAT, detail)
                 for inst, _ in on_node
@@ -142,7 +153,7 @@ class TopologyResolver:
         unaffected: list[int] = []
         not_found: list[InstanceTopology] = []
         for inst, pods in on_node:
-            outcome = _map_instance(fault, inst, pods)
+            outcome = _map_instance(fault, card, inst, pods, self.card_names)
             if outcome is None:
                 not_found.append(inst)
             else:
@@ -175,7 +186,8 @@ class TopologyResolver:
 
 
 def _map_instance(
-    fault: HardwareFault, inst: InstanceTopology, pods: list[common_pb2.Pod]
+    fault: HardwareFault, card: CardName | None, inst: InstanceTopology, pods: list[common_pb2.Pod],
+    card_names: CardNames,
 ) -> InstanceMapping | None:
     """The instance's ranks on the node hit by the fault; None when the card is not the instance's."""
     topo = inst.topology
@@ -197,13 +209,20 @@ def _map_instance(
             return InstanceMapping(topo.id, frozenset(), inst.active, Unmappable.TOPOLOGY_MISSING, f"{where}: no endpoints")
         return outcome(ranks)
 
-    matched = frozenset(
-        ep.id for ep in candidates.values() if any(d.device_id == fault.npu_name for d in ep.device_infos)
-    )
+    assert card is not None
+    matched: set[int] = set()
+    unknown_ids: dict[int, list[str]] = {}
+    for ep in candidates.values():
+        for device in ep.device_infos:
+            held = card_names.parse(device.device_id)
+            if held is None:
+                unknown_ids.setdefault(ep.id, []).append(device.device_id)
+            elif held.same_card(card):
+                matched.add(ep.id)
     if matched:
-        return outcome(matched)
+        return outcome(frozenset(matched))
     without_cards = sorted(ep.id for ep in candidates.values() if not ep.device_infos)
-    if missing_ids or without_cards or not candidates:
+    if missing_ids or without_cards or unknown_ids or not candidates:
         gaps = []
         if not candidates:
             gaps.append("no endpoints")
@@ -211,6 +230,9 @@ def _map_instance(
             gaps.append(f"endpoints {missing_ids} listed by its pods are missing")
         if without_cards:
             gaps.append(f"endpoints {without_cards} report no device_infos")
+        if unknown_ids:
+            gaps.append("device ids in no known card name form: "
+                        + ", ".join(f"endpoint {rank} {ids!r}" for rank, ids in sorted(unknown_ids.items())))
         return InstanceMapping(
             topo.id, frozenset(), inst.active, Unmappable.TOPOLOGY_MISSING,
             f"{where}: cannot tell whether card {fault.npu_name} is its own: " + ", ".join(gaps),

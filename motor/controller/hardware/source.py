@@ -42,8 +42,12 @@ def log_cleared(keys: Sequence[FaultKey], source: str) -> None:
         log.info("hardware fault cleared node=%s npu=%s codes=%s source=%s", node, npu or "<node>", ",".join(codes) or "-", source)
 
 
-def absorb(dedup: FaultDeduper, doc_key: str, result: ParseResult, source: str, where: str = "") -> list[HardwareFault]:
+def absorb(
+    dedup: FaultDeduper, doc_key: str, result: ParseResult, source: str, where: str = "", now_sec: float | None = None
+) -> list[HardwareFault]:
     """One re-read document → its new or changed faults; logs its problems and what cleared.
+
+    `now_sec` stamps faults the document gives no time (see `dedup`).
 
     A document with problems and no fault at all is taken as unreadable, not as "all clear": its
     last known faults are kept (forgetting a real fault is worse than holding a stale one).
@@ -52,6 +56,6 @@ def absorb(dedup: FaultDeduper, doc_key: str, result: ParseResult, source: str, 
         log.warning("hardware: %s%s", where, problem)
     if not result.faults and result.problems:
         return []
-    fresh, cleared = dedup.update(doc_key, result.faults)
+    fresh, cleared = dedup.update(doc_key, result.faults, now_sec)
     log_cleared(cleared, source)
     return fresh

@@ -13,8 +13,10 @@ from motor.controller.hardware.checkcode import device_info_check_code
 from motor.controller.hardware.inject import (
     build_configmap,
     build_device_info_cfg,
+    build_nodeinfo_configmap,
     build_report_request,
     write_configmap_fault,
+    write_nodeinfo_fault,
 )
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 from motor.controller.hardware.parser import parse_configmap
@@ -32,9 +34,11 @@ def test_device_info_cfg_is_the_real_format() -> None:
     assert info["UpdateTime"] == 1760000100
     dl = info["DeviceList"]
     assert list(dl) == sorted(dl)
-    assert dl["huawei.com/Ascend910-Unhealthy"] == "Ascend910-2,Ascend910-10"
+    # Joined from sorted sets, as the plugin's ToString does (sets.String.List: text order).
+    assert dl["huawei.com/Ascend910-Unhealthy"] == "Ascend910-10,Ascend910-2"
     assert dl["huawei.com/Ascend910-NetworkUnhealthy"] == "Ascend910-3"
-    assert dl["huawei.com/Ascend910"].startswith("Ascend910-0,Ascend910-1,Ascend910-4,")
+    assert dl["huawei.com/Ascend910-Recovering"] == ""
+    assert dl["huawei.com/Ascend910"].startswith("Ascend910-0,Ascend910-1,Ascend910-11,")
     entries = json.loads(dl["huawei.com/Ascend910-Fault"])
     assert list(entries[0]) == ["fault_type", "npu_name", "large_model_fault_level", "fault_level", "fault_handling",
                                 "fault_code", "fault_time_and_level_map"]
@@ -52,12 +56,63 @@ def test_round_trip_through_the_parser() -> None:
     assert got[LINK.key].level == levels.L1 and got[LINK.key].fault_handling == "PreSeparateNPU"
 
 
-def test_node_fault_is_written_as_mindcluster_does() -> None:
-    node = HardwareFault("node-a", "", ("heartbeatTimeOut",), levels.L6, "NodeUnhealthy", "", 1760000003.0)
-    entry = json.loads(json.loads(build_device_info_cfg([node]))["DeviceInfo"]["DeviceList"]["huawei.com/Ascend910-Fault"])[0]
-    assert (entry["npu_name"], entry["fault_handling"], entry["fault_level"]) == ("", "", "")
-    faults, _ = parse_configmap(build_configmap("node-a", [node]))
-    assert faults[0].level == levels.L6 and faults[0].whole_node
+def test_a5_cards_go_under_huawei_com_npu() -> None:
+    lost = HardwareFault("node-a", "npu-1", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)
+    dl = json.loads(build_device_info_cfg([lost], cards=[f"npu-{i}" for i in range(4)]))["DeviceInfo"]["DeviceList"]
+    assert sorted(dl) == ["huawei.com/npu", "huawei.com/npu-Fault", "huawei.com/npu-NetworkUnhealthy",
+                          "huawei.com/npu-Recovering", "huawei.com/npu-Unhealthy"]
+    assert dl["huawei.com/npu"] == "npu-0,npu-2,npu-3" and dl["huawei.com/npu-Unhealthy"] == "npu-1"
+    faults, problems = parse_configmap(build_configmap("node-a", [lost]))
+    assert problems == [] and [f.key for f in faults] == [lost.key]
+
+
+def test_hot_reset_is_written_with_the_recovering_list() -> None:
+    faults, problems = parse_configmap(build_configmap("node-a", [RESET], cards=CARDS[:4],
+                                                       recovering=["Ascend910-0", "Ascend910-1", "Ascend910-2", "Ascend910-3"]))
+    assert problems == []
+    assert {(f.npu_name, f.fault_type) for f in faults} == {
+        ("Ascend910-0", "CardRecovering"), ("Ascend910-1", "CardRecovering"), ("Ascend910-2", "CardUnhealthy"),
+        ("Ascend910-3", "CardRecovering")}
+
+
+def test_node_faults_are_published_by_the_switch_or_noded(tmp_path) -> None:
+    node = HardwareFault("node-a", "", ("00F103B0",), levels.L6, "SwitchFault", "Separate", 1760000003.0)
+    with pytest.raises(HardwareFaultError, match="the device plugin lists cards only"):
+        build_device_info_cfg([node])
+    cm = build_configmap("node-a", [node, RESET])
+    switch = json.loads(cm["data"]["SwitchInfoCfg"])
+    assert (switch["FaultLevel"], switch["NodeStatus"]) == ("Separate", "UnHealthy")
+    assert json.loads(switch["FaultCode"][0])["AssembledFaultCode"] == "[0x00f103b0,na,cpu,na]"
+    faults, problems = parse_configmap(cm)
+    assert problems == []
+    (got,) = [f for f in faults if f.whole_node]
+    assert (got.fault_codes, got.level, got.fault_handling, got.fault_time_unix_sec) == (
+        ("00F103B0",), levels.L6, "Separate", 1760000003.0)
+
+    noded = HardwareFault("node-a", "", ("0C000025",), levels.L6, "NodeDFault:CPU", "", 0.0)
+    obj = build_nodeinfo_configmap("node-a", [noded])
+    assert obj["metadata"] == {"name": "mindx-dl-nodeinfo-node-a", "namespace": "mindx-dl",
+                               "labels": {"mx-consumer-cim": "true"}}
+    cm_text = json.loads(obj["data"]["NodeInfo"])
+    assert cm_text["NodeInfo"]["NodeStatus"] == "UnHealthy"
+    assert cm_text["NodeInfo"]["FaultDevList"] == [
+        {"DeviceType": "CPU", "DeviceId": 0, "FaultCode": ["0C000025"], "FaultLevel": "SeparateFault"}]
+    faults, problems = parse_configmap(obj)
+    assert problems == [] and [(f.fault_codes, f.level, f.fault_handling) for f in faults] == [
+        (("0C000025",), levels.L6, "SeparateFault")]
+
+    folder = write_nodeinfo_fault(tmp_path, "node-a", [noded])
+    assert folder == tmp_path / "mindx-dl-nodeinfo-node-a"
+    assert os.readlink(folder / "NodeInfo") == "..data/NodeInfo" and (folder / "updateTime").exists()
+    assert write_nodeinfo_fault(tmp_path, "node-a", []) == folder and not folder.exists()  # NodeD deletes it
+
+
+def test_a_level_a_source_cannot_write_is_refused() -> None:
+    lost = HardwareFault("node-a", "", ("0C000025",), levels.L4, "NodeDFault:CPU", "", 0.0)
+    with pytest.raises(HardwareFaultError, match="cannot be published by nodeinfo"):
+        build_nodeinfo_configmap("node-a", [lost])
+    with pytest.raises(HardwareFaultError, match="cannot be published by switch"):
+        build_configmap("node-a", [lost])
 
 
 def test_manually_separated_cards() -> None:
@@ -99,9 +154,34 @@ def test_report_request_from_names_and_levels() -> None:
     assert (req.level, req.fault_handling, req.fault_type, req.source) == (
         controller_pb2.FAULT_LEVEL_L6, "SeparateNPU", "CardUnhealthy", "motorctl")
     assert build_report_request("node-a", "Ascend910-3", "80CB8002", "L4").fault_handling == "FreeRestartNPU"
-    assert build_report_request("node-a", level=controller_pb2.FAULT_LEVEL_L5).fault_type == "NodeUnhealthy"
+    node = build_report_request("node-a", level=controller_pb2.FAULT_LEVEL_L6)
+    assert (node.fault_type, node.fault_handling) == ("NodeDFault:CPU", "SeparateFault")
     pre = build_report_request("node-a", "Ascend910-3", "81078603", "PreSeparateNPU")
     assert (pre.level, pre.fault_handling) == (controller_pb2.FAULT_LEVEL_L1, "PreSeparateNPU")
+    # An A5 card name and the switch's levels (the issue's `npu-1` and `--level Separate`).
+    assert build_report_request("node-a", "npu-1", "80E18402", "Separate").level == controller_pb2.FAULT_LEVEL_L6
+    switch = build_report_request("node-a", "", "00F103B0", "Separate", via="switch")
+    assert (switch.level, switch.fault_handling, switch.fault_type) == (controller_pb2.FAULT_LEVEL_L6, "Separate", "SwitchFault")
+    assert build_report_request("node-a", "", "00F103B0", "L6", via="switch").fault_handling == "Separate"
+    noded = build_report_request("node-a", "", "0C000025", "SeparateFault", via="nodeinfo")
+    assert (noded.level, noded.fault_handling) == (controller_pb2.FAULT_LEVEL_L6, "SeparateFault")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"npu_name": "", "via": "deviceinfo"}, "the device plugin lists cards"),
+        ({"via": "switch"}, "via='switch' with npu_name='Ascend910-3'"),
+        ({"via": "bmc"}, "via='bmc' is not one of"),
+        ({"npu_name": "", "level": "L4", "via": "nodeinfo"}, "level='L4' cannot be published by nodeinfo"),
+        ({"npu_name": "", "level": "RestartNPU", "via": "switch"}, "level='RestartNPU' cannot be published by switch"),
+    ],
+)
+def test_report_request_refuses_what_its_source_cannot_write(kwargs, needle) -> None:
+    args = {"node_name": "node-a", "npu_name": "Ascend910-3", "fault_code": "80E18402", "level": "L6"} | kwargs
+    with pytest.raises(HardwareFaultError) as info:
+        build_report_request(**args)
+    assert needle in str(info.value)
 
 
 @pytest.mark.parametrize(

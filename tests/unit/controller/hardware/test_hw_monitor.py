@@ -18,11 +18,18 @@ from gen.motor.v1 import controller_pb2
 from motor.common.config import HardwareMonitorConfig
 from motor.controller.hardware import levels
 from motor.controller.hardware.directory_source import DirectoryConfigMapSource
-from motor.controller.hardware.inject import build_configmap, build_report_request, write_configmap_fault
+from motor.controller.hardware.inject import (
+    build_configmap,
+    build_nodeinfo_configmap,
+    build_report_request,
+    write_configmap_fault,
+    write_nodeinfo_fault,
+)
 from motor.controller.hardware.kube import KubernetesConfigMapSource
 from motor.controller.hardware.kube_api import KubeUnavailable
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 from motor.controller.hardware.monitor import HardwareMonitorError, ResourceMonitor
+from motor.controller.hardware.resolver import TopologyResolver
 from motor.controller.hardware.rpc_source import RpcSource, SourceNotStarted
 
 LOST = HardwareFault("node-a", "Ascend910-2", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)
@@ -195,8 +202,10 @@ class FakeKubeApi:
 
     def __init__(self) -> None:
         self.configmaps: list[dict[str, Any]] = []
+        self.nodeinfos: list[dict[str, Any]] = []
         self.nodes: list[dict[str, Any]] = []
         self.cm_watches: list[list[tuple[str, dict[str, Any]]]] = []
+        self.nodeinfo_watches: list[list[tuple[str, dict[str, Any]]]] = []
         self.node_watches: list[list[tuple[str, dict[str, Any]]]] = []
         self.calls: list[str] = []
         self.fail_next_list = 0
@@ -204,12 +213,17 @@ class FakeKubeApi:
 
     def list_configmaps(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         self.calls.append(f"list cm {namespace}")
+        if namespace == "mindx-dl":
+            return [c for c in self.nodeinfos], "300"
         if self.fail_next_list:
             self.fail_next_list -= 1
             raise ConnectionError("apiserver unreachable")
         return list(self.configmaps), "100"
 
     def watch_configmaps(self, namespace: str, resource_version: str, timeout_sec: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        if namespace == "mindx-dl":
+            self.calls.append(f"watch nodeinfo {resource_version}")
+            return self._stream(self.nodeinfo_watches)
         self.calls.append(f"watch cm {resource_version}")
         return self._stream(self.cm_watches)
 
@@ -380,10 +394,94 @@ async def test_list_then_watch_then_relist_after_410_and_retry_after_failure() -
         await wait_until(lambda: api.calls.count("watch cm 100") >= 2, "the relist after 410")
     finally:
         await source.stop()
-    cm_calls = [c for c in api.calls if "cm" in c]
+    cm_calls = [c for c in api.calls if "cm" in c and "mindx-dl" not in c]
     # failed list, list, watch from the list's version, 410 → list again, watch again.
     assert cm_calls[:5] == ["list cm kube-system", "list cm kube-system", "watch cm 100", "list cm kube-system", "watch cm 100"]
     assert "watch nodes 200" in api.calls
     assert api.stopped.is_set()
     # The relist after 410 delivered nothing new: everything was known.
     assert len(sink.faults) == 3
+
+
+# --- node-level sources and faults without a time of their own ---------------------------------
+
+
+NODED = HardwareFault("node-a", "", ("0C000025",), levels.L6, "NodeDFault:CPU", "SeparateFault", 0.0)
+
+
+class Clock:
+    def __init__(self, now: float = 1760000000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_directory_reads_noded_and_switch_documents(tmp_path: Path) -> None:
+    clock = Clock()
+    source = DirectoryConfigMapSource(tmp_path, clock=clock)
+    write_nodeinfo_fault(tmp_path, "node-a", [NODED])
+    switch = HardwareFault("node-b", "", ("00F103B0",), levels.L6, "SwitchFault", "Separate", 1760000005.0)
+    write_configmap_fault(tmp_path, "node-b", [switch])
+    got = {f.node_name: f for f in source.scan()}
+    assert set(got) == {"node-a", "node-b"}
+    assert (got["node-a"].fault_handling, got["node-a"].whole_node, got["node-a"].level) == ("SeparateFault", True, levels.L6)
+    assert got["node-a"].fault_time_unix_sec == clock.now  # NodeD gives no time: stamped at first sighting
+    assert got["node-b"].fault_time_unix_sec == 1760000005.0 and got["node-b"].fault_type == "SwitchFault"
+    assert source.scan() == []
+
+
+def test_faults_without_time_are_news_once_per_appearance(tmp_path: Path) -> None:
+    clock = Clock()
+    source = DirectoryConfigMapSource(tmp_path, clock=clock)
+    ring = ["Ascend910-0", "Ascend910-1"]
+    write_configmap_fault(tmp_path, "node-a", [], cards=ring, recovering=ring)
+    first = source.scan()
+    assert {(f.npu_name, f.fault_type, f.fault_time_unix_sec) for f in first} == {
+        ("Ascend910-0", "CardRecovering", clock.now), ("Ascend910-1", "CardRecovering", clock.now)}
+    clock.now += 30
+    write_configmap_fault(tmp_path, "node-a", [], cards=ring, recovering=ring)  # refreshed, still resetting
+    assert source.scan() == []
+    write_configmap_fault(tmp_path, "node-a", [], cards=ring)  # reset done
+    assert source.scan() == []
+    clock.now += 30
+    write_configmap_fault(tmp_path, "node-a", [], cards=ring, recovering=ring[:1])  # reset again later
+    (again,) = source.scan()
+    assert (again.npu_name, again.fault_time_unix_sec) == ("Ascend910-0", clock.now)  # news again, not "seen"
+
+
+def test_kubernetes_nodeinfo_events_in_their_own_namespace() -> None:
+    source = KubernetesConfigMapSource(FakeKubeApi(), clock=Clock())
+    noded = build_nodeinfo_configmap("node-a", [NODED])
+    (got,) = source.handle_configmap_event("ADDED", noded, "mindx-dl")
+    assert got.source == "k8s:configmap/mindx-dl/mindx-dl-nodeinfo-node-a" and got.whole_node
+    # Each kind counts in its own namespace only.
+    assert source.handle_configmap_event("ADDED", noded, "kube-system") == []
+    assert source.handle_configmap_event("ADDED", _cm("node-b", [OTHER]), "mindx-dl") == []
+    # NodeD deletes its ConfigMap when the node is healthy again; a device-info sync does not forget it.
+    assert source.handle_configmap_sync([_cm("node-b", [OTHER])], "kube-system") != []
+    assert source.handle_configmap_sync([noded], "mindx-dl") == []
+    assert source.handle_configmap_event("DELETED", noded, "mindx-dl") == []
+    (back,) = source.handle_configmap_event("ADDED", noded, "mindx-dl")
+    assert back.key == got.key
+
+
+async def test_list_and_watch_noded_configmaps() -> None:
+    api = FakeKubeApi()
+    api.nodeinfos = [build_nodeinfo_configmap("node-a", [NODED])]
+    later = HardwareFault("node-c", "", ("0C000026",), levels.L6, "NodeDFault:CPU", "SeparateFault", 0.0)
+    api.nodeinfo_watches = [[("ADDED", build_nodeinfo_configmap("node-c", [later]))]]
+    sink = Sink()
+    source = KubernetesConfigMapSource(api, watch_nodes=False, watch_timeout_sec=5, retry_backoff_sec=0.01)
+    await source.start(sink)
+    try:
+        await wait_until(lambda: {f.node_name for f in sink.faults} == {"node-a", "node-c"}, "both NodeD faults")
+    finally:
+        await source.stop()
+    assert "list cm mindx-dl" in api.calls and "watch nodeinfo 300" in api.calls
+
+
+def test_resolver_from_config_knows_the_operator_prefix() -> None:
+    resolver = TopologyResolver.from_config(HardwareMonitorConfig(card_name_prefixes=["custom910-"]))
+    assert resolver.is_known_card_name("custom910-3") and resolver.is_known_card_name("npu-3")
+    assert not TopologyResolver().is_known_card_name("custom910-3")

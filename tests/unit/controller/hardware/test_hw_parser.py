@@ -1,5 +1,5 @@
-"""Device-info ConfigMap and Node parsing: real-format samples, and every malformed piece reported
-(named) and skipped while the rest of the document is kept."""
+"""Device-info ConfigMap and Node parsing: documents built from MindCluster's Go structures (today's
+and 2023's), and every malformed piece reported (named) and skipped while the rest is kept."""
 
 from __future__ import annotations
 
@@ -8,21 +8,30 @@ import json
 import pytest
 import yaml
 from hw_samples import (
+    A5_CARDS,
+    CUSTOM_CARDS,
     DEVICE_INFO_CFG,
     FAULT_LIST_TEXT,
+    FAULTS,
+    HOT_RESET,
+    HOT_RESET_2023,
     NODE,
-    NODE_FAULT_LIST_TEXT,
     NODE_READY,
     configmap_object,
     device_info_cfg,
+    device_info_cfg_2023,
     device_info_text,
+    device_list,
+    fault,
+    fault_2023,
     full_data,
     node_not_ready,
+    normal,
 )
 
 from motor.controller.hardware import levels
 from motor.controller.hardware.checkcode import device_info_check_code
-from motor.controller.hardware.formats import node_from_configmap_name
+from motor.controller.hardware.formats import document_kind, node_from_configmap_name
 from motor.controller.hardware.node_parser import parse_node
 from motor.controller.hardware.parser import parse_configmap
 
@@ -81,8 +90,8 @@ def test_every_document_shape_gives_the_same_faults(doc) -> None:
 
 def test_check_code_is_go_compatible() -> None:
     # The sample's CheckCode is sha256 of the DeviceInfo text as written (as Go marshals it).
-    info = json.loads(DEVICE_INFO_CFG)["DeviceInfo"]
-    assert device_info_check_code(info) == json.loads(DEVICE_INFO_CFG)["CheckCode"]
+    for text in (DEVICE_INFO_CFG, device_info_cfg(device_info_text(HOT_RESET)), device_info_cfg(device_info_text(A5_CARDS))):
+        assert device_info_check_code(json.loads(text)["DeviceInfo"]) == json.loads(text)["CheckCode"]
 
 
 def test_check_code_escapes_html_characters_like_go() -> None:
@@ -93,21 +102,96 @@ def test_check_code_escapes_html_characters_like_go() -> None:
 
 
 def test_check_code_mismatch_is_reported_but_entries_kept() -> None:
-    tampered = device_info_cfg(device_info_text(FAULT_LIST_TEXT), check_code="0" * 64)
+    tampered = device_info_cfg(device_info_text(), check_code="0" * 64)
     faults, problems = parse_configmap(tampered, node_name=NODE)
     assert len(faults) == 5
     assert len(problems) == 1 and "CheckCode" in problems[0] and "still used" in problems[0]
 
 
-def test_node_fault_and_disconnected_card() -> None:
-    faults, problems = parse_configmap(device_info_cfg(device_info_text(NODE_FAULT_LIST_TEXT)), node_name=NODE)
+def test_2023_format_is_read() -> None:
+    # v5.0.0: {DeviceInfo, CheckCode}, entries without fault_handling and times, no -Recovering.
+    entries = [fault_2023(f["npu_name"], f["fault_level"], f["fault_code"].split(","), f["fault_type"]) for f in FAULTS]
+    listed = device_list(faults=entries, available="Ascend910-0,Ascend910-3,Ascend910-4,Ascend910-7",
+                         unhealthy="Ascend910-1,Ascend910-2,Ascend910-5", network="Ascend910-6", recovering=None)
+    faults, problems = parse_configmap({"DeviceInfoCfg": device_info_cfg_2023(device_info_text(listed)),
+                                        "ManuallySeparateNPU": ""}, node_name=NODE)
     assert problems == []
-    node_fault = next(f for f in faults if f.whole_node)
-    assert node_fault.fault_codes == ("heartbeatTimeOut",)
-    assert node_fault.level == levels.L6  # documented empty level for node faults → L6
-    assert node_fault.fault_type == "NodeUnhealthy" and node_fault.fault_handling == ""
-    card = next(f for f in faults if not f.whole_node)
-    assert (card.npu_name, card.fault_codes, card.level) == ("Ascend910-0", ("Disconnected",), levels.L6)
+    today, _ = parse_configmap(DEVICE_INFO_CFG, node_name=NODE)
+    assert [(f.key, f.level, f.fault_handling) for f in faults] == [(f.key, f.level, f.fault_handling) for f in today]
+    assert all(f.fault_time_unix_sec == 0.0 for f in faults)  # 2023 wrote no fault times
+
+
+def test_a5_rack_id_document_is_read_and_its_check_code_is_over_device_info() -> None:
+    text = device_info_cfg(device_info_text(A5_CARDS), super_pod_id=1, server_index=4, rack_id=0)
+    assert '"RackID":0}' in text
+    faults, problems = parse_configmap(text, node_name=NODE)
+    assert problems == []
+    assert [(f.npu_name, f.level, f.fault_handling) for f in faults] == [("npu-1", levels.L6, "SeparateNPU")]
+
+
+def test_operator_resource_names_are_read() -> None:
+    faults, problems = parse_configmap(device_info_cfg(device_info_text(CUSTOM_CARDS)), node_name=NODE)
+    assert problems == []
+    assert [(f.npu_name, f.level) for f in faults] == [("custom910-3", levels.L5)]
+
+
+def test_hot_reset_ring_mates_are_evidence_not_noise() -> None:
+    # Today: the ring-mates' NormalNPU/NormalNetwork entries (empty fault_code) are no fault of their
+    # own, not a problem; the -Recovering list makes each a card under reset (L5).
+    faults, problems = parse_configmap(device_info_cfg(device_info_text(HOT_RESET)), node_name=NODE)
+    assert problems == []
+    got = {f.npu_name: (f.fault_codes, f.level, f.fault_type) for f in faults}
+    assert got == {
+        "Ascend910-0": ((), levels.L5, "CardRecovering"),
+        "Ascend910-1": (("80CB8002",), levels.L5, "CardUnhealthy"),  # its own entry covers its reset
+        "Ascend910-2": ((), levels.L5, "CardRecovering"),
+        "Ascend910-3": ((), levels.L5, "CardRecovering"),
+    }
+    assert all(f.fault_time_unix_sec == 0.0 for f in faults if f.fault_type == "CardRecovering")
+
+
+def test_hot_reset_in_the_2023_format() -> None:
+    # 2023: no entry and no -Recovering for the ring-mates; -Unhealthy says they are withdrawn.
+    faults, problems = parse_configmap(device_info_cfg_2023(device_info_text(HOT_RESET_2023)), node_name=NODE)
+    assert problems == []
+    got = {f.npu_name: (f.level, f.fault_type) for f in faults}
+    assert got == {"Ascend910-0": (levels.L5, "CardWithdrawn"), "Ascend910-1": (levels.L5, "CardUnhealthy"),
+                   "Ascend910-2": (levels.L5, "CardWithdrawn"), "Ascend910-3": (levels.L5, "CardWithdrawn")}
+
+
+def test_card_lists_only_add_what_entries_do_not_say() -> None:
+    listed = device_list(faults=[fault("Ascend910-4", "NotHandleFault", ["80E21007"]), normal("Ascend910-5", True)],
+                         unhealthy="", network="Ascend910-5,Ascend910-6", recovering="Ascend910-4")
+    faults, problems = parse_configmap(device_info_cfg(device_info_text(listed)), node_name=NODE)
+    assert problems == []
+    got = {(f.npu_name, f.fault_type): f.level for f in faults}
+    assert got == {
+        ("Ascend910-4", "CardUnhealthy"): levels.L1,       # its entry (NotHandleFault)…
+        ("Ascend910-4", "CardRecovering"): levels.L5,      # …is less than its reset
+        ("Ascend910-5", "CardNetworkListed"): levels.L1,   # NormalNetwork entry, listed network-unhealthy
+        ("Ascend910-6", "CardNetworkListed"): levels.L1,   # listed without any entry (PreSeparateNPU default)
+    }
+
+
+def test_only_normal_entries_mean_no_fault() -> None:
+    listed = device_list(faults=[normal("Ascend910-0", True), normal("Ascend910-0", False)], available="Ascend910-0")
+    assert parse_configmap(device_info_cfg(device_info_text(listed)), node_name=NODE) == ([], [])
+
+
+def test_volcano_node_entry_is_not_a_device_plugin_entry() -> None:
+    volcano = {"fault_type": "NodeUnhealthy", "npu_name": "", "large_model_fault_level": "SeparateNPU",
+               "fault_level": "SeparateNPU", "fault_handling": "SeparateNPU", "fault_code": "heartbeatTimeOut"}
+    listed = device_list(faults=[volcano, fault("Ascend910-3", "RestartNPU", ["80CB8002"])], unhealthy="Ascend910-3")
+    faults, problems = parse_configmap(device_info_cfg(device_info_text(listed)), node_name=NODE)
+    assert [f.npu_name for f in faults] == ["Ascend910-3"]
+    assert len(problems) == 1 and "Volcano's node entry" in problems[0] and "fault_type='NodeUnhealthy'" in problems[0]
+
+
+def test_card_list_that_is_not_a_string_is_reported() -> None:
+    info = '{"DeviceList":{"huawei.com/Ascend910-Fault":"[]","huawei.com/Ascend910-Recovering":["Ascend910-1"]},"UpdateTime":1}'
+    faults, problems = parse_configmap(device_info_cfg(info, check_code=""), node_name=NODE)
+    assert faults == []
+    assert len(problems) == 1 and '["huawei.com/Ascend910-Recovering"]=[\'Ascend910-1\']' in problems[0]
 
 
 def test_manually_separated_cards_with_upgrade_reason() -> None:
@@ -127,18 +211,14 @@ def test_manually_separated_cards_with_upgrade_reason() -> None:
 
 
 def test_other_resource_names_are_read() -> None:
-    # Newer hardware publishes huawei.com/npu-Fault; the card name format is the resolver's business.
-    entry = ('[{"fault_type":"CardUnhealthy","npu_name":"npu-3","large_model_fault_level":"RestartNPU",'
-             '"fault_level":"RestartNPU","fault_handling":"RestartNPU","fault_code":"80CB8002",'
-             '"fault_time_and_level_map":{"80CB8002":{"fault_time":1760000400000,"fault_level":"RestartNPU"}}}]')
-    text = device_info_cfg(device_info_text(entry, resource="huawei.com/npu", available="", network_unhealthy="", unhealthy="npu-3"))
-    faults, problems = parse_configmap(text, node_name=NODE)
+    # A5 publishes huawei.com/npu-Fault; the card name format is the resolver's business.
+    faults, problems = parse_configmap(device_info_cfg(device_info_text(A5_CARDS)), node_name=NODE)
     assert problems == []
-    assert [(f.npu_name, f.level) for f in faults] == [("npu-3", levels.L5)]
+    assert [(f.npu_name, f.level) for f in faults] == [("npu-1", levels.L6)]
 
 
 def test_empty_fault_list_means_no_faults() -> None:
-    text = device_info_cfg(device_info_text("[]", available="Ascend910-0,Ascend910-1", network_unhealthy="", unhealthy=""))
+    text = device_info_cfg(device_info_text(device_list(faults=[], available="Ascend910-0,Ascend910-1")))
     assert parse_configmap(text, node_name=NODE) == ([], [])
 
 
@@ -193,7 +273,7 @@ _DROP = object()
 
 
 def _doc_with(entries) -> str:
-    return device_info_cfg(device_info_text(json.dumps(entries, separators=(",", ":"))), check_code="")
+    return device_info_cfg(device_info_text(device_list(faults=json.dumps(entries, separators=(",", ":")))), check_code="")
 
 
 def test_bad_entries_are_skipped_and_named_good_ones_kept() -> None:
@@ -202,7 +282,7 @@ def test_bad_entries_are_skipped_and_named_good_ones_kept() -> None:
         "Ascend910-0",                                                    # not an object
         _entry(npu_name=4),                                               # npu_name not a string
         _entry(npu_name="Ascend910-1", fault_handling="ExplodeNPU"),      # unknown level name
-        _entry(npu_name="Ascend910-2", fault_code="", fault_time_and_level_map={}),  # no code at all
+        _entry(npu_name=""),                                              # no card
         _entry(npu_name="Ascend910-4", fault_code=["80CB8002"]),          # code not a string
         _entry(npu_name="Ascend910-5", fault_type=7),                     # fault_type not a string
         _entry(npu_name="Ascend910-6", fault_handling="", fault_level="", large_model_fault_level="",
@@ -217,12 +297,19 @@ def test_bad_entries_are_skipped_and_named_good_ones_kept() -> None:
     assert f"{where}[0] is str, not an object" in problems[0]
     assert "npu_name=4 is not a string" in problems[1]
     assert "npu_name='Ascend910-1'" in problems[2] and "fault_handling='ExplodeNPU' is not a known MindCluster level" in problems[2]
-    assert "Ascend910-2" in problems[3] and "no usable fault_code" in problems[3]
+    assert f"{where}[3]: npu_name=''" in problems[3] and "names a card in every entry" in problems[3]
     assert "fault_code=['80CB8002'] is not a comma-joined string" in problems[4]
     assert "fault_type=7" in problems[5]
     assert "Ascend910-6" in problems[6] and "no fault_handling/fault_level/large_model_fault_level" in problems[6]
     assert "fault_level=3 is not a string" in problems[7]
     assert all("skipped" in p for p in problems)
+
+
+def test_an_entry_without_any_code_keeps_its_level() -> None:
+    # The plugin writes fault_code "" when a card's level comes from its frequency/duration rules only.
+    faults, problems = parse_configmap(_doc_with([_entry(fault_code="", fault_time_and_level_map={})]), node_name=NODE)
+    assert problems == []
+    assert [(f.npu_name, f.fault_codes, f.level) for f in faults] == [("Ascend910-3", (), levels.L5)]
 
 
 def test_partly_bad_codes_keep_the_good_ones() -> None:
@@ -312,6 +399,9 @@ def test_configmap_name_to_node() -> None:
     assert node_from_configmap_name("mindx-dl-deviceinfo-worker-7") == "worker-7"
     assert node_from_configmap_name("mindx-dl-deviceinfo-") is None
     assert node_from_configmap_name("mindx-dl-nodeinfo-worker-7") is None
+    assert document_kind("mindx-dl-deviceinfo-worker-7") == ("deviceinfo", "worker-7")
+    assert document_kind("mindx-dl-nodeinfo-worker-7") == ("nodeinfo", "worker-7")
+    assert document_kind("mindx-dl-nodeinfo-") is None and document_kind("vcjob-fault-npu-cm") is None
 
 
 # --- Node NotReady -------------------------------------------------------------------------
@@ -326,7 +416,7 @@ def test_not_ready_node_is_a_whole_node_l6_fault(status: str) -> None:
     faults, problems = parse_node(node_not_ready(status=status))
     assert problems == []
     (fault,) = faults
-    assert (fault.node_name, fault.npu_name, fault.level, fault.fault_type) == (NODE, "", levels.L6, "NodeUnhealthy")
+    assert (fault.node_name, fault.npu_name, fault.level, fault.fault_type) == (NODE, "", levels.L6, "NodeNotReady")
     assert fault.fault_codes == ("NodeNotReady",)
     assert fault.fault_time_unix_sec == 1760002200.0  # 2025-10-09T09:30:00Z
     assert fault.source == "k8s"

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gen.motor.v1 import common_pb2
+from motor.common.config import HardwareMonitorConfig
 from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.resolver import InstanceTopology, TopologyResolver, Unmappable
@@ -99,19 +100,65 @@ def test_no_instances_at_all_is_not_ours() -> None:
 
 
 def test_unknown_card_name_format_is_not_guessed() -> None:
-    for name in ("npu-2", "Ascend910-2c-100-0", "ascend910-2", "Ascend910", "Ascend910-", "2", "Ascend910-2 "):
+    for name in ("davinci-x", "ascend910-2", "Ascend910", "Ascend910-", "2", "Ascend910-2 ", "custom910-2", "npu-core-1"):
         result = RESOLVER.resolve(_fault("worker-7", name), CLUSTER)
         assert result.unmappable is Unmappable.UNKNOWN_CARD_FORMAT, name
         assert result.ranks_by_instance() == {}
         assert [(m.instance_id, m.reason) for m in result.mappings] == [
             (7, Unmappable.UNKNOWN_CARD_FORMAT), (9, Unmappable.UNKNOWN_CARD_FORMAT)
         ]
-        assert repr(name) in result.detail
+        assert repr(name) in result.detail and "not guessed" in result.detail
 
 
 def test_other_ascend_models_are_known_formats() -> None:
     inst = _instance(1, [("10.0.2.1", "n2", [_ep(0, "10.0.2.1", ["Ascend310P-3"])])])
     assert RESOLVER.resolve(_fault("n2", "Ascend310P-3"), [inst]).ranks_by_instance() == {1: frozenset({0})}
+
+
+# A5 pod: one pod, four ranks on npu-0..3 (device ids from the pod's huawei.com/AscendReal annotation).
+A5 = _instance(2, [("10.0.6.1", "a5-node", [_ep(r, "10.0.6.1", [f"npu-{r}"]) for r in range(4)])])
+
+
+def test_atlas_a5_card_names_map_to_their_rank() -> None:
+    result = RESOLVER.resolve(_fault("a5-node", "npu-1"), [A5])
+    assert result.unmappable is None and result.ranks_by_instance() == {2: frozenset({1})}
+
+
+def test_a_virtual_npu_or_share_slice_fault_is_its_physical_card() -> None:
+    # The device plugin's fault entry names the vNPU / slice; the rank holds physical card 1.
+    for name in ("npu-2c-100-1", "npu-1-0", "npu-4c.3cpu-101-1_2"):
+        assert RESOLVER.resolve(_fault("a5-node", name), [A5]).ranks_by_instance() == {2: frozenset({1})}, name
+
+
+def test_an_engine_on_a_virtual_npu_is_hit_by_its_physical_card() -> None:
+    inst = _instance(3, [("10.0.7.1", "v-node", [_ep(0, "10.0.7.1", ["Ascend910-2c-100-0_1"]),
+                                                 _ep(1, "10.0.7.1", ["Ascend910-2c-101-1"])])])
+    assert RESOLVER.resolve(_fault("v-node", "Ascend910-1"), [inst]).ranks_by_instance() == {3: frozenset({1})}
+    assert RESOLVER.resolve(_fault("v-node", "Ascend910-0"), [inst]).ranks_by_instance() == {3: frozenset({0})}
+
+
+def test_310p_mixed_insert_names() -> None:
+    inst = _instance(4, [("10.0.8.1", "p-node", [_ep(0, "10.0.8.1", ["Ascend310P-V-3"]), _ep(1, "10.0.8.1", ["Ascend310P-IPro-4"])])])
+    assert RESOLVER.resolve(_fault("p-node", "Ascend310P-V-3"), [inst]).ranks_by_instance() == {4: frozenset({0})}
+    assert RESOLVER.resolve(_fault("p-node", "Ascend310P-IPro-4"), [inst]).ranks_by_instance() == {4: frozenset({1})}
+
+
+def test_operator_prefix_is_known_once_configured() -> None:
+    inst = _instance(5, [("10.0.9.1", "c-node", [_ep(0, "10.0.9.1", ["custom910-0"]), _ep(1, "10.0.9.1", ["custom910-1"])])])
+    custom = TopologyResolver.from_config(HardwareMonitorConfig(card_name_prefixes=["custom910-"]))
+    assert custom.resolve(_fault("c-node", "custom910-1"), [inst]).ranks_by_instance() == {5: frozenset({1})}
+    # Without the configuration: not guessed.
+    assert RESOLVER.resolve(_fault("c-node", "custom910-1"), [inst]).unmappable is Unmappable.UNKNOWN_CARD_FORMAT
+
+
+def test_container_local_device_ids_cannot_answer() -> None:
+    # An endpoint registered "0" (a container index) cannot tell whether the host's card is its own.
+    inst = _instance(6, [("10.0.10.1", "l-node", [_ep(0, "10.0.10.1", ["0"]), _ep(1, "10.0.10.1", ["Ascend910-5"])])])
+    result = RESOLVER.resolve(_fault("l-node", "Ascend910-0"), [inst])
+    assert result.unmappable is Unmappable.TOPOLOGY_MISSING
+    assert "device ids in no known card name form: endpoint 0 ['0']" in result.detail
+    # A card another endpoint holds still maps.
+    assert RESOLVER.resolve(_fault("l-node", "Ascend910-5"), [inst]).ranks_by_instance() == {6: frozenset({1})}
 
 
 def test_card_on_our_node_that_no_endpoint_lists() -> None:
@@ -205,7 +252,8 @@ def _topologies(draw):
             node = draw(st.sampled_from(_NODES))
             eps = []
             for _ in range(draw(st.integers(1, 3))):
-                cards = draw(st.lists(st.integers(0, 7).map(lambda i: f"Ascend910-{i}"), max_size=2, unique=True))
+                phys = draw(st.lists(st.integers(0, 7), max_size=2, unique=True))
+                cards = [draw(st.sampled_from(_forms(i))) for i in phys]
                 eps.append(_ep(rank, ip, cards, headless=draw(st.booleans())))
                 rank += 1
             pods.append((ip, node, eps))
@@ -213,15 +261,26 @@ def _topologies(draw):
     return instances
 
 
+def _forms(phy: int) -> list[str]:
+    """Names the device plugin publishes for physical card `phy` (physical, vNPU, share slice)."""
+    return [f"Ascend910-{phy}", f"Ascend910-2c-10{phy}-{phy}", f"Ascend910-{phy}-1"]
+
+
+def _phy(name: str) -> int:
+    return int(name.split("-")[-1].split("_")[0]) if name.count("-") != 2 else int(name.split("-")[1])
+
+
 @settings(max_examples=40, deadline=None)
-@given(_topologies(), st.sampled_from(_NODES), st.one_of(st.just(""), st.integers(0, 7).map(lambda i: f"Ascend910-{i}")))
+@given(_topologies(), st.sampled_from(_NODES),
+       st.one_of(st.just(""), st.integers(0, 7).flatmap(lambda i: st.sampled_from(_forms(i)))))
 def test_mapped_ranks_are_exactly_the_ones_on_the_node_holding_the_card(instances, node, card) -> None:
     result = RESOLVER.resolve(_fault(node, card), instances)
     for inst in instances:
         pods = [p for p in inst.topology.pods if p.node_name == node]
         on_node = {r for p in pods for r in p.endpoint_ids}
         eps = {e.id: e for e in inst.topology.endpoints}
-        expected = on_node if not card else {r for r in on_node if any(d.device_id == card for d in eps[r].device_infos)}
+        expected = on_node if not card else {
+            r for r in on_node if any(_phy(d.device_id) == _phy(card) for d in eps[r].device_infos)}
         mapping = result.mapping(inst.topology.id)
         got = mapping.ranks if mapping is not None else frozenset()
         assert got == frozenset(expected)
