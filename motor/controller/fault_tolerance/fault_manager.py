@@ -20,6 +20,7 @@ from motor.controller.fault_tolerance.snapshot_pull import SnapshotPuller
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
 from motor.controller.fault_tolerance.strategy_center import FastRecovery, NoFastRecovery, StrategyCenter
 from motor.controller.hardware.model import HardwareFault
+from motor.controller.hardware.resolver import TopologyResolver
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ class FaultManager:
             busy=lambda iid: self.center.running(iid) is not None,
             window_open=lambda iid: self.intake.of(iid).window_started_sec is not None,
         )
+        # Card names: MindCluster's forms plus hardware_monitor.card_name_prefixes (RFC §4.2 mapping).
+        self.hardware.resolver = TopologyResolver.from_config(deps.config.hardware_monitor)
         self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation,
                                      fast_recovery or NoFastRecovery())
         self.hardware.on_busy_fault = self._hardware_during_strategy
