@@ -16,6 +16,8 @@ Domain (pure):
 
 Orchestration:
   strategy_center  StrategyCenter: start, drive, escalate and stop strategies (one per instance)
+  snapshot_pull    SnapshotPuller: while a snapshot is incomplete, every active rank's status read
+                   directly (bounded), fed through the evidence intake
   fault_manager    FaultManager: the Controller's entry point wiring intake, decision and centre
 
 Executors (package `strategy`):
