@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a fault shows as 'diagnosing' before 'unhealthy' (0: no diagnosing phase)")
     f.add_argument("--scale-down-checkin-sec", type=_seconds(0, inclusive=False), default=10.0,
                    help="vllm dialect: every survivor must check in to a round within this window, else the round fails")
-    f.add_argument("--idle-step-interval-sec", type=_seconds(0, inclusive=False), default=0.1,
+    f.add_argument("--idle-step-interval-sec", type=_seconds(0, inclusive=False), default=0.02,
                    help="vllm dialect: after a committed scale_down an idle rank runs a dummy step this often")
     f.add_argument("--enable-fault-injection", action="store_true", help="serve /motor/admin/* (tests and demos only)")
     f.add_argument("--mode", choices=["test", "production"], default=os.environ.get("MOTOR_ENGINE_MODE", "test"),
