@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from motor.common.authz import count_refusals
+
 # A status read is a local HTTP GET: milliseconds, up to engine_request_timeout_sec when hung.
 POLL_BUCKETS_SEC = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POLL_ERROR_KINDS = ("timeout", "unreachable", "protocol")
@@ -21,6 +23,7 @@ POLL_ERROR_KINDS = ("timeout", "unreachable", "protocol")
 class NodeManagerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
+        count_refusals(r, "motor_nodemanager_authz_refusals_total")
         self.polls = Counter("motor_nodemanager_status_polls_total", "FT status reads of local engines by the poller",
                              registry=r)
         self.poll_errors = Counter("motor_nodemanager_status_poll_errors_total",

@@ -44,6 +44,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/motor.v1.Controller/GetFaultToleranceStatus": frozenset({OP, C}),
     "/motor.v1.Controller/WatchFaultToleranceStatus": frozenset({OP, C}),
     "/motor.v1.Controller/GetTimeline": frozenset({OP, C}),
+    # A (restarted) Coordinator asks the leader for its whole serving view; operators may too.
+    "/motor.v1.Controller/RequestPublication": frozenset({CO, OP}),
     # The FT proxy and engine lifecycle are the Controller's alone.
     "/motor.v1.NodeManagerFaultTolerance/Guard": frozenset({C}),
     "/motor.v1.NodeManagerFaultTolerance/Status": frozenset({C}),
@@ -81,6 +83,16 @@ _lock = threading.Lock()
 def add_refusal_hook(hook: RefusalHook) -> None:
     """Called on every refusal, e.g. to increment a metrics counter."""
     _hooks.append(hook)
+
+
+def count_refusals(registry, name: str = "motor_authz_refusals_total") -> None:  # noqa: ANN001 - a CollectorRegistry
+    """`<name>{surface,method,role}` in `registry`, fed by every refusal of this process (the labels
+    are bounded: the role table's methods and the four roles)."""
+    from prometheus_client import Counter
+
+    counter = Counter(name, "Calls refused by role-based authorization",
+                      ["surface", "method", "role"], registry=registry)
+    add_refusal_hook(lambda surface, method, role: counter.labels(surface, method, role).inc())
 
 
 def remove_refusal_hook(hook: RefusalHook) -> None:

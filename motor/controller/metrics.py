@@ -20,6 +20,7 @@ from collections import OrderedDict
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gen.motor.v1 import controller_pb2
+from motor.common.authz import count_refusals
 from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntime
 from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES, fault_to_published_sec, scale_down_stages
 from motor.controller.fault_tolerance.timeline import Transaction
@@ -47,6 +48,7 @@ def run_outcome(outcome: str) -> str:
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
+        count_refusals(r)
         self.phase = Gauge("motor_ft_phase", "1 for the instance's current FT phase, 0 for the others",
                            ["instance_id", "phase"], registry=r)
         self.transitions = Counter("motor_ft_transitions_total", "FT phase changes seen by the Controller",

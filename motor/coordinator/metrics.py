@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from motor.common.authz import count_refusals
 from motor.coordinator.routing import Route, RoutingTable
 
 # Toy tokens take milliseconds, real completions seconds to minutes; a held request up to
@@ -30,6 +31,7 @@ OUTCOMES_BY_STATUS = {400: "bad_request", 404: "unknown_model", 500: "error", 50
 class CoordinatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
+        count_refusals(r, "motor_coordinator_authz_refusals_total")
         self.requests = Counter("motor_coordinator_requests_total",
                                 "Inference requests by outcome (served: an engine's answer passed through) and "
                                 "HTTP code", ["path", "outcome", "code"], registry=r)
