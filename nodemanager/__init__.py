@@ -18,6 +18,7 @@ Modules:
   reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault
   controller_client  the one client wrapper for the Controller peer (deadlines)
   controller_link    registration (retried forever) and heartbeat, config adoption
+  device_ids         configured device ids checked against the pod's huawei.com NPU annotation
   guard              transaction guard / lease (pure, injectable clock), apply-once record
   pod_state          proxy switch and retired endpoints
   endpoints          local endpoints and the id checks every RPC applies

@@ -19,7 +19,7 @@ Modules:
 - sources: `source` (callback type, source protocol, document → new faults), `rpc_source`
   (ReportHardwareFault), `directory_source` (mounted ConfigMaps, polled), `kube_api` (the
   Kubernetes calls, client loaded lazily), `kube` (list+watch of both ConfigMap kinds and Nodes);
-- `monitor` (ResourceMonitor: sources from config, one callback); `inject` (real-format fault
+- `monitor` (ResourceMonitor: sources from config, one callback); `inject` (real-format documents) and `inject_rpc` (the ReportHardwareFault request, the names each source writes) for fault
   injection: device-info, switch info, NodeD nodeinfo, RPC requests).
 
 The registered `device_infos[].device_id` are the host's card names (the pod's

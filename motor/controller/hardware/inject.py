@@ -5,8 +5,8 @@ behind a `..data` symlink that is swapped atomically), so the DirectoryConfigMap
 it would read in a cluster; card faults go into DeviceInfoCfg's `-Fault` list (and the card lists),
 a node fault into `SwitchInfoCfg` (`switch=True`); `write_nodeinfo_fault` does the same for NodeD's
 `mindx-dl-nodeinfo-<node>` (node faults). `build_configmap` / `build_nodeinfo_configmap` give the
-Kubernetes objects for watch tests or `kubectl apply`; `build_report_request` builds what
-`motorctl hw-fault` sends over the RPC. Documents are today's formats (CheckCodes included).
+Kubernetes objects for watch tests or `kubectl apply`. (What `motorctl hw-fault` sends over the RPC is
+`inject_rpc.build_report_request`.) Documents are today's formats (CheckCodes included).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gen.motor.v1 import controller_pb2
 from motor.controller.hardware import levels
 from motor.controller.hardware.checkcode import device_info_check_code, node_info_check_code
 from motor.controller.hardware.formats import (
@@ -32,8 +31,6 @@ from motor.controller.hardware.formats import (
     FAULT_LIST_SUFFIX,
     FAULT_TYPE_CARD,
     FAULT_TYPE_CARD_NETWORK,
-    FAULT_TYPE_NODED,
-    FAULT_TYPE_SWITCH,
     MANUALLY_SEPARATE_KEY,
     NETWORK_UNHEALTHY_SUFFIX,
     NODEINFO_KEY,
@@ -46,16 +43,16 @@ from motor.controller.hardware.formats import (
     SWITCH_INFO_KEY,
     UNHEALTHY_SUFFIX,
 )
+from motor.controller.hardware.inject_rpc import (
+    NODED_DEVICE_TYPE,
+    noded_handling_name,
+    switch_handling_name,
+)
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 
 DEFAULT_RESOURCE = RESOURCE_ASCEND910
 _DATA_LINK = "..data"
 # Where a fault is published: the device plugin's card list, its switch info, or NodeD.
-VIA_DEVICE_INFO = "deviceinfo"
-VIA_SWITCH = "switch"
-VIA_NODE_INFO = "nodeinfo"
-VIAS = (VIA_DEVICE_INFO, VIA_SWITCH, VIA_NODE_INFO)
-NODED_DEVICE_TYPE = "CPU"
 
 
 def resource_of_card(npu_name: str) -> str:
@@ -143,7 +140,7 @@ def build_switch_info(faults: Iterable[HardwareFault], *, update_time_sec: float
     time_map: dict[str, dict[str, Any]] = {}
     worst = max((f.level for f in faults), default=0)
     for port, fault in enumerate(faults):
-        level_name = _switch_name(fault)
+        level_name = switch_handling_name(fault)
         raised_ms = round(fault.fault_time_unix_sec * 1000)
         for code in fault.fault_codes:
             alarm = int(code, 16) if re.fullmatch(r"[0-9A-Fa-f]{1,8}", code) else 0
@@ -153,7 +150,7 @@ def build_switch_info(faults: Iterable[HardwareFault], *, update_time_sec: float
                 "SwitchChipId": 0, "SwitchPortId": port, "Severity": 2, "Assertion": 1, "AlarmRaisedTime": raised_ms,
             }, separators=(",", ":")))
             time_map[f"{assembled}_0_{port}"] = {"fault_time": raised_ms, "fault_level": level_name}
-    summary = next((_switch_name(f) for f in faults if f.level == worst), "")
+    summary = next((switch_handling_name(f) for f in faults if f.level == worst), "")
     status = {"": "Healthy", "NotHandle": "Healthy", "SubHealthFault": "SubHealthy", "PreSeparate": "PreSeparate"}.get(
         summary, "UnHealthy")
     return json.dumps({
@@ -197,7 +194,7 @@ def build_nodeinfo(faults: Iterable[HardwareFault], *, device_type: str = NODED_
         if not fault.whole_node:
             raise HardwareFaultError(f"fault {fault.describe()} names a card: NodeD reports the node's devices")
         dev_list.append({"DeviceType": device_type, "DeviceId": device_id, "FaultCode": list(fault.fault_codes),
-                         "FaultLevel": _noded_name(fault)})
+                         "FaultLevel": noded_handling_name(fault)})
         worst = max(worst, fault.level)
     status = "UnHealthy" if worst >= levels.L6 else ("PreSeparate" if any(d["FaultLevel"] == "PreSeparateFault" for d in dev_list)
                                                      else "Healthy")
@@ -278,84 +275,6 @@ def _write_mount(target: Path, data: Mapping[str, str]) -> Path:
     if old is not None and old != fresh.name:
         shutil.rmtree(target / old, ignore_errors=True)
     return target
-
-
-def build_report_request(
-    node_name: str,
-    npu_name: str = "",
-    fault_code: str = "",
-    level: int | str = levels.L6,
-    *,
-    fault_type: str | None = None,
-    fault_handling: str | None = None,
-    fault_time_unix_sec: float = 0.0,
-    source: str = "motorctl",
-    via: str | None = None,
-) -> controller_pb2.ReportHardwareFaultRequest:
-    """A ReportHardwareFault request; `level` is a FaultLevel value, "L1".."L6" or a MindCluster name
-    (any source's: SeparateNPU, Separate, SeparateFault, …). `via` names the publishing source
-    (deviceinfo for a card, nodeinfo or switch for a node; default: deviceinfo with a card, else
-    nodeinfo) and fills fault_type and the handling name that source would write.
-
-    Raises HardwareFaultError (naming the value) for what the Controller would refuse, and for a
-    level the chosen source cannot write.
-    """
-    via = via or (VIA_DEVICE_INFO if npu_name else VIA_NODE_INFO)
-    if via not in VIAS:
-        raise HardwareFaultError(f"via={via!r} is not one of {list(VIAS)}")
-    if (via == VIA_DEVICE_INFO) != bool(npu_name):
-        raise HardwareFaultError(f"via={via!r} with npu_name={npu_name!r}: the device plugin lists cards, "
-                                 "NodeD and the switch report the node")
-    written = ""
-    if isinstance(level, str):
-        resolved = levels.level_from_name(level)
-        if resolved is None:
-            raise HardwareFaultError(f"level={level!r} is not L1..L6 or a MindCluster handling name")
-        if not re.fullmatch(r"L[1-6]", level.strip()):
-            written = level.strip()
-        level = resolved
-    if not levels.is_valid_level(level):
-        raise HardwareFaultError(f"level={levels.level_text(level)} is not one of FAULT_LEVEL_L1..FAULT_LEVEL_L6")
-    handling_default = _source_name(via, level, written)
-    req = controller_pb2.ReportHardwareFaultRequest(
-        node_name=node_name,
-        npu_name=npu_name,
-        fault_code=fault_code,
-        level=level,
-        fault_type=fault_type if fault_type is not None else _fault_type(via),
-        fault_handling=fault_handling if fault_handling is not None else handling_default,
-        fault_time_unix_sec=fault_time_unix_sec,
-        source=source,
-    )
-    HardwareFault.from_request(req, now_sec=time.time())  # refuse now what the Controller would refuse
-    return req
-
-
-def _fault_type(via: str) -> str:
-    return {VIA_DEVICE_INFO: FAULT_TYPE_CARD, VIA_SWITCH: FAULT_TYPE_SWITCH}.get(via, f"{FAULT_TYPE_NODED}:{NODED_DEVICE_TYPE}")
-
-
-def _source_name(via: str, level: int, written: str) -> str:
-    """The handling name `via` writes for `level` (`written` when it is one of that source's names)."""
-    names, of_level = {
-        VIA_DEVICE_INFO: (levels.DEVICE_PLUGIN_NAMES, levels.CANONICAL_NAME),
-        VIA_SWITCH: (levels.SWITCH_NAMES, levels.SWITCH_NAME_OF_LEVEL),
-        VIA_NODE_INFO: (levels.NODED_NAMES, levels.NODED_NAME_OF_LEVEL),
-    }[via]
-    if written in names:
-        return written
-    if level in of_level:
-        return of_level[level]
-    raise HardwareFaultError(f"level={written or levels.level_text(level)!r} cannot be published by {via} "
-                             f"(its names: {sorted(names)})")
-
-
-def _switch_name(fault: HardwareFault) -> str:
-    return _source_name(VIA_SWITCH, fault.level, fault.fault_handling)
-
-
-def _noded_name(fault: HardwareFault) -> str:
-    return _source_name(VIA_NODE_INFO, fault.level, fault.fault_handling)
 
 
 def _card_order(cards: Iterable[str]) -> list[str]:

@@ -14,10 +14,10 @@ from motor.controller.hardware.inject import (
     build_configmap,
     build_device_info_cfg,
     build_nodeinfo_configmap,
-    build_report_request,
     write_configmap_fault,
     write_nodeinfo_fault,
 )
+from motor.controller.hardware.inject_rpc import build_report_request
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 from motor.controller.hardware.parser import parse_configmap
 

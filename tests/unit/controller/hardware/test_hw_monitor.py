@@ -21,10 +21,10 @@ from motor.controller.hardware.directory_source import DirectoryConfigMapSource
 from motor.controller.hardware.inject import (
     build_configmap,
     build_nodeinfo_configmap,
-    build_report_request,
     write_configmap_fault,
     write_nodeinfo_fault,
 )
+from motor.controller.hardware.inject_rpc import build_report_request
 from motor.controller.hardware.kube import KubernetesConfigMapSource
 from motor.controller.hardware.kube_api import KubeUnavailable
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
