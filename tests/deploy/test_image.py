@@ -85,8 +85,8 @@ def test_containerized_cluster_scale_down_round(podman: Podman, run_dir: Path, c
         load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=120).start()
         try:
             time.sleep(1.5)
-            injected_at = time.time()
             result["injection"] = cluster.inject(1, "executor_death")
+            injected_at = time.time()  # when the admin route answered, as the e2e artifacts record it
             rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
             time.sleep(1.0)
         finally:
