@@ -50,7 +50,9 @@ class ContainerCluster(LocalCluster):
         container = self.prefix + name.replace("nodemanager-127.0.0.", "nm")
         image = self.demo_image if script == "motor-nodemanager" else self.runtime_image
         argv = self.podman.argv(
-            "run", "--name", container, "--network", "host", "--init=false", "--health-interval", "disable",
+            # Read-only root (tmpfs /tmp), as the manifests' readOnlyRootFilesystem.
+            "run", "--name", container, "--network", "host", "--read-only", "--init=false",
+            "--health-interval", "disable",
             "--env", f"MOTOR_HEALTH_ADDRESS={health}", "--volume", f"{self.run_dir}:{self.run_dir}",
             "--stop-timeout", "20", image, script, "--config", str(config_path), "--ready-file", str(ready))
         self.container_names[name] = container
