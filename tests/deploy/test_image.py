@@ -13,15 +13,18 @@ cannot run a container at all. Numbers (image sizes, build and load times, fault
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from container_cluster import ContainerCluster
-from deploy_helpers import IMAGE_TEST, REPO
-from image_build import BuildReport, Podman, ensure_images
+from container_cluster import IMAGE_UID, ContainerCluster
+from deploy_helpers import IMAGE_TEST, K8S, REPO
+from image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
+from motor.common.config import NodeManagerConfig, build_config
 from motor.launch.cluster import ClusterSpec
 
 pytestmark = pytest.mark.timeout(1200)
@@ -66,11 +69,36 @@ def _fault_to_published(txn: dict, injected_at: float) -> dict[str, float]:
     }
 
 
+def _render_step_in_the_image(podman: Podman, image: str, run_dir: Path) -> str:
+    """The engine pod's init container (deploy/k8s/base/engine.yaml) as the image runs it: its
+    template and script from the ConfigMap, the pod's annotations from the downward API."""
+    podinfo, out = run_dir / "podinfo", run_dir / "render"
+    podinfo.mkdir()
+    out.mkdir()
+    os.chown(out, IMAGE_UID, IMAGE_UID)
+    (podinfo / "annotations").write_text('huawei.com/AscendReal="Ascend910-3,Ascend910-2"\n')
+    env = {"MOTOR_POD_INDEX": "1", "MOTOR_POD_IP": "127.0.0.3", "MOTOR_NODE_NAME": "node-b", "MOTOR_RANKS_PER_POD": "2",
+           "MOTOR_DP_MASTER_HOST": "127.0.0.2", "MOTOR_ENGINE_BASE_PORT": "8100", "MOTOR_DEVICES_PER_POD": "2",
+           "MOTOR_POD_ANNOTATIONS_FILE": "/etc/motor/podinfo/annotations"}
+    proc = podman("run", "--rm", "--name", f"{CONTAINER_PREFIX}{os.getpid()}-render", "--network", "none", "--read-only",
+                  "-v", f"{K8S / 'base/config'}:/etc/motor/config:ro", "-v", f"{podinfo}:/etc/motor/podinfo:ro",
+                  "-v", f"{out}:/run/motor", *[a for k, v in env.items() for a in ("--env", f"{k}={v}")], image,
+                  "python", "/etc/motor/config/render_nodemanager.py", "--template", "/etc/motor/config/nodemanager.yaml",
+                  "--out", "/run/motor/nodemanager.yaml", timeout_sec=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    config = build_config(NodeManagerConfig, yaml.safe_load((out / "nodemanager.yaml").read_text()))
+    assert [(e.dp_rank, e.port, [d.device_id for d in e.device_infos]) for e in config.engines] == [
+        (2, 8100, ["Ascend910-2"]), (3, 8101, ["Ascend910-3"])]
+    assert config.dp_master_ip == "127.0.0.2" and config.pod_ip == "127.0.0.3" and config.node_name == "node-b"
+    return proc.stdout.strip()
+
+
 def test_containerized_cluster_scale_down_round(podman: Podman, run_dir: Path, capsys) -> None:
     report = BuildReport()
     log = run_dir / "image-build.log"
     runtime, demo = ensure_images(podman, log, report)
     result: dict = {"build": report.__dict__}
+    result["render_step"] = _render_step_in_the_image(podman, demo, run_dir)
     spec = ClusterSpec()
     cluster = ContainerCluster(spec, run_dir, podman, runtime, demo)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
 import re
 from pathlib import Path
@@ -27,6 +28,7 @@ from motor.common.pki import create_dev_pki
 from motor.common.security import Role
 from motor.controller.fault_tolerance.gate import Capability, evaluate_gate
 from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE
+from nodemanager.device_ids import check_device_ids
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -276,6 +278,13 @@ def test_service_configs_are_accepted_by_the_config_models(kustomization: str, t
         assert [e.dp_rank for e in nm.engines] == list(range(index * per_pod, (index + 1) * per_pod))
         assert nm.dp_master_ip == "10.0.0.10" and nm.pod_ip == f"10.0.0.{index + 10}"
         assert [d.device_id for e in nm.engines for d in e.device_infos] == devices
+        if nm.pod_annotations_file is not None:
+            # What the render step wrote passes the NodeManager's own registration check.
+            annotations = tmp_path / f"annotations-{index}"
+            annotations.write_text(_downward({"huawei.com/AscendReal": ",".join(devices),
+                                              "huawei.com/Ascend910": ",".join(devices)}))
+            assert "are cards of this pod" in check_device_ids(
+                str(annotations), [d.device_id for e in nm.engines for d in e.device_infos])
         cap = nm.ft_capability
         gate = evaluate_gate(enable_fault_tolerance=controller.fault_tolerance_config.enable_fault_tolerance,
                              enable_dp_scale_down=controller.fault_tolerance_config.enable_dp_scale_down,
@@ -287,24 +296,33 @@ def test_service_configs_are_accepted_by_the_config_models(kustomization: str, t
 # -- the engine pod -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
-def test_engine_pod_reads_its_npus_from_the_ascend_annotation(kustomization: str) -> None:
-    engine = find(render(kustomization), "StatefulSet", "motor-engine")
+def test_engine_pod_reads_its_npus_from_its_annotations(kustomization: str) -> None:
+    docs = render(kustomization)
+    engine = find(docs, "StatefulSet", "motor-engine")
     spec = _pod_spec(engine)
     podinfo = next(v for v in spec["volumes"] if v["name"] == "podinfo")["downwardAPI"]["items"]
-    item = next(i for i in podinfo if i["fieldRef"]["fieldPath"] == "metadata.annotations['huawei.com/Ascend910']")
+    item = next(i for i in podinfo if i["fieldRef"]["fieldPath"] == "metadata.annotations")
     init = spec["initContainers"][0]
     mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "podinfo")
     env = {e["name"]: e for e in init["env"]}
-    assert env["MOTOR_DEVICE_ANNOTATION_FILE"]["value"] == f"{mount}/{item['path']}"
+    annotations_file = f"{mount}/{item['path']}"
+    assert env["MOTOR_POD_ANNOTATIONS_FILE"]["value"] == annotations_file
     assert env["MOTOR_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     assert env["MOTOR_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["MOTOR_DP_MASTER_HOST"]["value"] == f"motor-engine-0.{engine['spec']['serviceName']}.motor.svc"
-    # The NodeManager reads the config the init container wrote, and sees the same annotation.
+    # The NodeManager reads the config the init container wrote, and sees the same annotations.
     main = spec["containers"][0]
     out = init["args"][init["args"].index("--out") + 1]
-    assert main["args"] == ["motor-nodemanager", "--config", out] or main["args"][:3] == ["motor-nodemanager", "--config", out]
-    assert any(m["name"] == "podinfo" for m in main["volumeMounts"])
-    headless = find(render(kustomization), "Service", engine["spec"]["serviceName"])
+    assert main["args"][:3] == ["motor-nodemanager", "--config", out]
+    assert next(m["mountPath"] for m in main["volumeMounts"] if m["name"] == "podinfo") == mount
+    template = _config(docs, "motor-nodemanager-config", "nodemanager.yaml")
+    npus = main["resources"].get("requests", {}).get("huawei.com/Ascend910")
+    if npus is None:  # the reference engine: no device plugin, nothing to check
+        assert "pod_annotations_file" not in template and "MOTOR_DEVICES_PER_POD" not in env
+    else:
+        assert template["pod_annotations_file"] == annotations_file
+        assert env["MOTOR_DEVICES_PER_POD"]["value"] == npus
+    headless = find(docs, "Service", engine["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
 
 
@@ -390,7 +408,31 @@ def test_render_waits_for_the_master_to_resolve_within_its_bound() -> None:
     assert renderer.resolve("10.9.9.9", 0, lookup=lambda *a, **k: pytest.fail("an IP is not looked up")) == "10.9.9.9"
     with pytest.raises(renderer.RenderError, match="did not resolve within 0s"):
         renderer.resolve("h", 0, sleep=lambda _: None, lookup=lambda *a, **k: (_ for _ in ()).throw(OSError("nx")))
-    assert renderer.parse_devices(" Ascend910-0, Ascend910-1 ,,") == ["Ascend910-0", "Ascend910-1"]
+
+
+def _downward(annotations: dict[str, str]) -> str:
+    """kubelet's downward API annotations file: key="value" per line, Go %q quoting."""
+    return "".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(annotations.items()))
+
+
+def test_render_takes_the_cards_the_nodemanager_check_takes_in_card_order() -> None:
+    cards = ",".join(f"Ascend910-{i}" for i in (10, 2, 9, 3))
+    used, devices = renderer.pod_devices(_downward({"huawei.com/AscendReal": cards, "huawei.com/Ascend910": "Ascend910-0"}))
+    assert used == "huawei.com/AscendReal" and devices == ["Ascend910-2", "Ascend910-3", "Ascend910-9", "Ascend910-10"]
+    assert renderer.pod_devices(_downward({"huawei.com/Ascend910": "Ascend910-1,Ascend910-0"})) == (
+        "huawei.com/Ascend910", ["Ascend910-0", "Ascend910-1"])
+    assert renderer.pod_devices("") == ("", [])
+
+
+def test_render_waits_for_the_device_plugin_within_its_bound() -> None:
+    texts = iter([_downward({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1"}),
+                  _downward({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1", "huawei.com/AscendReal": "Ascend910-4,Ascend910-5"})])
+    assert renderer.wait_devices(lambda: next(texts), 2, 60, sleep=lambda _: None) == ["Ascend910-4", "Ascend910-5"]
+    allocation = _downward({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1"})
+    assert renderer.wait_devices(lambda: allocation, 2, 0, sleep=lambda _: None) == ["Ascend910-0", "Ascend910-1"]
+    assert renderer.wait_devices(lambda: "", 0, 0) == []
+    with pytest.raises(renderer.RenderError, match="MOTOR_DEVICES_PER_POD=8: the pod's annotations list 2 cards"):
+        renderer.wait_devices(lambda: allocation, 8, 0, sleep=lambda _: None)
 
 
 def test_render_cli_writes_the_config_or_one_line_and_status_2(tmp_path: Path) -> None:
@@ -399,11 +441,12 @@ def test_render_cli_writes_the_config_or_one_line_and_status_2(tmp_path: Path) -
 
     template = tmp_path / "nm.yaml"
     template.write_text(yaml.safe_dump({"dp_size": 2, "controller_address": "c:1", "instance_id": 1}))
-    annotation = tmp_path / "ascend910"
-    annotation.write_text("Ascend910-0,Ascend910-1")
+    annotation = tmp_path / "annotations"
+    annotation.write_text(_downward({"huawei.com/AscendReal": "Ascend910-1,Ascend910-0", "other": "x"}))
     out = tmp_path / "out.yaml"
     script = str(K8S / "base/config/render_nodemanager.py")
-    env = {**os.environ, **BASE_ENV, "MOTOR_POD_INDEX": "0", "MOTOR_DEVICE_ANNOTATION_FILE": str(annotation)}
+    env = {**os.environ, **BASE_ENV, "MOTOR_POD_INDEX": "0", "MOTOR_POD_ANNOTATIONS_FILE": str(annotation),
+           "MOTOR_DEVICES_PER_POD": "2", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, script, "--template", str(template), "--out", str(out)], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -10,9 +10,15 @@ only the pod knows, from its environment (downward API):
   MOTOR_NODE_NAME          node_name (spec.nodeName): MindCluster's faults are per node
   MOTOR_DP_MASTER_HOST     the pod of rank 0 (DNS name or IP); pod 0 uses its own IP
   MOTOR_ENGINE_BASE_PORT   engine i of the pod listens on base + i (0: a free port each)
-  MOTOR_DEVICE_ANNOTATION_FILE  the pod's `huawei.com/Ascend910` annotation as the downward API
-                           writes it (e.g. "Ascend910-0,Ascend910-1"); its NPUs are split in order
-                           among the pod's engines, as their device_infos. Empty or absent: none.
+  MOTOR_POD_ANNOTATIONS_FILE  the pod's annotations as the downward API writes them (default
+                           /etc/motor/podinfo/annotations). Its cards, read as the NodeManager's
+                           registration check reads them (nodemanager.device_ids: huawei.com/AscendReal,
+                           else huawei.com/Ascend910 / npu / <resource>), are split in card order among
+                           the pod's engines as their device_infos. None there: engines without devices.
+  MOTOR_DEVICES_PER_POD    the cards the pod requests (0 or unset: none expected). Set, the render waits
+                           up to MOTOR_DEVICE_WAIT_SEC (default 300) for the device plugin's
+                           huawei.com/AscendReal with that many cards, then takes the allocation
+                           annotation; fewer cards than that: status 2.
   MOTOR_RESOLVE_TIMEOUT_SEC  how long to wait for MOTOR_DP_MASTER_HOST to resolve (default 600)
 
 Exit status 2 with one line naming the variable on a bad value; the NodeManager itself validates the
@@ -31,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nodemanager.device_ids import REAL_ANNOTATION, parse_downward_annotations, pod_cards
 
 
 class RenderError(ValueError):
@@ -52,9 +60,33 @@ def _int_env(env: dict[str, str], name: str, default: int | None = None, minimum
     return value
 
 
-def parse_devices(annotation: str) -> list[str]:
-    """'Ascend910-0,Ascend910-1' → ['Ascend910-0', 'Ascend910-1'] (blanks and spaces dropped)."""
-    return [item.strip() for item in annotation.split(",") if item.strip()]
+def _card_order(name: str) -> tuple[str, int, str]:
+    """'Ascend910-10' after 'Ascend910-9': by prefix, then the number after the last '-'."""
+    prefix, _, number = name.rpartition("-")
+    return (prefix, int(number), "") if number.isdigit() else (name, -1, name)
+
+
+def pod_devices(annotations_text: str) -> tuple[str, list[str]]:
+    """(annotation used, the pod's cards in card order) from the downward API annotations file."""
+    annotations, _ = parse_downward_annotations(annotations_text)
+    used, cards = pod_cards(annotations)
+    return used, sorted(cards, key=_card_order)
+
+
+def wait_devices(read, expected: int, timeout_sec: float, sleep=time.sleep) -> list[str]:
+    """The pod's cards: with `expected` > 0, waits (bounded) for the device plugin's AscendReal list
+    of that many cards, then accepts the allocation annotation; 0: whatever is there now."""
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        used, cards = pod_devices(read())
+        if expected == 0 or (used == REAL_ANNOTATION and len(cards) >= expected):
+            return cards
+        if time.monotonic() >= deadline:
+            if len(cards) >= expected:
+                return cards
+            raise RenderError(f"MOTOR_DEVICES_PER_POD={expected}: the pod's annotations list {len(cards)} cards "
+                              f"({used or 'no card annotation'}: {','.join(cards)!r}) after {timeout_sec:g}s")
+        sleep(2.0)
 
 
 def resolve(host: str, timeout_sec: float, sleep=time.sleep, lookup=socket.getaddrinfo) -> str:
@@ -92,8 +124,8 @@ def render(template: dict[str, Any], env: dict[str, str], devices: list[str],
     if base_port and base_port + per_pod - 1 > 65535:
         raise RenderError(f"MOTOR_ENGINE_BASE_PORT={base_port} leaves no room for {per_pod} engine ports")
     if devices and len(devices) % per_pod:
-        raise RenderError(f"huawei.com/Ascend910={','.join(devices)!r}: {len(devices)} NPUs do not split evenly "
-                          f"among {per_pod} engines")
+        raise RenderError(f"the pod's cards {','.join(devices)!r}: {len(devices)} do not split evenly among "
+                          f"{per_pod} engines")
     share = len(devices) // per_pod
     engines = []
     for i in range(per_pod):
@@ -127,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         template = yaml.safe_load(args.template.read_text()) or {}
         if not isinstance(template, dict):
             raise RenderError(f"{args.template} does not hold a mapping")
-        annotation_file = Path(env.get("MOTOR_DEVICE_ANNOTATION_FILE", "/etc/motor/podinfo/ascend910"))
-        annotation = annotation_file.read_text() if annotation_file.is_file() else ""
-        config = render(template, env, parse_devices(annotation))
+        annotations = Path(env.get("MOTOR_POD_ANNOTATIONS_FILE", "/etc/motor/podinfo/annotations"))
+        devices = wait_devices(lambda: annotations.read_text() if annotations.is_file() else "",
+                               _int_env(env, "MOTOR_DEVICES_PER_POD", default=0),
+                               float(_int_env(env, "MOTOR_DEVICE_WAIT_SEC", default=300)))
+        config = render(template, env, devices)
     except (RenderError, OSError, yaml.YAMLError) as exc:
         print(f"render_nodemanager: {exc}", file=sys.stderr)
         return 2
