@@ -246,7 +246,8 @@ class DpScaleDownStrategy(Strategy):
             await self._renew_guards_if_due()
             statuses = await self._query(plan)
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
-            dead = sorted(r for r, v in verdicts.items() if v is Verdict.DEAD)
+            # Only ranks not already removed: each absorption shrinks the survivors, which bounds the loop.
+            dead = sorted(r for r, v in verdicts.items() if v is Verdict.DEAD and r not in self._round_dead)
             if dead:
                 self._round_dead.update(dead)
                 self.deps.runtimes.set_pending(self.instance_id, self._round_dead)
