@@ -7,6 +7,6 @@ Modules:
 - FT rules, pure: `ft_state` (status entry and its transitions), `apply_body` (apply body and params,
   pydantic), `apply_rules` (what a rank does with a well-formed apply), `placement` (experts).
 - Executor process: `executor` (the "EngineCore" loop), `dp_group` (TCPStore + gloo; imports torch),
-  `toy_model` (deterministic tokens).
+  `toy_model` (deterministic tokens from the whole preceding text, toy tokenizer, chat template).
 - Helpers: `client` (sync HTTP client), `cluster` (start N ranks locally).
 """

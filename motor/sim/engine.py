@@ -31,7 +31,7 @@ from motor.sim.ft_state import (
 )
 from motor.sim.injection_state import InjectionState
 from motor.sim.placement import initial_placement
-from motor.sim.toy_model import prompt_seed
+from motor.sim.toy_model import text_state
 
 log = logging.getLogger("motor.sim.engine")
 
@@ -120,7 +120,7 @@ class SimEngine:
         self._streams[rid] = stream
         finished = False
         try:
-            if not self._executor.send({"op": "add", "rid": rid, "seed": prompt_seed(prompt), "max_tokens": max_tokens}):
+            if not self._executor.send({"op": "add", "rid": rid, "state": text_state(prompt), "max_tokens": max_tokens}):
                 raise EngineUnavailable(f"dp rank {self.rank} executor is unreachable")
             for _ in range(max_tokens):
                 try:

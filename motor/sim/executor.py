@@ -21,7 +21,7 @@ never go idle again: they run a dummy step every ``--idle-step-interval-sec`` wh
 work, so a peer that dies later is seen without traffic.
 
 Protocol with the API process (dicts over a multiprocessing Pipe):
-  in:  add{rid, seed, max_tokens} | abort{rid} | teardown{reason} | shutdown
+  in:  add{rid, state, max_tokens} | abort{rid} | teardown{reason} | shutdown
        | rebuild{request_id, members, master_ip, master_port, timeout_sec, checkin_sec, delay_sec,
                  fail_vote, keep_stepping}
   out: loaded | group{group, initial} | init_failed{error} | tokens{items} | rejected{rid, reason}
@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from motor.sim.config import SimConfig
-from motor.sim.toy_model import token_id
+from motor.sim.toy_model import extend_state, next_token
 
 log = logging.getLogger("motor.sim.executor")
 
@@ -67,7 +67,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 @dataclass
 class _Request:
-    seed: int
+    state: int  # the toy model's state of the text so far (prompt + generated)
     max_tokens: int
     produced: int = 0
 
@@ -177,7 +177,7 @@ class Executor:
             if self.group is None:
                 self.send({"ev": "rejected", "rid": cmd["rid"], "reason": "DP group is down"})
             else:
-                self.requests[cmd["rid"]] = _Request(seed=cmd["seed"], max_tokens=cmd["max_tokens"])
+                self.requests[cmd["rid"]] = _Request(state=cmd["state"], max_tokens=cmd["max_tokens"])
         elif op == "abort":
             self.requests.pop(cmd["rid"], None)
         elif op == "teardown":
@@ -253,7 +253,8 @@ class Executor:
             time.sleep(self.cfg.per_token_latency_sec)  # the forward pass
         items = []
         for rid, req in list(self.requests.items()):
-            tid = token_id(req.seed, req.produced)
+            tid = next_token(req.state)
+            req.state = extend_state(req.state, tid)
             req.produced += 1
             finished = req.produced >= req.max_tokens
             items.append((rid, tid, finished))

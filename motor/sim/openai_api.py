@@ -1,5 +1,10 @@
 """OpenAI-compatible inference routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
 
+Prompts: a string, strings, or token ids (decoded by the toy tokenizer, `motor.sim.toy_model`);
+chat messages render through the toy chat template, with vLLM's ``add_generation_prompt`` and
+``continue_final_message``. ``return_token_ids`` (vLLM's flag) adds ``prompt_token_ids`` (completions:
+on each choice's first chunk; chat: top level of the first chunk) and each choice's ``token_ids``.
+
 Every inference response names the rank that served it (``motor_dp_rank`` in the body and in each
 stream chunk, ``X-Motor-DP-Rank`` header) so tests can see routing. While the rank cannot serve,
 new requests get 503; in-flight ones are aborted (non-stream: 503 JSON; stream: one
@@ -21,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from motor.sim.engine import EngineUnavailable, SimEngine
-from motor.sim.toy_model import count_prompt_tokens, token_text
+from motor.sim.toy_model import chat_prompt, count_prompt_tokens, decode, encode, token_text
 
 log = logging.getLogger("motor.sim.openai_api")
 
@@ -48,6 +53,27 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    # vLLM's `return_token_ids`: the prompt's ids and each choice's generated ids in the response.
+    return_token_ids: bool = False
+    # The prompts' ids as given (token-id prompts), else None (then the toy tokenizer's).
+    given_ids: list[list[int]] | None = None
+
+    def prompt_token_ids(self, index: int) -> list[int]:
+        return list(self.given_ids[index]) if self.given_ids is not None else encode(self.prompts[index])
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise _bad(f"{key} must be a boolean, got {value!r}", key)
+    return value
+
+
+def _decode_prompt(ids: list[int]) -> str:
+    try:
+        return decode(ids)
+    except ValueError as exc:
+        raise _bad(f"prompt: {exc}", "prompt") from None
 
 
 def _common(body: dict[str, Any], served_model: str, max_tokens_limit: int, *, chat: bool) -> tuple[int, bool, bool]:
@@ -81,22 +107,26 @@ def parse_completion(body: Any, served_model: str, max_tokens_limit: int) -> Gen
     if "prompt" not in body:
         raise _bad("prompt is required", "prompt")
     prompt = body["prompt"]
+    given_ids: list[list[int]] | None = None
     if isinstance(prompt, str):
         prompts = [prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         prompts = list(prompt)
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        prompts = [" ".join(str(t) for t in prompt)]
+        given_ids = [list(prompt)]
+        prompts = [_decode_prompt(prompt)]
     elif (isinstance(prompt, list) and prompt and all(isinstance(p, list) and p for p in prompt)
           and all(isinstance(t, int) and not isinstance(t, bool) for p in prompt for t in p)):
-        prompts = [" ".join(str(t) for t in p) for p in prompt]
+        given_ids = [list(p) for p in prompt]
+        prompts = [_decode_prompt(p) for p in prompt]
     else:
         raise _bad(f"prompt must be a string, a non-empty list of strings or token id lists, got {str(prompt)[:80]!r}", "prompt")
     max_tokens, stream, include_usage = _common(body, served_model, max_tokens_limit, chat=False)
-    return GenerationRequest(prompts, max_tokens, stream, include_usage)
+    return GenerationRequest(prompts, max_tokens, stream, include_usage,
+                             return_token_ids=_flag(body, "return_token_ids", False), given_ids=given_ids)
 
 
-def _message_text(index: int, message: Any) -> str:
+def _message_text(index: int, message: Any) -> tuple[str, str]:
     if not isinstance(message, dict):
         raise _bad(f"messages[{index}] must be an object, got {message!r}", "messages")
     role = message.get("role")
@@ -116,7 +146,7 @@ def _message_text(index: int, message: Any) -> str:
         text = "\n".join(parts)
     else:
         raise _bad(f"messages[{index}].content must be a string or a list of parts, got {content!r}", "messages")
-    return f"{role}: {text}"
+    return role, text
 
 
 def parse_chat(body: Any, served_model: str, max_tokens_limit: int) -> GenerationRequest:
@@ -125,9 +155,16 @@ def parse_chat(body: Any, served_model: str, max_tokens_limit: int) -> Generatio
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad(f"messages must be a non-empty list, got {str(messages)[:80]!r}", "messages")
-    prompt = "\n".join(_message_text(i, m) for i, m in enumerate(messages))
+    add_generation_prompt = _flag(body, "add_generation_prompt", True)
+    continue_final_message = _flag(body, "continue_final_message", False)
+    if add_generation_prompt and continue_final_message and "add_generation_prompt" in body:
+        raise _bad("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                   "continue_final_message")
+    prompt = chat_prompt([_message_text(i, m) for i, m in enumerate(messages)],
+                         add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
     max_tokens, stream, include_usage = _common(body, served_model, max_tokens_limit, chat=True)
-    return GenerationRequest([prompt], max_tokens, stream, include_usage)
+    return GenerationRequest([prompt], max_tokens, stream, include_usage,
+                             return_token_ids=_flag(body, "return_token_ids", False))
 
 
 async def _merged(engine: SimEngine, prompts: list[str], max_tokens: int) -> AsyncIterator[tuple[int, int]]:
@@ -215,26 +252,35 @@ class OpenAiRoutes:
             return await self._stream(request, rid, gen, chat)
         texts = [""] * len(gen.prompts)
         counts = [0] * len(gen.prompts)
+        ids: list[list[int]] = [[] for _ in gen.prompts]
         try:
             async with aclosing(_merged(self.engine, gen.prompts, gen.max_tokens)) as tokens:
                 async for index, tid in tokens:
                     texts[index] += token_text(tid)
                     counts[index] += 1
+                    ids[index].append(tid)
         except EngineUnavailable as exc:
             return self._unavailable(str(exc))
         prompt_tokens = sum(count_prompt_tokens(p) for p in gen.prompts)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sum(counts),
                  "total_tokens": prompt_tokens + sum(counts)}
+        doc: dict[str, Any] = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                               "created": int(time.time()), "model": self.model}
         if chat:
-            choices = [{"index": 0, "message": {"role": "assistant", "content": texts[0]},
-                        "logprobs": None, "finish_reason": "length"}]
+            choices: list[dict[str, Any]] = [{"index": 0, "message": {"role": "assistant", "content": texts[0]},
+                                              "logprobs": None, "finish_reason": "length"}]
+            if gen.return_token_ids:
+                doc["prompt_token_ids"] = gen.prompt_token_ids(0)
+                choices[0]["token_ids"] = ids[0]
         else:
             choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": "length", "stop_reason": None}
                        for i, t in enumerate(texts)]
-        return web.json_response({
-            "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": self.model, "choices": choices, "usage": usage, "motor_dp_rank": self.rank,
-        }, headers=self._headers())
+            if gen.return_token_ids:
+                for i, choice in enumerate(choices):
+                    choice["prompt_token_ids"] = gen.prompt_token_ids(i)
+                    choice["token_ids"] = ids[i]
+        doc.update(choices=choices, usage=usage, motor_dp_rank=self.rank)
+        return web.json_response(doc, headers=self._headers())
 
     async def _stream(self, request: web.Request, rid: str, gen: GenerationRequest, chat: bool) -> web.StreamResponse:
         created = int(time.time())
@@ -244,9 +290,10 @@ class OpenAiRoutes:
         })
         await resp.prepare(request)
 
-        async def send(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> None:
+        async def send(choices: list[dict[str, Any]], usage: dict[str, int] | None = None,
+                       **extra: Any) -> None:
             chunk: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": self.model,
-                                     "choices": choices, "motor_dp_rank": self.rank}
+                                     **extra, "choices": choices, "motor_dp_rank": self.rank}
             if usage is not None:
                 chunk["usage"] = usage
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -254,18 +301,25 @@ class OpenAiRoutes:
         counts = [0] * len(gen.prompts)
         try:
             if chat:
+                # vLLM: the chat stream's first chunk carries the prompt's ids when asked for.
+                extra = {"prompt_token_ids": gen.prompt_token_ids(0)} if gen.return_token_ids else {}
                 await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                             "finish_reason": None}])
+                             "finish_reason": None}], **extra)
             async with aclosing(_merged(self.engine, gen.prompts, gen.max_tokens)) as tokens:
                 async for index, tid in tokens:
                     counts[index] += 1
                     finish = "length" if counts[index] >= gen.max_tokens else None
                     if chat:
-                        await send([{"index": index, "delta": {"content": token_text(tid)}, "logprobs": None,
-                                     "finish_reason": finish}])
+                        choice: dict[str, Any] = {"index": index, "delta": {"content": token_text(tid)},
+                                                  "logprobs": None, "finish_reason": finish}
                     else:
-                        await send([{"index": index, "text": token_text(tid), "logprobs": None,
-                                     "finish_reason": finish, "stop_reason": None}])
+                        choice = {"index": index, "text": token_text(tid), "logprobs": None,
+                                  "finish_reason": finish, "stop_reason": None}
+                        if gen.return_token_ids and counts[index] == 1:
+                            choice["prompt_token_ids"] = gen.prompt_token_ids(index)
+                    if gen.return_token_ids:
+                        choice["token_ids"] = [tid]
+                    await send([choice])
             if gen.include_usage:
                 prompt_tokens = sum(count_prompt_tokens(p) for p in gen.prompts)
                 await send([], {"prompt_tokens": prompt_tokens, "completion_tokens": sum(counts),
