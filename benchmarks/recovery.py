@@ -15,6 +15,10 @@
 4. Steady-state overhead: Controller and NodeManager CPU and request latency with the feature off,
    on and idle, and on with faults; how NodeManager cost grows with endpoints comes from
    benchmarks/nodemanager_polling.py.
+5. Streaming under a rank death (issue 20): --streams concurrent long streams in flight at the
+   executor death of rank 1, with the Coordinator's re-inference (migration) on and off: requests
+   failed, requests whose text differs from the engine's uninterrupted output, requests migrated,
+   and how long the migrated streams took end to end. --streaming-only runs just this row.
 
 Rounds run on fresh clusters of DP=4 (two pods of two ranks): each cluster takes two consecutive
 rounds (rank 1, then rank 3), so original ids stay meaningful. Numbers print as a table; --json
@@ -38,6 +42,7 @@ import psutil
 from motor.launch.cluster import ClusterSpec, LocalCluster
 from motor.launch.load import LoadGenerator, RequestResult
 from motor.launch.shutdown import exit_on_sigterm
+from motor.sim.toy_model import expected_completion
 
 STAGES = (
     ("fault", "first_evidence_nm"),
@@ -225,6 +230,62 @@ def measure_overhead(work: Path, seconds: float) -> dict[str, Any]:
     return out
 
 
+def run_streaming_rows(work: Path, streams: int, tokens: int, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """Streams in flight at a rank death, with re-inference on and off (one fresh cluster per round)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for label, enabled in (("migration on", True), ("migration off", False)):
+        out[label] = []
+        for n in range(rounds):
+            spec = ClusterSpec(coordinator_overrides={"migration.enabled": enabled})
+            cluster = LocalCluster(spec, work / f"streaming-{'on' if enabled else 'off'}-{n + 1}")
+            cluster.start()
+            try:
+                load = LoadGenerator(cluster.coordinator_http, concurrency=streams, max_tokens=tokens, stream=True,
+                                     max_requests=streams, request_timeout_sec=120).start()
+                deadline = time.monotonic() + 60
+                while _engines_in_flight(cluster) < streams:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{streams} streams never were in flight together")
+                    time.sleep(0.05)
+                fault_sec = time.time()
+                cluster.inject(1, "executor_death")
+                cluster.wait_serving(90.0, alive=[0, 2, 3])
+                load.stop(timeout_sec=120)
+                results = load.snapshot()
+            finally:
+                cluster.stop()
+            wrong = [r for r in results if r.ok and r.text != expected_completion(r.prompt, tokens)]
+            migrated = [r for r in results if r.migrations]
+            row = {
+                "sent": len(results), "failed": sum(not r.ok for r in results), "wrong_text": len(wrong),
+                "migrated": len(migrated),
+                "migrated_duration_sec": [r.ended_sec - r.started_sec for r in migrated],
+                "fault_to_last_end_sec": max((r.ended_sec for r in results), default=fault_sec) - fault_sec,
+            }
+            out[label].append(row)
+            print(f"  streaming round {n + 1}/{rounds} ({label}): {row['failed']}/{row['sent']} failed, "
+                  f"{row['wrong_text']} wrong texts, {row['migrated']} migrated", flush=True)
+    return out
+
+
+def _engines_in_flight(cluster: LocalCluster) -> int:
+    return sum(cluster.engine_client(rank).request("GET", "/motor/admin/state").body["in_flight_requests"]
+               for rank in range(cluster.spec.dp_size))
+
+
+def summarize_streaming(rows: dict[str, list[dict[str, Any]]], streams: int, tokens: int) -> str:
+    title = f"Streaming under a rank death ({streams} streams of {tokens} tokens in flight, executor death of rank 1)"
+    header = (f"  {'coordinator':<16} {'sent':>6} {'failed':>7} {'wrong text':>11} {'migrated':>9} "
+              f"{'migrated stream s (median)':>27}")
+    lines = ["", title, header]
+    for label, rounds in rows.items():
+        durations = [d for r in rounds for d in r["migrated_duration_sec"]]
+        median = f"{statistics.median(durations):.2f}" if durations else "-"
+        lines.append(f"  {label:<16} {sum(r['sent'] for r in rounds):>6} {sum(r['failed'] for r in rounds):>7} "
+                     f"{sum(r['wrong_text'] for r in rounds):>11} {sum(r['migrated'] for r in rounds):>9} {median:>27}")
+    return "\n".join(lines)
+
+
 def summarize(scale: list[dict[str, Any]], reconf: dict[str, list[dict[str, Any]]], overhead: dict[str, Any]) -> str:
     lines = ["", f"DP scale-down stage latencies over {len(scale)} rounds (ms)",
              f"  {'stage':<44} {'median':>9} {'p95':>9}"]
@@ -277,11 +338,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overhead-sec", type=float, default=15.0)
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write every number here")
+    parser.add_argument("--streams", type=int, default=8, help="streaming row: concurrent streams at the fault")
+    parser.add_argument("--stream-tokens", type=int, default=600, help="streaming row: tokens per stream")
+    parser.add_argument("--streaming-rounds", type=int, default=1, help="streaming row: rounds per mode")
+    parser.add_argument("--streaming-only", action="store_true", help="run only the streaming row")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: at least 2")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-bench-"))
     print(f"recovery benchmark: logs under {work}", flush=True)
+    streaming = run_streaming_rows(work, args.streams, args.stream_tokens, args.streaming_rounds)
+    if args.streaming_only:
+        print(summarize_streaming(streaming, args.streams, args.stream_tokens))
+        if args.json:
+            args.json.write_text(json.dumps({"streaming": streaming}, indent=2))
+            print(f"\nwrote {args.json}")
+        return 0
     scale = run_scale_down_rounds(args.rounds, work, args.concurrency, 0.0)
     reconf = {f"{args.model_load_sec:g}": run_reconfiguration_rounds(args.reconfiguration_rounds, work, args.concurrency,
                                                                      args.model_load_sec)}
@@ -289,8 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconf[f"{args.realistic_load_sec:g}"] = run_reconfiguration_rounds(1, work, args.concurrency, args.realistic_load_sec)
     overhead = measure_overhead(work, args.overhead_sec)
     print(summarize(scale, reconf, overhead))
+    print(summarize_streaming(streaming, args.streams, args.stream_tokens))
     if args.json:
-        args.json.write_text(json.dumps({"scale_down": scale, "reconfiguration": reconf, "overhead": overhead}, indent=2))
+        args.json.write_text(json.dumps({"scale_down": scale, "reconfiguration": reconf, "overhead": overhead,
+                                         "streaming": streaming}, indent=2))
         print(f"\nwrote {args.json}")
     return 0
 

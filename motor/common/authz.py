@@ -60,6 +60,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     # Publication is the Controller's alone; the published view is readable by operators.
     "/motor.v1.Coordinator/Refresh": frozenset({C}),
     "/motor.v1.Coordinator/ListInstances": frozenset({C, OP}),
+    # The idle-fault probe's canary: the Controller's alone (it sends traffic to an engine).
+    "/motor.v1.Coordinator/SendCanary": frozenset({C}),
 }
 
 # Services any authenticated caller may use.

@@ -172,6 +172,15 @@ class FaultToleranceConfig(_Model):
     # UNHEALTHY/DEAD report of a round.
     software_status_collection_timeout_sec: PositiveSec = 60.0
     engine_status_poll_interval_sec: PositiveSec = 1.0
+    # Beyond the RFC, opt-in: while a rank is DEAD and its survivors stay HEALTHY (an idle instance
+    # runs no collective), the Controller asks the Coordinator for a one-token canary request to one
+    # survivor; its collective fails, the survivors turn UNHEALTHY and the snapshot completes, so the
+    # instance scales down instead of reconfiguring after the collection timeout. Off (default): the
+    # RFC's idle row unchanged.
+    idle_fault_probe: bool = False
+    # Bound of one canary, the Coordinator's request to the engine included.
+    idle_fault_probe_timeout_sec: Annotated[float, Field(gt=0, le=30.0)] = 2.0
+
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +324,28 @@ class ControllerConfig(_Model):
         return self
 
 
+class MigrationConfig(_Model):
+    """Re-inference (the RFC's TokenReinference slot): a request whose engine faulted while serving it
+    (a 5xx answer, an error event or a broken stream, the endpoint withdrawn from the serving view)
+    is sent again to a serving endpoint of the same model; a stream continues from what the client
+    already received (prompt + generated text or token ids as the new prompt, the remaining
+    max_tokens; chat: the partial assistant message continued), so the client sees one stream."""
+
+    enabled: bool = True
+    # Times one request may continue elsewhere after its engine faulted (then it fails as before).
+    max_migrations_per_request: Annotated[int, Field(ge=1, le=16)] = 3
+    # Longest sequence carried as the new prompt: token ids when ids are carried, else characters
+    # (prompt + generated text). A longer stream is still served; it just cannot be migrated.
+    max_carried_length: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = 1024 * 1024
+    # Completions streams ask the engine for token ids (vLLM's return_token_ids; removed again from
+    # what the client sees unless it asked) so the continuation carries ids, not re-tokenized text.
+    carry_token_ids: bool = True
+    # A started stream whose endpoint was withdrawn from the serving view moves once it has delivered
+    # nothing for this long (a wedged engine); the streams of a drained endpoint that still deliver
+    # finish where they are.
+    withdrawn_stall_sec: Annotated[float, Field(gt=0, le=600)] = 2.0
+
+
 class CoordinatorConfig(_Model):
     """motor-coordinator."""
 
@@ -336,6 +367,9 @@ class CoordinatorConfig(_Model):
     # How long a request that nothing can take right now (a scale-down drain, every endpoint
     # failing) waits for a servable endpoint before its 503; 0 answers 503 at once.
     hold_when_unavailable_sec: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # Re-inference of requests whose engine faulted mid-flight (a migrated request is held again,
+    # from its fault, while nothing can serve).
+    migration: MigrationConfig = MigrationConfig()
 
     @field_validator("management_key")
     @classmethod

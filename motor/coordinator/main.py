@@ -37,9 +37,9 @@ class CoordinatorService:
         self.metrics.watch_table(self.table)
         self.proxy = InferenceProxy(
             self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
-            hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics,
+            hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics, migration=config.migration,
         )
-        self.servicer = CoordinatorServicer(self.table, config.management_key)
+        self.servicer = CoordinatorServicer(self.table, config.management_key, proxy=self.proxy)
         servicer = self.servicer
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
@@ -68,6 +68,10 @@ class CoordinatorService:
         log.info("coordinator management key %s; max_retries=%d retry_after_sec=%d endpoint_cooldown_sec=%g",
                  "required" if self.config.management_key else "off", self.config.max_retries,
                  self.config.retry_after_sec, self.config.endpoint_cooldown_sec)
+        m = self.config.migration
+        log.info("coordinator re-inference %s (max_migrations_per_request=%d max_carried_length=%d "
+                 "carry_token_ids=%s)", "on" if m.enabled else "off", m.max_migrations_per_request,
+                 m.max_carried_length, m.carry_token_ids)
         return {"grpc_port": self.grpc_port, "http_port": self.http_port}
 
     async def stop(self) -> None:

@@ -2,10 +2,12 @@
 `GET /metrics` on its HTTP port.
 
 Per request (`RequestTrace`, driven by the proxy): outcome and HTTP code, latency, retries, attempts
-that failed before the first byte, and holding (requests waiting while nothing can serve, and for
-how long). Read from the routing table at scrape time (`TableCollector`): published and routable
-endpoints per instance, paused instances, in-flight requests per endpoint, the revision. Labels are
-bounded: paths, outcomes, codes, instance ids and original ranks; never a request id.
+that failed before the first byte, holding (requests waiting while nothing can serve, and for
+how long), and re-inference (migrations off a faulted engine, migrated requests by outcome); the
+idle-fault probe's canaries by outcome. Read from the routing table at scrape time
+(`TableCollector`): published and routable endpoints per instance, paused instances, in-flight
+requests per endpoint, the revision. Labels are bounded: paths, outcomes, codes, reasons, instance
+ids and original ranks; never a request id.
 """
 
 from __future__ import annotations
@@ -53,6 +55,19 @@ class CoordinatorMetrics:
                              registry=r)
         self.hold_seconds = Histogram("motor_coordinator_hold_seconds", "Time a held request spent waiting",
                                       buckets=HOLD_BUCKETS_SEC, registry=r)
+        self.migrations = Counter("motor_coordinator_migrations_total",
+                                  "Re-inference: a request moved off an engine that faulted under it, by the instance "
+                                  "of that engine and how it failed (engine_error: a 5xx answer or an error event; "
+                                  "connection: reset or broken; withdrawn: left the serving view)",
+                                  ["instance_id", "reason"], registry=r)
+        self.migrated_requests = Counter("motor_coordinator_migrated_requests_total",
+                                         "Requests that migrated at least once, by how they ended (completed: the "
+                                         "client got the whole answer; failed: it did not)", ["path", "outcome"],
+                                         registry=r)
+        self.canaries = Counter("motor_coordinator_canaries_total",
+                                "Canary requests sent for the Controller's idle-fault probe, by outcome (served, "
+                                "failed: the engine answered an error or the connection broke, timeout)",
+                                ["outcome"], registry=r)
 
     def watch_table(self, table: RoutingTable, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry.register(TableCollector(table, clock))
@@ -71,6 +86,8 @@ class RequestTrace:
         self._hold_started: float | None = None
         self._held_sec = 0.0
         self._ever_held = False
+        self._migrated = False
+        self._migration_failed = False
 
     def hold(self, now_sec: float) -> None:
         if self._hold_started is not None:
@@ -95,6 +112,15 @@ class RequestTrace:
     def upstream_failed(self, route: Route) -> None:
         self._m.upstream_failures.labels(str(route.instance_id)).inc()
 
+    def migrated(self, route: Route, reason: str) -> None:
+        """The request leaves ``route``'s engine, which faulted under it, for another endpoint."""
+        self._migrated = True
+        self._m.migrations.labels(str(route.instance_id), reason).inc()
+
+    def migration_failed(self) -> None:
+        """A migrated request did not get its whole answer after all."""
+        self._migration_failed = True
+
     def finish(self, now_sec: float, status: int | None, served: bool) -> None:
         """`status` None: the client went away first."""
         self.end_hold(now_sec)
@@ -106,6 +132,9 @@ class RequestTrace:
             outcome, code = ("served" if served else OUTCOMES_BY_STATUS.get(status, "refused")), str(status)
         self._m.requests.labels(self._path, outcome, code).inc()
         self._m.request_seconds.labels(self._path, outcome).observe(now_sec - self._started)
+        if self._migrated:
+            ok = outcome == "served" and not self._migration_failed
+            self._m.migrated_requests.labels(self._path, "completed" if ok else "failed").inc()
 
 
 class TableCollector(Collector):

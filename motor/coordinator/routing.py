@@ -29,7 +29,7 @@ instances, nothing published at all, or every endpoint busy failing are UNAVAILA
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +195,8 @@ class RoutingTable:
         self._last_pick: EndpointKey | None = None
         # Every model published since start: one withdrawn for a while (a drain) is 503, not 404.
         self._known_models: set[str] = set()
+        # Told (synchronously, after an accepted refresh) which endpoints left the published view.
+        self._withdrawal_listeners: list[Callable[[frozenset[EndpointKey]], None]] = []
 
     # -- publication ----------------------------------------------------------------------
     @property
@@ -249,6 +251,7 @@ class RoutingTable:
                     f"(published: {_ids(self._instances)})",
                 )
         # Every check passed: apply.
+        before = self._published_keys()
         if event in (RefreshEvent.ADD, RefreshEvent.SET):
             self._known_models.update(inst.model for inst in instances)
         if event is RefreshEvent.ADD:
@@ -267,10 +270,22 @@ class RoutingTable:
             self._paused.difference_update(inst.id for inst in instances)
         self._forget_unpublished_cooldowns()
         self._revision = revision
+        withdrawn = frozenset(before - self._published_keys())
+        if withdrawn:
+            for listener in self._withdrawal_listeners:
+                listener(withdrawn)
         return revision
 
+    def add_withdrawal_listener(self, listener: Callable[[frozenset[EndpointKey]], None]) -> None:
+        """``listener(keys)`` runs after every accepted refresh that withdrew endpoints (DEL, SET, or an
+        ADD with fewer endpoints); it must not raise."""
+        self._withdrawal_listeners.append(listener)
+
+    def _published_keys(self) -> set[EndpointKey]:
+        return {(inst.id, ep.id) for inst in self._instances.values() for ep in inst.endpoints}
+
     def _forget_unpublished_cooldowns(self) -> None:
-        published = {(inst.id, ep.id) for inst in self._instances.values() for ep in inst.endpoints}
+        published = self._published_keys()
         for key in [k for k in self._cooling_until if k not in published]:
             del self._cooling_until[key]
 
@@ -284,6 +299,14 @@ class RoutingTable:
     def models(self) -> list[str]:
         """Models of every published instance (paused ones included), sorted, without blanks."""
         return sorted({inst.model for inst in self._instances.values() if inst.model})
+
+    def route_to(self, instance_id: int, rank: int) -> Route | None:
+        """A route to one published, non-headless endpoint (paused or cooling down included), or None."""
+        inst = self._instances.get(instance_id)
+        ep = next((e for e in inst.endpoints if e.id == rank), None) if inst is not None else None
+        if ep is None or ep.headless:
+            return None
+        return Route(instance_id=instance_id, rank=rank, ip=ep.ip, port=ep.business_port, model=inst.model)
 
     def outstanding(self, key: EndpointKey) -> int:
         return self._outstanding.get(key, 0)

@@ -1,4 +1,6 @@
-"""The `motor.v1.Coordinator` gRPC servicer: adapts Refresh / ListInstances to the routing table.
+"""The `motor.v1.Coordinator` gRPC servicer: adapts Refresh / ListInstances to the routing table, and
+SendCanary (the Controller's idle-fault probe) to the inference proxy. ListInstances also reports
+the proxy's re-inference counts per instance.
 
 When a management key is configured, Refresh requires the gRPC metadata ``x-motor-key`` to equal
 it (constant-time comparison), else UNAUTHENTICATED. ListInstances is read-only and stays open. With
@@ -11,7 +13,9 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -26,6 +30,9 @@ from motor.coordinator.routing import (
     RefreshEvent,
     RoutingTable,
 )
+
+if TYPE_CHECKING:
+    from motor.coordinator.proxy import InferenceProxy
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +98,13 @@ def _describe(instances: list[InstanceSpec]) -> str:
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(
-        self, table: RoutingTable, management_key: str | None = None, clock: Callable[[], float] = time.monotonic
+        self, table: RoutingTable, management_key: str | None = None, clock: Callable[[], float] = time.monotonic,
+        proxy: InferenceProxy | None = None,
     ) -> None:
         self._table = table
         self._key = management_key.encode() if management_key else None
         self._clock = clock
+        self._proxy = proxy
 
     async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
         if self._key is None:
@@ -153,4 +162,34 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 )
                 for view in snapshot.instances
             ],
+            reinference=[
+                coordinator_pb2.InstanceReinference(instance_id=iid, migrated_requests=counts.migrated_requests,
+                                                    failed_requests=counts.failed_requests)
+                for iid, counts in (self._proxy.ledger.snapshot().items() if self._proxy is not None else ())
+            ],
+        )
+
+    async def SendCanary(
+        self, request: coordinator_pb2.SendCanaryRequest, context: grpc.aio.ServicerContext
+    ) -> coordinator_pb2.SendCanaryResponse:
+        # The same guard as Refresh: it makes the Coordinator send traffic to an engine.
+        await self._authorize(context, "SendCanary")
+        await check_request(request, context)
+        from motor.coordinator.proxy import CanaryRefused
+
+        if self._proxy is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this Coordinator has no inference proxy")
+            raise AssertionError("unreachable: abort raises")
+        request_id = request.request_id or f"canary-{uuid.uuid4().hex[:12]}"
+        try:
+            result = await self._proxy.canary(request.instance_id, list(request.endpoint_ids), request.timeout_sec,
+                                              request_id)
+        except CanaryRefused as exc:
+            log.warning("request_id=%s instance=%d canary refused (%s): %s", request_id, request.instance_id,
+                        exc.code, exc.message)
+            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+            raise  # unreachable: abort raises
+        return coordinator_pb2.SendCanaryResponse(
+            endpoint_id=result.endpoint_id, served=result.served, http_status=result.http_status,
+            detail=result.detail, duration_sec=result.duration_sec, request_id=request_id,
         )

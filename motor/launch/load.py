@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -21,6 +22,12 @@ class RequestResult:
     status: int  # HTTP status; 0 when no answer came
     rank: int | None  # engine rank that served it
     error: str = ""
+    prompt: str = ""
+    # The completion's text (streamed: every chunk's text or delta content, in order).
+    text: str = ""
+    # Times the Coordinator continued it elsewhere (re-inference): the stream's motor_migration
+    # chunk, or a non-streamed answer's X-Motor-Migrated header.
+    migrations: int = 0
 
     @property
     def ok(self) -> bool:
@@ -40,6 +47,8 @@ class LoadGenerator:
     max_requests: int = 100_000
     max_duration_sec: float = 600.0
     pause_sec: float = 0.0
+    # Chat completions (one user message, the prompt) instead of completions.
+    chat: bool = False
     results: list[RequestResult] = field(default_factory=list)
     # For an https base_url (the Coordinator with `security`): trusts its CA.
     ssl_context: ssl.SSLContext | None = None
@@ -83,20 +92,30 @@ class LoadGenerator:
                 self._stop.wait(self.pause_sec)
 
     def send_one(self, prompt: str) -> RequestResult:
-        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens, "stream": self.stream}).encode()
-        req = urllib.request.Request(f"{self.base_url}/v1/completions", data=body,
+        doc: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": self.stream}
+        if self.chat:
+            doc["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            doc["prompt"] = prompt
+        path = "/v1/chat/completions" if self.chat else "/v1/completions"
+        req = urllib.request.Request(f"{self.base_url}{path}", data=json.dumps(doc).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
         start = time.time()
         try:
             with urllib.request.urlopen(req, timeout=self.request_timeout_sec, context=self.ssl_context) as resp:
                 raw = resp.read().decode()
                 rank = _rank(resp.headers.get("X-Motor-Endpoint"), resp.headers.get("X-Motor-DP-Rank"))
-                error = _stream_error(raw) if self.stream else ""
-                return RequestResult(start, time.time(), resp.status, rank, error)
+                if self.stream:
+                    error = _stream_error(raw)
+                    text, migrations = _stream_text(raw)
+                else:
+                    error, text = "", _body_text(raw)
+                    migrations = int(resp.headers.get("X-Motor-Migrated") or 0)
+                return RequestResult(start, time.time(), resp.status, rank, error, prompt, text, migrations)
         except urllib.error.HTTPError as exc:
-            return RequestResult(start, time.time(), exc.code, None, exc.read().decode(errors="replace")[:300])
+            return RequestResult(start, time.time(), exc.code, None, exc.read().decode(errors="replace")[:300], prompt)
         except (urllib.error.URLError, OSError) as exc:
-            return RequestResult(start, time.time(), 0, None, str(exc))
+            return RequestResult(start, time.time(), 0, None, str(exc), prompt)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -113,6 +132,42 @@ def _rank(endpoint_header: str | None, rank_header: str | None) -> int | None:
         if text and text.strip().lstrip("-").isdigit():
             return int(text)
     return None
+
+
+def _choice_text(choice: Any) -> str:
+    if not isinstance(choice, dict):
+        return ""
+    if isinstance(choice.get("text"), str):
+        return choice["text"]
+    for key in ("delta", "message"):
+        part = choice.get(key)
+        if isinstance(part, dict) and isinstance(part.get("content"), str):
+            return part["content"]
+    return ""
+
+
+def _stream_text(raw: str) -> tuple[str, int]:
+    """(text, migrations) of an SSE body."""
+    text, migrations = [], 0
+    for line in raw.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        try:
+            doc = json.loads(line[len("data: "):])
+        except ValueError:
+            continue
+        text.extend(_choice_text(c) for c in doc.get("choices") or [])
+        migrations = max(migrations, int((doc.get("motor_migration") or {}).get("migrations", 0)))
+    return "".join(text), migrations
+
+
+def _body_text(raw: str) -> str:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return ""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    return _choice_text(choices[0]) if isinstance(choices, list) and choices else ""
 
 
 def _stream_error(raw: str) -> str:

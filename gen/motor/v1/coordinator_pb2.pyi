@@ -61,9 +61,49 @@ class PublishedInstance(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., paused: _Optional[bool] = ..., outstanding_requests: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
-    __slots__ = ("instances", "revision")
+    __slots__ = ("instances", "revision", "reinference")
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    REINFERENCE_FIELD_NUMBER: _ClassVar[int]
     instances: _containers.RepeatedCompositeFieldContainer[PublishedInstance]
     revision: int
-    def __init__(self, instances: _Optional[_Iterable[_Union[PublishedInstance, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+    reinference: _containers.RepeatedCompositeFieldContainer[InstanceReinference]
+    def __init__(self, instances: _Optional[_Iterable[_Union[PublishedInstance, _Mapping]]] = ..., revision: _Optional[int] = ..., reinference: _Optional[_Iterable[_Union[InstanceReinference, _Mapping]]] = ...) -> None: ...
+
+class InstanceReinference(_message.Message):
+    __slots__ = ("instance_id", "migrated_requests", "failed_requests")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIGRATED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: int
+    migrated_requests: int
+    failed_requests: int
+    def __init__(self, instance_id: _Optional[int] = ..., migrated_requests: _Optional[int] = ..., failed_requests: _Optional[int] = ...) -> None: ...
+
+class SendCanaryRequest(_message.Message):
+    __slots__ = ("instance_id", "endpoint_ids", "timeout_sec", "request_id")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SEC_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    instance_id: int
+    endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
+    timeout_sec: float
+    request_id: str
+    def __init__(self, instance_id: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., timeout_sec: _Optional[float] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SendCanaryResponse(_message.Message):
+    __slots__ = ("endpoint_id", "served", "http_status", "detail", "duration_sec", "request_id")
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SEC_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: int
+    served: bool
+    http_status: int
+    detail: str
+    duration_sec: float
+    request_id: str
+    def __init__(self, endpoint_id: _Optional[int] = ..., served: _Optional[bool] = ..., http_status: _Optional[int] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., request_id: _Optional[str] = ...) -> None: ...

@@ -46,6 +46,11 @@ class CoordinatorStub:
                 request_serializer=motor_dot_v1_dot_coordinator__pb2.ListInstancesRequest.SerializeToString,
                 response_deserializer=motor_dot_v1_dot_coordinator__pb2.ListInstancesResponse.FromString,
                 _registered_method=True)
+        self.SendCanary = channel.unary_unary(
+                '/motor.v1.Coordinator/SendCanary',
+                request_serializer=motor_dot_v1_dot_coordinator__pb2.SendCanaryRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_coordinator__pb2.SendCanaryResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -67,6 +72,15 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendCanary(self, request, context):
+        """Sends one tiny inference request (a canary: one token) to one published endpoint of an
+        instance and reports how it went. The Controller's idle-fault probe uses it: a request makes the
+        DP group run a collective, so survivors of a rank that died while idle notice the death.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +93,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListInstances,
                     request_deserializer=motor_dot_v1_dot_coordinator__pb2.ListInstancesRequest.FromString,
                     response_serializer=motor_dot_v1_dot_coordinator__pb2.ListInstancesResponse.SerializeToString,
+            ),
+            'SendCanary': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendCanary,
+                    request_deserializer=motor_dot_v1_dot_coordinator__pb2.SendCanaryRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_coordinator__pb2.SendCanaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -137,6 +156,33 @@ class Coordinator:
             '/motor.v1.Coordinator/ListInstances',
             motor_dot_v1_dot_coordinator__pb2.ListInstancesRequest.SerializeToString,
             motor_dot_v1_dot_coordinator__pb2.ListInstancesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendCanary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/motor.v1.Coordinator/SendCanary',
+            motor_dot_v1_dot_coordinator__pb2.SendCanaryRequest.SerializeToString,
+            motor_dot_v1_dot_coordinator__pb2.SendCanaryResponse.FromString,
             options,
             channel_credentials,
             insecure,

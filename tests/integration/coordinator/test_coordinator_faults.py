@@ -60,7 +60,8 @@ async def test_failure_after_the_first_byte_is_not_retried(
     engines: Engines, victim: SimCluster, start_coordinator: CoordinatorFactory, http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    c = await start_coordinator()
+    # Re-inference off (test_coordinator_reinference.py has it on): the stream fails as it is.
+    c = await start_coordinator(migration={"enabled": False})
     # Both instances published; the stream goes to the victim (rank 0 ties rotate: 1/0 first, then 3/0).
     await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
@@ -117,7 +118,7 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
 ) -> None:
     client = victim_client(victim)
     assert client.complete("x", max_tokens=1).status == 200
-    c = await start_coordinator()
+    c = await start_coordinator(migration={"enabled": False})  # re-inference off: the stream fails as it is
     await c.refresh(ADD, [instance_proto(1, engines.group_a, MODEL_A), instance_proto(3, victim, MODEL_A)])
     assert (await post_json(http, c.http_url + "/v1/completions", completion(max_tokens=1))).headers[
         "X-Motor-Endpoint"] == "1/0"

@@ -363,6 +363,8 @@ def _seeds() -> dict[str, Message]:
         "GetTimeline": c.GetTimelineRequest(instance_id=CTL_INSTANCE, limit=2),
         "Refresh": co.RefreshRequest(event=co.REFRESH_EVENT_PAUSE, instances=[published], revision=2**40),
         "ListInstances": co.ListInstancesRequest(),
+        "SendCanary": co.SendCanaryRequest(instance_id=CTL_INSTANCE, endpoint_ids=[0, 1], timeout_sec=1.0,
+                                           request_id="fuzz-canary"),
         "Guard": nm.GuardRequest(request_id="fuzz-1", lease_sec=5.0, instance_id=NM_INSTANCE),
         "Status": nm.StatusRequest(instance_id=NM_INSTANCE, endpoint_ids=[0, 1], request_id="fuzz-1"),
         "Apply": nm.ApplyRequest(instance_id=NM_INSTANCE, request_id="fuzz-1", instruction=nm.INSTRUCTION_SCALE_DOWN,

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/coordinator.proto.
  */
 export const file_motor_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Chptb3Rvci92MS9jb29yZGluYXRvci5wcm90bxIIbW90b3IudjEicAoOUmVmcmVzaFJlcXVlc3QSJQoFZXZlbnQYASABKA4yFi5tb3Rvci52MS5SZWZyZXNoRXZlbnQSJQoJaW5zdGFuY2VzGAIgAygLMhIubW90b3IudjEuSW5zdGFuY2USEAoIcmV2aXNpb24YAyABKAMiIwoPUmVmcmVzaFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIhYKFExpc3RJbnN0YW5jZXNSZXF1ZXN0ItkBChFQdWJsaXNoZWRJbnN0YW5jZRIkCghpbnN0YW5jZRgBIAEoCzISLm1vdG9yLnYxLkluc3RhbmNlEg4KBnBhdXNlZBgCIAEoCBJSChRvdXRzdGFuZGluZ19yZXF1ZXN0cxgDIAMoCzI0Lm1vdG9yLnYxLlB1Ymxpc2hlZEluc3RhbmNlLk91dHN0YW5kaW5nUmVxdWVzdHNFbnRyeRo6ChhPdXRzdGFuZGluZ1JlcXVlc3RzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgFOgI4ASJZChVMaXN0SW5zdGFuY2VzUmVzcG9uc2USLgoJaW5zdGFuY2VzGAEgAygLMhsubW90b3IudjEuUHVibGlzaGVkSW5zdGFuY2USEAoIcmV2aXNpb24YAiABKAMqpQEKDFJlZnJlc2hFdmVudBIdChlSRUZSRVNIX0VWRU5UX1VOU1BFQ0lGSUVEEAASFQoRUkVGUkVTSF9FVkVOVF9BREQQARIVChFSRUZSRVNIX0VWRU5UX0RFTBACEhUKEVJFRlJFU0hfRVZFTlRfU0VUEAMSFwoTUkVGUkVTSF9FVkVOVF9QQVVTRRAEEhgKFFJFRlJFU0hfRVZFTlRfUkVTVU1FEAUynwEKC0Nvb3JkaW5hdG9yEj4KB1JlZnJlc2gSGC5tb3Rvci52MS5SZWZyZXNoUmVxdWVzdBoZLm1vdG9yLnYxLlJlZnJlc2hSZXNwb25zZRJQCg1MaXN0SW5zdGFuY2VzEh4ubW90b3IudjEuTGlzdEluc3RhbmNlc1JlcXVlc3QaHy5tb3Rvci52MS5MaXN0SW5zdGFuY2VzUmVzcG9uc2ViBnByb3RvMw", [file_motor_v1_common]);
+  fileDesc("Chptb3Rvci92MS9jb29yZGluYXRvci5wcm90bxIIbW90b3IudjEicAoOUmVmcmVzaFJlcXVlc3QSJQoFZXZlbnQYASABKA4yFi5tb3Rvci52MS5SZWZyZXNoRXZlbnQSJQoJaW5zdGFuY2VzGAIgAygLMhIubW90b3IudjEuSW5zdGFuY2USEAoIcmV2aXNpb24YAyABKAMiIwoPUmVmcmVzaFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIhYKFExpc3RJbnN0YW5jZXNSZXF1ZXN0ItkBChFQdWJsaXNoZWRJbnN0YW5jZRIkCghpbnN0YW5jZRgBIAEoCzISLm1vdG9yLnYxLkluc3RhbmNlEg4KBnBhdXNlZBgCIAEoCBJSChRvdXRzdGFuZGluZ19yZXF1ZXN0cxgDIAMoCzI0Lm1vdG9yLnYxLlB1Ymxpc2hlZEluc3RhbmNlLk91dHN0YW5kaW5nUmVxdWVzdHNFbnRyeRo6ChhPdXRzdGFuZGluZ1JlcXVlc3RzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgFOgI4ASKNAQoVTGlzdEluc3RhbmNlc1Jlc3BvbnNlEi4KCWluc3RhbmNlcxgBIAMoCzIbLm1vdG9yLnYxLlB1Ymxpc2hlZEluc3RhbmNlEhAKCHJldmlzaW9uGAIgASgDEjIKC3JlaW5mZXJlbmNlGAMgAygLMh0ubW90b3IudjEuSW5zdGFuY2VSZWluZmVyZW5jZSJeChNJbnN0YW5jZVJlaW5mZXJlbmNlEhMKC2luc3RhbmNlX2lkGAEgASgDEhkKEW1pZ3JhdGVkX3JlcXVlc3RzGAIgASgDEhcKD2ZhaWxlZF9yZXF1ZXN0cxgDIAEoAyJnChFTZW5kQ2FuYXJ5UmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxIUCgxlbmRwb2ludF9pZHMYAiADKAUSEwoLdGltZW91dF9zZWMYAyABKAESEgoKcmVxdWVzdF9pZBgEIAEoCSKIAQoSU2VuZENhbmFyeVJlc3BvbnNlEhMKC2VuZHBvaW50X2lkGAEgASgFEg4KBnNlcnZlZBgCIAEoCBITCgtodHRwX3N0YXR1cxgDIAEoBRIOCgZkZXRhaWwYBCABKAkSFAoMZHVyYXRpb25fc2VjGAUgASgBEhIKCnJlcXVlc3RfaWQYBiABKAkqpQEKDFJlZnJlc2hFdmVudBIdChlSRUZSRVNIX0VWRU5UX1VOU1BFQ0lGSUVEEAASFQoRUkVGUkVTSF9FVkVOVF9BREQQARIVChFSRUZSRVNIX0VWRU5UX0RFTBACEhUKEVJFRlJFU0hfRVZFTlRfU0VUEAMSFwoTUkVGUkVTSF9FVkVOVF9QQVVTRRAEEhgKFFJFRlJFU0hfRVZFTlRfUkVTVU1FEAUy6AEKC0Nvb3JkaW5hdG9yEj4KB1JlZnJlc2gSGC5tb3Rvci52MS5SZWZyZXNoUmVxdWVzdBoZLm1vdG9yLnYxLlJlZnJlc2hSZXNwb25zZRJQCg1MaXN0SW5zdGFuY2VzEh4ubW90b3IudjEuTGlzdEluc3RhbmNlc1JlcXVlc3QaHy5tb3Rvci52MS5MaXN0SW5zdGFuY2VzUmVzcG9uc2USRwoKU2VuZENhbmFyeRIbLm1vdG9yLnYxLlNlbmRDYW5hcnlSZXF1ZXN0GhwubW90b3IudjEuU2VuZENhbmFyeVJlc3BvbnNlYgZwcm90bzM", [file_motor_v1_common]);
 
 /**
  * Refresh request.
@@ -139,6 +139,14 @@ export type ListInstancesResponse = Message<"motor.v1.ListInstancesResponse"> & 
    * @generated from field: int64 revision = 2;
    */
   revision: bigint;
+
+  /**
+   * Re-inference counts since the Coordinator started, per instance whose engines faulted under
+   * requests (published now or not), by instance id.
+   *
+   * @generated from field: repeated motor.v1.InstanceReinference reinference = 3;
+   */
+  reinference: InstanceReinference[];
 };
 
 /**
@@ -147,6 +155,140 @@ export type ListInstancesResponse = Message<"motor.v1.ListInstancesResponse"> & 
  */
 export const ListInstancesResponseSchema: GenMessage<ListInstancesResponse> = /*@__PURE__*/
   messageDesc(file_motor_v1_coordinator, 4);
+
+/**
+ * Requests re-sent elsewhere because an engine of the instance faulted while serving them.
+ *
+ * @generated from message motor.v1.InstanceReinference
+ */
+export type InstanceReinference = Message<"motor.v1.InstanceReinference"> & {
+  /**
+   * Instance id.
+   *
+   * @generated from field: int64 instance_id = 1;
+   */
+  instanceId: bigint;
+
+  /**
+   * Migrations off the instance's engines (a request moved twice counts twice), cumulative.
+   *
+   * @generated from field: int64 migrated_requests = 2;
+   */
+  migratedRequests: bigint;
+
+  /**
+   * Migrated requests (first migrated off this instance) that still failed, cumulative.
+   *
+   * @generated from field: int64 failed_requests = 3;
+   */
+  failedRequests: bigint;
+};
+
+/**
+ * Describes the message motor.v1.InstanceReinference.
+ * Use `create(InstanceReinferenceSchema)` to create a new message.
+ */
+export const InstanceReinferenceSchema: GenMessage<InstanceReinference> = /*@__PURE__*/
+  messageDesc(file_motor_v1_coordinator, 5);
+
+/**
+ * SendCanary request.
+ *
+ * @generated from message motor.v1.SendCanaryRequest
+ */
+export type SendCanaryRequest = Message<"motor.v1.SendCanaryRequest"> & {
+  /**
+   * Instance to probe; must be published.
+   *
+   * @generated from field: int64 instance_id = 1;
+   */
+  instanceId: bigint;
+
+  /**
+   * Endpoints that may take the canary, in order of preference; the first published, routable one
+   * does. None published: FAILED_PRECONDITION.
+   *
+   * @generated from field: repeated int32 endpoint_ids = 2;
+   */
+  endpointIds: number[];
+
+  /**
+   * Bound of the canary request, in seconds; in (0, 30].
+   *
+   * @generated from field: double timeout_sec = 3;
+   */
+  timeoutSec: number;
+
+  /**
+   * Sent to the engine as X-Request-Id; empty: the Coordinator makes one.
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message motor.v1.SendCanaryRequest.
+ * Use `create(SendCanaryRequestSchema)` to create a new message.
+ */
+export const SendCanaryRequestSchema: GenMessage<SendCanaryRequest> = /*@__PURE__*/
+  messageDesc(file_motor_v1_coordinator, 6);
+
+/**
+ * SendCanary response: what the engine did with the canary.
+ *
+ * @generated from message motor.v1.SendCanaryResponse
+ */
+export type SendCanaryResponse = Message<"motor.v1.SendCanaryResponse"> & {
+  /**
+   * The endpoint that was sent the canary.
+   *
+   * @generated from field: int32 endpoint_id = 1;
+   */
+  endpointId: number;
+
+  /**
+   * True when the engine answered 200 (its DP group ran the step without a fault).
+   *
+   * @generated from field: bool served = 2;
+   */
+  served: boolean;
+
+  /**
+   * The engine's HTTP status; 0 when none came (timeout, connection failure).
+   *
+   * @generated from field: int32 http_status = 3;
+   */
+  httpStatus: number;
+
+  /**
+   * What happened, in words.
+   *
+   * @generated from field: string detail = 4;
+   */
+  detail: string;
+
+  /**
+   * Time from sending to the answer (or giving up), in seconds.
+   *
+   * @generated from field: double duration_sec = 5;
+   */
+  durationSec: number;
+
+  /**
+   * The request id sent to the engine.
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message motor.v1.SendCanaryResponse.
+ * Use `create(SendCanaryResponseSchema)` to create a new message.
+ */
+export const SendCanaryResponseSchema: GenMessage<SendCanaryResponse> = /*@__PURE__*/
+  messageDesc(file_motor_v1_coordinator, 7);
 
 /**
  * Kind of publication event.
@@ -230,6 +372,18 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof ListInstancesRequestSchema;
     output: typeof ListInstancesResponseSchema;
+  },
+  /**
+   * Sends one tiny inference request (a canary: one token) to one published endpoint of an
+   * instance and reports how it went. The Controller's idle-fault probe uses it: a request makes the
+   * DP group run a collective, so survivors of a rank that died while idle notice the death.
+   *
+   * @generated from rpc motor.v1.Coordinator.SendCanary
+   */
+  sendCanary: {
+    methodKind: "unary";
+    input: typeof SendCanaryRequestSchema;
+    output: typeof SendCanaryResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_motor_v1_coordinator, 0);
