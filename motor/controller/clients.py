@@ -140,6 +140,14 @@ class CoordinatorClient:
             "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout
         )
 
+    async def send_canary(self, instance_id: int, endpoint_ids: Sequence[int], timeout_sec: float,
+                          request_id: str) -> coordinator_pb2.SendCanaryResponse:
+        """The idle-fault probe: one canary request to the first published endpoint of `endpoint_ids`."""
+        req = coordinator_pb2.SendCanaryRequest(instance_id=instance_id, endpoint_ids=list(endpoint_ids),
+                                                timeout_sec=timeout_sec, request_id=request_id)
+        return await _invoke("send_canary", self.address, self._stub.SendCanary, req, timeout_sec + self._timeout,
+                             self._metadata)
+
     async def close(self) -> None:
         await self._channel.close()
 

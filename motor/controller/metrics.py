@@ -3,7 +3,8 @@
 Two sources, so no number here can disagree with what the pages show:
 
 - the typed timeline (`TimelineObserver`): strategy runs, fallbacks and their cause, gate
-  rejections, evidence that entered a transaction, and the stage histograms of
+  rejections, evidence that entered a transaction, idle-fault probe canaries, requests the
+  Coordinator migrated (re-inference), and the stage histograms of
   `fault_tolerance.stages` (the same stages `motorctl timeline` draws);
 - the runtime, refreshed on every `changed(instance_id)` broadcast: phase (one-hot), transitions,
   alive and committed-dead ranks, publication and can_serve.
@@ -86,6 +87,14 @@ class ControllerMetrics:
         self.publish_failures = Counter("motor_publish_failures_total",
                                         "Refresh calls to the Coordinator that failed, by event", ["event"],
                                         registry=r)
+        self.idle_fault_probes = Counter("motor_idle_fault_probes_total",
+                                         "Idle-fault probe canaries (in the timeline of the transaction that ended "
+                                         "their window), by outcome: engine_failed (the survivors noticed), served, "
+                                         "timeout, error (the Coordinator call failed)", ["outcome"], registry=r)
+        self.reinference = Counter("motor_reinference_migrated_requests_total",
+                                   "Requests the Coordinator continued elsewhere (re-inference) because an engine of "
+                                   "the instance faulted under them, as recorded at the end of each transaction",
+                                   ["instance_id"], registry=r)
         self.hardware_faults = Counter("motor_hardware_faults_total",
                                        "Hardware faults taken in (duplicates left out), by level and whether "
                                        "they mapped to ranks of an instance", ["level", "mapped"], registry=r)
@@ -128,6 +137,10 @@ class ControllerMetrics:
             elif event.name == "gate" and not event.gate_allowed:
                 for reason in event.gate_reasons:
                     self.gate_rejections.labels(controller_pb2.GateReason.Name(reason).removeprefix("GATE_REASON_")).inc()
+        elif event.event_kind == Kind.TIMELINE_EVENT_KIND_CALL and event.name == "canary":
+            self.idle_fault_probes.labels("error" if event.error else event.outcome).inc()
+        elif event.event_kind == Kind.TIMELINE_EVENT_KIND_NOTE and event.name == "reinference":
+            self.reinference.labels(str(txn.instance_id)).inc(event.migrated_requests)
 
     def finished(self, txn: Transaction) -> None:
         outcome = run_outcome(txn.outcome)

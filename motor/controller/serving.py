@@ -57,6 +57,11 @@ class EventPusher:
     def target(self) -> str:
         return self._client.address if self._client else ""
 
+    @property
+    def coordinator(self) -> CoordinatorClient | None:
+        """The Coordinator's client, for the calls that are not publications (reads, the idle probe)."""
+        return self._client
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()

@@ -45,6 +45,8 @@ def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
         generation=runtime.generation,
         reconfiguration_attempts=runtime.reconfiguration_attempts,
         reconfiguration_gave_up=runtime.reconfiguration_gave_up,
+        migrated_requests=runtime.migrated_requests,
+        idle_fault_probes=runtime.idle_fault_probes,
     )
     if runtime.last_error is not None:
         msg.last_error = runtime.last_error

@@ -246,7 +246,7 @@ class Gate(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reason_codes: _Optional[_Iterable[_Union[GateReason, str]]] = ...) -> None: ...
 
 class InstanceFtRuntime(_message.Message):
-    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation", "reconfiguration_attempts", "reconfiguration_gave_up")
+    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation", "reconfiguration_attempts", "reconfiguration_gave_up", "migrated_requests", "idle_fault_probes")
     class EngineStatusesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +270,8 @@ class InstanceFtRuntime(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECONFIGURATION_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RECONFIGURATION_GAVE_UP_FIELD_NUMBER: _ClassVar[int]
+    MIGRATED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FAULT_PROBES_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     phase: FtPhase
     original_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
@@ -286,7 +288,9 @@ class InstanceFtRuntime(_message.Message):
     generation: int
     reconfiguration_attempts: int
     reconfiguration_gave_up: bool
-    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ..., reconfiguration_attempts: _Optional[int] = ..., reconfiguration_gave_up: _Optional[bool] = ...) -> None: ...
+    migrated_requests: int
+    idle_fault_probes: int
+    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ..., reconfiguration_attempts: _Optional[int] = ..., reconfiguration_gave_up: _Optional[bool] = ..., migrated_requests: _Optional[int] = ..., idle_fault_probes: _Optional[int] = ...) -> None: ...
 
 class GetFaultToleranceStatusRequest(_message.Message):
     __slots__ = ("instance_ids",)
@@ -323,7 +327,7 @@ class GetTimelineRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class TimelineEvent(_message.Message):
-    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id", "fallback_cause", "hardware_ranks", "skew_sec", "diagnosing_observed_at_unix_sec")
+    __slots__ = ("at_unix_sec", "kind", "name", "target", "outcome", "detail", "duration_sec", "event_kind", "phase", "ranks", "endpoint_ids", "evidence_kind", "observed_at_unix_sec", "received_at_unix_sec", "apply_results", "dp_master_ip", "dp_store_port", "unhealthy_ranks", "dead_committed", "gate_allowed", "gate_reasons", "engine_statuses", "error", "lease_sec", "commit", "request_id", "fallback_cause", "hardware_ranks", "skew_sec", "diagnosing_observed_at_unix_sec", "migrated_requests")
     AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -354,6 +358,7 @@ class TimelineEvent(_message.Message):
     HARDWARE_RANKS_FIELD_NUMBER: _ClassVar[int]
     SKEW_SEC_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSING_OBSERVED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
+    MIGRATED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     at_unix_sec: float
     kind: str
     name: str
@@ -384,7 +389,8 @@ class TimelineEvent(_message.Message):
     hardware_ranks: _containers.RepeatedScalarFieldContainer[int]
     skew_sec: float
     diagnosing_observed_at_unix_sec: float
-    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ..., fallback_cause: _Optional[_Union[FallbackCause, str]] = ..., hardware_ranks: _Optional[_Iterable[int]] = ..., skew_sec: _Optional[float] = ..., diagnosing_observed_at_unix_sec: _Optional[float] = ...) -> None: ...
+    migrated_requests: int
+    def __init__(self, at_unix_sec: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., target: _Optional[str] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ..., duration_sec: _Optional[float] = ..., event_kind: _Optional[_Union[TimelineEventKind, str]] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., ranks: _Optional[_Iterable[int]] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., evidence_kind: _Optional[_Union[SoftwareFaultKind, str]] = ..., observed_at_unix_sec: _Optional[float] = ..., received_at_unix_sec: _Optional[float] = ..., apply_results: _Optional[_Iterable[_Union[_node_manager_pb2.EngineApplyResult, _Mapping]]] = ..., dp_master_ip: _Optional[str] = ..., dp_store_port: _Optional[int] = ..., unhealthy_ranks: _Optional[_Iterable[int]] = ..., dead_committed: _Optional[_Iterable[int]] = ..., gate_allowed: _Optional[bool] = ..., gate_reasons: _Optional[_Iterable[_Union[GateReason, str]]] = ..., engine_statuses: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ..., error: _Optional[str] = ..., lease_sec: _Optional[float] = ..., commit: _Optional[bool] = ..., request_id: _Optional[str] = ..., fallback_cause: _Optional[_Union[FallbackCause, str]] = ..., hardware_ranks: _Optional[_Iterable[int]] = ..., skew_sec: _Optional[float] = ..., diagnosing_observed_at_unix_sec: _Optional[float] = ..., migrated_requests: _Optional[int] = ...) -> None: ...
 
 class Transaction(_message.Message):
     __slots__ = ("request_id", "strategy", "started_at_unix_sec", "ended_at_unix_sec", "outcome", "events")

@@ -18,6 +18,8 @@ Orchestration:
   strategy_center  StrategyCenter: start, drive, escalate and stop strategies (one per instance)
   snapshot_pull    SnapshotPuller: while a snapshot is incomplete, every active rank's status read
                    directly (bounded), fed through the evidence intake
+  idle_probe       IdleProbe (opt-in): a DEAD rank with HEALTHY survivors gets one canary request at a
+                   time through the Coordinator, so the survivors' collective fails and the round runs
   fault_manager    FaultManager: the Controller's entry point wiring intake, decision and centre
 
 Executors (package `strategy`):

@@ -16,6 +16,7 @@ from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.evidence import EvidenceKind, RankEvidence
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
+from motor.controller.fault_tolerance.idle_probe import IdleProbe
 from motor.controller.fault_tolerance.snapshot_pull import SnapshotPuller
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
 from motor.controller.fault_tolerance.strategy_center import FastRecovery, NoFastRecovery, StrategyCenter
@@ -44,6 +45,7 @@ class FaultManager:
         self.puller = SnapshotPuller(deps, self.intake, self.report_software,
                                      busy=lambda iid: self.center.running(iid) is not None)
         self.center.on_waiting = self.puller.ensure
+        self.idle_probe = self.center.idle_probe = IdleProbe(deps)
 
     def _hardware_during_strategy(self, instance_id: int, ranks: frozenset[int], description: str) -> None:
         running = self.center.running(instance_id)
@@ -100,6 +102,7 @@ class FaultManager:
 
     async def close(self) -> None:
         await self.puller.close()
+        await self.idle_probe.close()
         await self.center.close()
 
     async def evaluate_all(self) -> None:

@@ -92,6 +92,13 @@ class FtRuntime:
     last_error: str | None = None
     reconfiguration_attempts: int = 0
     reconfiguration_gave_up: bool = False
+    # Re-inference: requests the Coordinator continued elsewhere during the current or last
+    # transaction, and its cumulative count for the instance when last read (observed, not persisted).
+    migrated_requests: int = 0
+    reinference_seen: int | None = None
+    # Idle-fault probe canaries of the current or last collection window.
+    idle_fault_probes: int = 0
+
 
     @property
     def alive_dp_ranks(self) -> list[int]:
@@ -234,3 +241,15 @@ class FtRuntimeStore:
 
     def set_error(self, instance_id: int, error: str | None) -> None:
         self.get(instance_id).last_error = error
+
+    def record_reinference(self, instance_id: int, cumulative: int) -> int:
+        """The Coordinator's cumulative migration count for the instance → the migrations since the last
+        reading (all of them at the first reading, or after the Coordinator restarted and counts anew)."""
+        runtime = self.get(instance_id)
+        seen = runtime.reinference_seen
+        runtime.migrated_requests = cumulative - seen if seen is not None and cumulative >= seen else cumulative
+        runtime.reinference_seen = cumulative
+        return runtime.migrated_requests
+
+    def set_idle_fault_probes(self, instance_id: int, count: int) -> None:
+        self.get(instance_id).idle_fault_probes = count

@@ -20,6 +20,7 @@ from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import Action, FallbackCause, decide
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
+from motor.controller.fault_tolerance.idle_probe import IdleProbe
 from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
     FALLBACK_RECONFIGURATION,
@@ -75,6 +76,9 @@ class StrategyCenter:
         self._wake = asyncio.Event()
         # Called for an instance whose snapshot is still incomplete (the snapshot puller hooks in).
         self.on_waiting: Callable[[int], None] = lambda instance_id: None
+        # The idle-fault probe (opt-in): sees every WAIT decision; its canaries go into the timeline
+        # of the transaction that ends the collection window.
+        self.idle_probe: IdleProbe | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -188,6 +192,9 @@ class StrategyCenter:
             return
         if decision.action is Action.WAIT:
             self.on_waiting(instance_id)
+            if self.idle_probe is not None:
+                self.idle_probe.consider(instance_id, decision, state.window_started_sec, state.evidence,
+                                         runtime.active_ranks)
             return
         if decision.action is Action.NONE:
             return
@@ -217,6 +224,7 @@ class StrategyCenter:
         slot.strategy = strategy
         # The evidence that led here goes into the strategy's timeline (stage latencies start there).
         strategy.evidence = sorted(self.intake.of(instance_id).evidence.values(), key=lambda ev: ev.observed_at_sec)
+        strategy.probes = self.idle_probe.take(instance_id) if self.idle_probe is not None else []
         slot.task = asyncio.create_task(strategy.run(), name=f"{strategy.name}-{instance_id}")
         slot.driver = asyncio.create_task(self._drive(instance_id, strategy, slot.task))
 

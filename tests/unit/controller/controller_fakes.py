@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2
+from gen.motor.v1 import common_pb2, controller_pb2, coordinator_pb2, node_manager_pb2
 from motor.common.config import ControllerConfig, load_config
 from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.clock import ManualClock
@@ -200,6 +200,12 @@ class FakeCoordinator:
         self.refuse_del = False
         # Called after each acknowledged refresh with its event name (lets a test interleave a SET).
         self.on_refresh: Callable[[str], None] | None = None
+        # Re-inference counts it reports per instance (cumulative, as the real one).
+        self.reinference: dict[int, int] = {}
+        # Canaries asked for: (instance_id, endpoint_ids, timeout_sec, request_id); the answer comes
+        # from `canary_answer(instance_id, endpoint_ids)` (default: served by the first endpoint).
+        self.canaries: list[tuple[int, list[int], float, str]] = []
+        self.canary_answer: Callable[[int, list[int]], coordinator_pb2.SendCanaryResponse] | None = None
 
     async def refresh(self, event, instances, revision):
         name = {1: "ADD", 2: "DEL", 3: "SET"}[event]
@@ -222,6 +228,22 @@ class FakeCoordinator:
         if self.on_refresh is not None:
             self.on_refresh(name)
         return revision
+
+    async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
+        if self.down:
+            raise PeerCallError("list_instances", self.address, grpc.StatusCode.UNAVAILABLE, "down")
+        return coordinator_pb2.ListInstancesResponse(reinference=[
+            coordinator_pb2.InstanceReinference(instance_id=iid, migrated_requests=n)
+            for iid, n in sorted(self.reinference.items())])
+
+    async def send_canary(self, instance_id, endpoint_ids, timeout_sec, request_id) -> coordinator_pb2.SendCanaryResponse:
+        self.canaries.append((instance_id, list(endpoint_ids), timeout_sec, request_id))
+        if self.down:
+            raise PeerCallError("send_canary", self.address, grpc.StatusCode.UNAVAILABLE, "down")
+        if self.canary_answer is not None:
+            return self.canary_answer(instance_id, list(endpoint_ids))
+        return coordinator_pb2.SendCanaryResponse(endpoint_id=endpoint_ids[0], served=True, http_status=200,
+                                                  detail="served", request_id=request_id)
 
     async def close(self) -> None:
         pass

@@ -120,6 +120,8 @@ class Strategy(ABC):
         self._stop_requested = False
         self.txn: Transaction | None = None
         self.evidence: list[RankEvidence] = []
+        # Idle-fault probe canaries of the collection window that led here (idle_probe.ProbeRecord).
+        self.probes: list[Any] = []
         # Mapped hardware faults that arrived while this strategy ran: (ranks, description).
         self.hardware_faults: list[tuple[frozenset[int], str]] = []
 
@@ -157,8 +159,36 @@ class Strategy(ABC):
         txn = self.deps.timelines.begin(self.instance_id, self.name, request_id, self.deps.clock.wall())
         for ev in self.evidence:
             txn.evidence(ev)
+        for probe in self.probes:
+            error = probe.detail if probe.outcome == "error" else ""
+            txn.call("canary", probe.target, probe.at_wall_sec, probe.duration_sec, error,
+                     **({} if error else {"outcome": probe.outcome}),
+                     endpoint_ids=[probe.endpoint_id] if probe.endpoint_id >= 0 else [],
+                     request_id=probe.request_id, detail=f"idle-fault probe to {list(probe.candidates)}: "
+                                                          f"{probe.outcome}: {probe.detail}")
         self.txn = txn
         return txn
+
+    async def note_reinference(self) -> None:
+        """Records how many requests the Coordinator continued elsewhere (re-inference) since the last
+        transaction of the instance: a `reinference` note and the runtime's migrated_requests. One
+        bounded read; a failure is only logged."""
+        client = self.deps.pusher.coordinator
+        if client is None:
+            return
+        try:
+            listed = await client.list_instances()
+        except PeerCallError as exc:
+            log.warning("instance=%d reading the Coordinator's re-inference counts failed: %s", self.instance_id, exc)
+            return
+        total = next((r.migrated_requests for r in listed.reinference if r.instance_id == self.instance_id), 0)
+        migrated = self.deps.runtimes.record_reinference(self.instance_id, total)
+        if self.txn is not None:
+            self.txn.note("reinference", self.deps.clock.wall(),
+                          f"{migrated} requests continued elsewhere by the Coordinator (re-inference)",
+                          migrated_requests=migrated)
+        log.info("instance=%d %d requests continued elsewhere by the Coordinator during the transaction",
+                 self.instance_id, migrated)
 
     async def timed_call(self, name: str, target: str, make: Callable[[], Awaitable[T]], facts: Facts | None = None,
                          result_facts: Callable[[T], Facts] | None = None) -> T:

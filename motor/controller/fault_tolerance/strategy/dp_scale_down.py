@@ -282,6 +282,7 @@ class DpScaleDownStrategy(Strategy):
         self.set_phase(FtPhase.SCALED_DOWN_RUNNING, f"alive={runtime.alive_dp_ranks}")
         await self._persist(must=False)
         await self.publish()
+        await self.note_reinference()
         if self.txn:
             self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)

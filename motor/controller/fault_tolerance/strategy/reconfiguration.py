@@ -84,6 +84,7 @@ class ReconfigurationStrategy(Strategy):
                 for p in pods
             ))
         except PeerCallError as exc:
+            await self.note_reinference()
             return self._fail(str(exc))
         deps.runtimes.clear_history(self.instance_id)
         if deps.runtimes.get(self.instance_id).phase is FtPhase.RECONFIGURING:
@@ -94,6 +95,7 @@ class ReconfigurationStrategy(Strategy):
         except StoreError as exc:
             deps.runtimes.set_error(self.instance_id, f"persisting runtime failed: {exc}")
         await self.publish()
+        await self.note_reinference()
         self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
         return Outcome(True, "instance reconfigured", observed_mono_sec=deps.clock.monotonic())
