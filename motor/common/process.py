@@ -111,6 +111,15 @@ def _group_members(pgid: int) -> list[int] | None:
 
 
 def group_alive(pgid: int) -> bool:
+    # No member at all (zombies included): answered without reading /proc, which costs a read per
+    # process on the machine (issue 19: thousands of engine processes on one host made every stop
+    # scan them all, several times).
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
     members = _group_members(pgid)
     if members is not None:
         return bool(members)

@@ -1,13 +1,23 @@
 """Snapshot pulls: once an instance has fault evidence but no complete snapshot, the Controller reads
-every active rank's FT status itself (one Status RPC per pod, at a short interval) instead of waiting
-for each NodeManager's next 1 Hz poll. Detection then follows the engines' own pace (their
-`diagnosing` phase, their collective timeout) rather than the poll period, and the steady state costs
-nothing: pulls run only while a collection window is open.
+the FT status of the active ranks still without evidence itself (Status RPCs to their NodeManagers)
+instead of waiting for each NodeManager's next 1 Hz poll. Detection then follows the engines' own
+pace (their `diagnosing` phase, their collective timeout) rather than the poll period, and the steady
+state costs nothing: pulls run only while a collection window is open.
 
-Bounded: one puller per instance, at most collection-timeout / interval pulls, ended by a strategy
-starting, the evidence clearing, the window closing, or the Controller stopping. What it reads is
-fed through the same intake as a NodeManager's report (DEAD and UNHEALTHY only: a healthy or
-diagnosing answer is no news), so the decision never depends on who saw the fault first.
+Cheap at scale (issue 19: 16 instances of 256 ranks pulled every 0.2 s read 20,000 statuses a
+second and stalled every round for seconds): a rank that already has UNHEALTHY or DEAD evidence is
+never read again (the round's own status polls absorb a later death), and between full reads of the
+ranks still lacking evidence only a probe of one of them is read, every quarter of
+`snapshot_pull_interval_sec`, rotating over pods. A full read follows at once when anything new came
+in (a probe's find or a NodeManager's report: the survivors flip together, their verdicts arrive
+together), and at the latest every `_FULL_EVERY` intervals. One summary log line per read that found
+something, never one per rank.
+
+Bounded: one puller per instance, ended by a strategy starting, the snapshot being complete (no rank
+left to read), the evidence clearing, the window closing, the collection timeout, or the Controller
+stopping. What it reads is fed through the same intake as a NodeManager's report (DEAD and UNHEALTHY
+only: a healthy or diagnosing answer is no news), so the decision never depends on who saw the fault
+first.
 """
 
 from __future__ import annotations
@@ -27,6 +37,11 @@ log = logging.getLogger(__name__)
 _KIND = {common_pb2.ENGINE_HEALTH_UNHEALTHY: EvidenceKind.UNHEALTHY, common_pb2.ENGINE_HEALTH_DEAD: EvidenceKind.DEAD}
 _HEALTH = {EvidenceKind.UNHEALTHY: Health.UNHEALTHY, EvidenceKind.DEAD: Health.DEAD}
 
+# Probes between two reads of every rank still lacking evidence, and the longest gap between two
+# such full reads, in snapshot_pull_interval_sec.
+_PROBES_PER_INTERVAL = 4
+_FULL_EVERY = 5
+
 # (instance_id, endpoint_id, kind, detail, observed_at_sec) → what was done, as FaultManager.report_software.
 Report = Callable[[int, int, EvidenceKind, str, float], str]
 
@@ -40,6 +55,7 @@ class SnapshotPuller:
         self._busy = busy
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.pulls = 0
+        self.reads = 0  # rank statuses read, over every pull
 
     @property
     def interval_sec(self) -> float:
@@ -58,17 +74,19 @@ class SnapshotPuller:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _targets(self, instance_id: int) -> dict[str, list[int]]:
-        """Per NodeManager address: the active, routable ranks of the instance (retired and headless
-        ones have no status to read)."""
+    def _lacking(self, instance_id: int) -> dict[str, list[int]]:
+        """Per NodeManager address: the active, routable ranks of the instance without UNHEALTHY/DEAD
+        evidence yet (retired and headless ones have no status to read)."""
         record = self._deps.registry.get(instance_id)
         runtime = self._deps.runtimes.find(instance_id)
         if record is None or runtime is None:
             return {}
+        evidence = self._intake.of(instance_id).evidence
         endpoints = record.endpoint_infos()
+        active = runtime.active_ranks
         out: dict[str, list[int]] = {}
         for pod in record.pod_infos():
-            ranks = [r for r in pod.ranks if r in runtime.active_ranks and not endpoints[r].headless]
+            ranks = [r for r in pod.ranks if r in active and not endpoints[r].headless and r not in evidence]
             if ranks:
                 out[pod.node_manager_address] = ranks
         return out
@@ -78,16 +96,34 @@ class SnapshotPuller:
 
     async def _run(self, instance_id: int) -> None:
         ft = self._deps.config.fault_tolerance_config
-        bound = max(1, int(ft.software_status_collection_timeout_sec / self.interval_sec))
+        clock = self._deps.clock
+        probe_sec = self.interval_sec / _PROBES_PER_INTERVAL
+        deadline = clock.monotonic() + ft.software_status_collection_timeout_sec
+        bound = max(1, int(ft.software_status_collection_timeout_sec / probe_sec)) + 1
+        full_due = 0.0
+        seen = -1  # evidence entries before the last full read: any more is news
+        probe_turn = 0
         for _ in range(bound):
-            if self._busy(instance_id) or not self._window_open(instance_id):
+            if self._busy(instance_id) or not self._window_open(instance_id) or clock.monotonic() >= deadline:
                 return
-            await self._pull_once(instance_id)
-            await asyncio.sleep(self.interval_sec)
+            lacking = self._lacking(instance_id)
+            if not lacking:
+                return  # every active rank has evidence: the decision has what it needs
+            known = len(self._intake.of(instance_id).evidence)
+            if known != seen or clock.monotonic() >= full_due:
+                seen = known
+                await self._pull_once(instance_id, lacking)
+                full_due = clock.monotonic() + _FULL_EVERY * self.interval_sec
+            else:
+                address = sorted(lacking)[probe_turn % len(lacking)]
+                ranks = lacking[address]
+                probe_turn += 1
+                await self._pull_once(instance_id, {address: [ranks[probe_turn % len(ranks)]]})
+                if len(self._intake.of(instance_id).evidence) != known:
+                    continue  # the probe found a verdict: the others follow, read them at once
+            await asyncio.sleep(probe_sec)
 
-    async def _pull_once(self, instance_id: int) -> None:
-        targets = self._targets(instance_id)
-
+    async def _pull_once(self, instance_id: int, targets: dict[str, list[int]]) -> None:
         async def one(address: str, ranks: list[int]) -> list[common_pb2.EngineFtStatus]:
             try:
                 return await self._deps.nodemanagers.get(address).status(instance_id, "", ranks)
@@ -97,15 +133,35 @@ class SnapshotPuller:
                 return []
 
         self.pulls += 1
+        self.reads += sum(len(r) for r in targets.values())
         answers = await asyncio.gather(*(one(a, r) for a, r in targets.items()))
         if self._busy(instance_id):
             return
         evidence = self._intake.of(instance_id).evidence
         wall = self._deps.clock.wall()
+        found: dict[str, list[int]] = {}
         for entry in (e for entries in answers for e in entries):
             kind = _KIND.get(entry.status)
             known = evidence.get(entry.id)
             if kind is None or (known is not None and known.health is _HEALTH[kind]):
                 continue
-            note = self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall)
-            log.info("instance=%d rank=%d snapshot pull: %s", instance_id, entry.id, note)
+            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall)
+            found.setdefault(str(kind), []).append(entry.id)
+        if found:
+            asked = sum(len(r) for r in targets.values())
+            log.info("instance=%d snapshot pull of %d ranks: %s", instance_id, asked,
+                     "; ".join(f"{kind} {rank_ranges(ranks)}" for kind, ranks in sorted(found.items())))
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Ranks as compact ranges, e.g. [0, 2-7, 9] (bounded log lines at any DP size)."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return "[" + ", ".join(out) + "]"

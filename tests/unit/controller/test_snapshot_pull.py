@@ -68,3 +68,33 @@ async def test_pulls_are_off_with_interval_zero() -> None:
     await core.faults.evaluate_all()
     await asyncio.sleep(0.05)
     assert core.faults.puller.pulls == 0 and not cluster.named("status")
+
+
+async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.02})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, DIAGNOSING)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.faults.puller.pulls >= 6, "a full read and probes")
+    reads = [ids for _, _, ids in cluster.named("status")]
+    assert all(1 not in ids for ids in reads), "the rank with DEAD evidence is never read"
+    assert set(reads[0]) | set(reads[1]) == {0, 2, 3}, "the first read: every rank without evidence, per pod"
+    assert any(len(ids) == 1 for ids in reads[2:]), "between full reads only a probe of one rank"
+    # One survivor decides: the probe that finds it makes the next read a full one, and the snapshot completes.
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "every survivor's verdict pulled")
+    await wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), "puller ended: nothing left")
+    await core.faults.close()
+
+
+def test_rank_ranges_are_compact() -> None:
+    from motor.controller.fault_tolerance.snapshot_pull import rank_ranges
+    assert rank_ranges([5, 0, 2, 3, 4, 7, 9, 8]) == "[0, 2-5, 7-9]"
+    assert rank_ranges([]) == "[]"

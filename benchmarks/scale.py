@@ -1,0 +1,427 @@
+"""Scale benchmark: the Controller with hundreds of ranks and thousands of endpoints.
+
+    .venv/bin/python -m benchmarks.scale [--dps 16,64,256] [--rounds 10] [--fleet-instances 16]
+                                         [--fleet-dp 256] [--window-sec 60] [--json out.json]
+
+Real Controller, Coordinator and NodeManager processes over the light fake engines
+(`motor.testing.fake_engine --group`: every rank of an instance in one helper process, the
+reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; see benchmarks/fleet.py).
+
+1. Scale-down rounds on one instance of DP = 16, 64, 256 (8 ranks per NodeManager: 2, 8, 32 real
+   NodeManager processes), --rounds rounds each, the same victims in every DP (ranks 1, 2, 3, ...;
+   executor death: status `dead`, API up, seen by the NodeManager's 1 s poll). Per round, from the
+   Controller's timeline and the fake engines' journal (both wall clocks of this machine):
+   fault→published, first detection (fault → first evidence at a NodeManager), the engines'
+   diagnosing (fault → last survivor `unhealthy`), their rebuild (last check-in → last survivor
+   `healthy`), and the **Controller-added time**: fault→published minus max(first detection,
+   diagnosing) minus rebuild — i.e. snapshot completion (engines ready → decision), the round up to
+   the last apply (guard, status, drain, apply), and after the rebuild (poll, finalize, publish).
+   Median and p95 per DP, and the growth from the smallest to the largest DP.
+2. A fleet of --fleet-instances × --fleet-dp endpoints (8 per pod; NodeManagers hosted
+   --pods-per-host per process by motor.testing.nodemanager_host, because 512 NodeManager processes
+   do not fit this machine) heartbeating at 1 Hz, no faults: Controller CPU (% of one core) and RSS
+   over --window-sec, heartbeat latency (probe Heartbeats a pod would send, 5 per second, measured
+   by the caller), status API latency (the JSON page of every instance, of one instance, and gRPC
+   GetFaultToleranceStatus), Controller log growth. The NodeManagers poll their engines every
+   --fleet-poll-sec (default 8 s: 4,096 polls a second would starve a 2-core machine, and the
+   Controller never sees them).
+3. Every fleet instance faulting at once (kill_process on rank 1 of each: placeholder process and
+   fake API gone, so every NodeManager's process watch reports within milliseconds): all must
+   recover by scale-down; per instance fault→published and Controller-added, the total time (first
+   fault to last publication) and how many rounds ran at the same time (no global lock: a
+   serialised Controller would show 1).
+
+Targets are printed beside the numbers, never asserted. Runs in about 10 minutes here; --json
+writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+
+from benchmarks.fleet import Fleet, FleetSpec
+from benchmarks.timing import calls, cpu_sec, critical_path_sec, end, fanout_walls, median, pct
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.launch.shutdown import exit_on_sigterm
+
+log = logging.getLogger("benchmarks.scale")
+
+TARGET_ADDED_P95_MS = 100.0
+TARGET_GROWTH = 2.0
+TARGET_CPU_PCT = 25.0
+
+
+# ---- 1. one instance, growing DP ---------------------------------------------------------------
+
+def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, Any]], victims: set[int]) -> dict[str, Any]:
+    """Times of one successful round, absolute (unix seconds) and as durations (seconds)."""
+    evidence = [e for e in txn["events"] if e["event_kind"] == "EVIDENCE"]
+    decision = next(e["at_unix_sec"] for e in txn["events"] if e["event_kind"] == "DECISION")
+    published = end(calls(txn, "publish")[-1])
+    first_evidence = min(e["observed_at_unix_sec"] for e in evidence)
+    unhealthy = [e["at_unix_sec"] for e in events if e["event"] == "unhealthy" and e["rank"] not in victims]
+    checked_in = [e["at_unix_sec"] for e in events if e["event"] == "all_checked_in"]
+    healthy = [e["at_unix_sec"] for e in events if e["event"] == "healthy"]
+    diagnosed = max(unhealthy) if unhealthy else fault_sec
+    engines_ready = max(first_evidence, diagnosed)
+    rebuild = (max(healthy) - checked_in[-1]) if healthy and checked_in else float("nan")
+    out = {
+        "fault_to_published_sec": published - fault_sec,
+        "first_detection_sec": first_evidence - fault_sec,
+        "engine_diagnosing_sec": diagnosed - fault_sec,
+        "engine_rebuild_sec": rebuild,
+        "snapshot_to_decision_sec": decision - engines_ready,
+        "decision_to_last_checkin_sec": (checked_in[-1] - decision) if checked_in else float("nan"),
+        "healthy_to_published_sec": (published - max(healthy)) if healthy else float("nan"),
+        "controller_added_sec": published - fault_sec - (engines_ready - fault_sec) - rebuild,
+        "controller_call_critical_path_sec": critical_path_sec(txn),
+        "fanout_wall_sec": fanout_walls(txn),
+        "evidence_events": len(evidence),
+        "status_calls": len(calls(txn, "status")),
+    }
+    return out
+
+
+def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> dict[str, Any]:
+    spec = FleetSpec(instances=1, dp_size=dp, ranks_per_pod=8, diagnosing_sec=diagnosing_sec)
+    fleet = Fleet(spec, work / f"dp{dp}")
+    out: list[dict[str, Any]] = []
+    started = time.monotonic()
+    fleet.start()
+    startup = time.monotonic() - started
+    try:
+        time.sleep(2.0)  # every NodeManager polled once and heartbeated
+        alive = list(range(dp))
+        removed: set[int] = set()
+        for n in range(rounds):
+            victim = n + 1
+            before = len(fleet.timeline(1))
+            mark = fleet.journal_length(1)
+            fault_sec = fleet.inject(1, victim, "executor_death")
+            alive.remove(victim)
+            removed.add(victim)
+            fleet.wait_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
+            txns = fleet.timeline(1)
+            txn = txns[-1]
+            if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
+                raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
+                                   f"{txn['outcome']}")
+            _, events = fleet.journal(1, mark)
+            r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed)}
+            out.append(r)
+            print(f"  DP={dp:<4} round {n + 1:>2}/{rounds} rank {victim:>2}: fault→published "
+                  f"{1000 * r['fault_to_published_sec']:7.1f} ms, Controller-added {1000 * r['controller_added_sec']:6.1f} ms "
+                  f"(snapshot {1000 * r['snapshot_to_decision_sec']:5.1f}, to check-in "
+                  f"{1000 * r['decision_to_last_checkin_sec']:5.1f}, after rebuild {1000 * r['healthy_to_published_sec']:5.1f})",
+                  flush=True)
+            time.sleep(0.5)
+    finally:
+        logs = fleet.log_bytes()
+        fleet.stop()
+    return {"dp": dp, "nodemanagers": spec.pods_per_instance, "startup_sec": startup, "rounds": out, "log_bytes": logs}
+
+
+# ---- 2. the fleet at steady state ---------------------------------------------------------------
+
+class Probes:
+    """Heartbeat and status probes from a thread of their own (one event loop), until stopped."""
+
+    def __init__(self, fleet: Fleet, heartbeat_hz: float = 5.0, status_interval_sec: float = 1.0) -> None:
+        self.fleet = fleet
+        self.heartbeat_hz = heartbeat_hz
+        self.status_interval_sec = status_interval_sec
+        self.heartbeat_ms: list[float] = []
+        self.heartbeat_errors = 0
+        self.status_all_ms: list[float] = []
+        self.status_one_ms: list[float] = []
+        self.status_grpc_ms: list[float] = []
+        self.status_all_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="probes", daemon=True)
+
+    def start(self) -> Probes:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        await asyncio.gather(self._heartbeats(), self._status_pages(), self._status_grpc())
+
+    async def _heartbeats(self) -> None:
+        spec = self.fleet.spec
+        ref = self.fleet.nodemanagers[(min(spec.instances, 3), min(spec.pods_per_instance - 1, 5))]
+        req = controller_pb2.HeartbeatRequest(pod_ip=ref.pod_ip, instance_id=ref.instance_id,
+                                              alive_endpoint_ids=ref.ranks, seq=1)
+        async with grpc.aio.insecure_channel(self.fleet.controller_address) as channel:
+            stub = controller_pb2_grpc.ControllerStub(channel)
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                try:
+                    await stub.Heartbeat(req, timeout=10)
+                    self.heartbeat_ms.append(1000 * (time.perf_counter() - t))
+                except grpc.aio.AioRpcError:
+                    self.heartbeat_errors += 1
+                await asyncio.sleep(max(0.0, 1 / self.heartbeat_hz - (time.perf_counter() - t)))
+
+    async def _status_pages(self) -> None:
+        base = f"{self.fleet.controller_http}/controller/fault_tolerance/status"
+
+        def get(url: str) -> int:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                return len(resp.read())
+
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            self.status_all_bytes = await asyncio.to_thread(get, base)
+            self.status_all_ms.append(1000 * (time.perf_counter() - t))
+            t1 = time.perf_counter()
+            await asyncio.to_thread(get, f"{base}?instance_id=1")
+            self.status_one_ms.append(1000 * (time.perf_counter() - t1))
+            await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
+
+    async def _status_grpc(self) -> None:
+        async with grpc.aio.insecure_channel(self.fleet.controller_address) as channel:
+            stub = controller_pb2_grpc.ControllerStub(channel)
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                await stub.GetFaultToleranceStatus(controller_pb2.GetFaultToleranceStatusRequest(), timeout=30)
+                self.status_grpc_ms.append(1000 * (time.perf_counter() - t))
+                await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
+
+    def summary(self) -> dict[str, Any]:
+        def dist(xs: list[float]) -> dict[str, float]:
+            return {"n": len(xs), "p50_ms": pct(xs, 0.5), "p95_ms": pct(xs, 0.95), "p99_ms": pct(xs, 0.99),
+                    "max_ms": max(xs) if xs else float("nan")}
+        return {"heartbeat": {**dist(self.heartbeat_ms), "errors": self.heartbeat_errors},
+                "status_http_all": {**dist(self.status_all_ms), "bytes": self.status_all_bytes},
+                "status_http_one": dist(self.status_one_ms), "status_grpc_all": dist(self.status_grpc_ms)}
+
+
+def measure_steady(fleet: Fleet, window_sec: float, warmup_sec: float) -> dict[str, Any]:
+    time.sleep(warmup_sec)
+    pid = fleet.controller.pid  # type: ignore[union-attr]
+    proc = psutil.Process(pid)
+    others = {"nodemanager hosts": [p.pid for p in fleet.nm_procs], "fake engines": [p.pid for p in fleet.engines.values()],
+              "coordinator": [fleet.coordinator.pid]}  # type: ignore[union-attr]
+    cpu0, others0, logs0, t0 = cpu_sec(pid), {k: sum(cpu_sec(p) for p in v) for k, v in others.items()}, \
+        fleet.log_bytes(), time.monotonic()
+    probes = Probes(fleet).start()
+    time.sleep(window_sec)
+    probes.stop()
+    wall = time.monotonic() - t0
+    cpu1, logs1 = cpu_sec(pid), fleet.log_bytes()
+    endpoints = fleet.spec.instances * fleet.spec.dp_size
+    out = {
+        "endpoints": endpoints, "pods": fleet.spec.instances * fleet.spec.pods_per_instance,
+        "window_sec": wall,
+        "controller_cpu_pct": 100 * (cpu1 - cpu0) / wall,
+        "controller_rss_mb": proc.memory_info().rss / 1e6,
+        "other_cpu_pct": {k: 100 * (sum(cpu_sec(p) for p in v) - others0[k]) / wall for k, v in others.items()},
+        "log_bytes_per_sec": {k: (logs1[k] - logs0[k]) / wall for k in logs1},
+        **probes.summary(),
+    }
+    return out
+
+
+# ---- 3. every instance faulting at once ---------------------------------------------------------
+
+def run_simultaneous(fleet: Fleet, trials: int) -> list[dict[str, Any]]:
+    spec = fleet.spec
+    iids = spec.instance_ids()
+    out = []
+    alive = {i: list(range(spec.dp_size)) for i in iids}
+    for trial in range(trials):
+        victim = trial + 1
+        pids = {i: fleet.engine_pid(i, victim) for i in iids}
+        before = {i: len(fleet.timeline(i)) for i in iids}
+        marks = {i: fleet.journal_length(i) for i in iids}
+        faults: dict[int, float] = {}
+        for i in iids:
+            faults[i] = fleet.inject(i, victim, "kill_process", pids[i])
+            alive[i].remove(victim)
+        fleet.wait_serving(iids, 180, alive={i: list(alive[i]) for i in iids}, poll_sec=0.25)
+        per: dict[int, dict[str, Any]] = {}
+        intervals = []
+        for i in iids:
+            txns = fleet.timeline(i)
+            txn = txns[-1]
+            if len(txns) <= before[i] or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
+                raise RuntimeError(f"instance {i} did not scale down: {txn['strategy']} {txn['outcome']}")
+            _, events = fleet.journal(i, marks[i])
+            per[i] = analyse_round(txn, faults[i], events, set(range(1, victim + 1)))
+            intervals.append((txn["started_at_unix_sec"], end(calls(txn, "publish")[-1])))
+        points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+        concurrent = peak = 0
+        for _, step in points:
+            concurrent += step
+            peak = max(peak, concurrent)
+        first_fault = min(faults.values())
+        total = max(e for _, e in intervals) - first_fault
+        round_sum = sum(e - s for s, e in intervals)
+        makespan = max(e for _, e in intervals) - min(s for s, _ in intervals)
+        r = {"victim": victim, "instances": len(iids), "total_sec": total, "peak_concurrent_rounds": peak,
+             "round_sum_sec": round_sum, "round_makespan_sec": makespan,
+             "per_instance": {str(i): v for i, v in per.items()}}
+        out.append(r)
+        print(f"  trial {trial + 1}/{trials}: {len(iids)} instances recovered, total {r['total_sec']:.2f} s, peak "
+              f"{peak} rounds at once, rounds' sum {round_sum:.2f} s in a makespan of {makespan:.2f} s", flush=True)
+        time.sleep(2.0)
+    return out
+
+
+# ---- report ------------------------------------------------------------------------------------
+
+def summarize(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneous: list[dict[str, Any]] | None,
+              diagnosing_sec: float) -> dict[str, Any]:
+    s: dict[str, Any] = {"dp": {}}
+    for d in dps:
+        values = {k: [1000 * r[k] for r in d["rounds"]] for k in d["rounds"][0] if k.endswith("_sec") and k != "fanout_wall_sec"}
+        s["dp"][str(d["dp"])] = {k: {"median_ms": median(values[k]), "p95_ms": pct(values[k], 0.95)} for k in (
+            "fault_to_published_sec", "first_detection_sec", "engine_diagnosing_sec", "engine_rebuild_sec",
+            "controller_added_sec", "snapshot_to_decision_sec", "decision_to_last_checkin_sec",
+            "healthy_to_published_sec", "controller_call_critical_path_sec")}
+    if len(dps) >= 2:
+        lo, hi = str(dps[0]["dp"]), str(dps[-1]["dp"])
+        s["growth_p95"] = s["dp"][hi]["controller_added_sec"]["p95_ms"] / s["dp"][lo]["controller_added_sec"]["p95_ms"]
+        s["growth_median"] = (s["dp"][hi]["controller_added_sec"]["median_ms"]
+                              / s["dp"][lo]["controller_added_sec"]["median_ms"])
+    if simultaneous:
+        added = [1000 * v["controller_added_sec"] for t in simultaneous for v in t["per_instance"].values()]
+        f2p = [1000 * v["fault_to_published_sec"] for t in simultaneous for v in t["per_instance"].values()]
+        s["simultaneous"] = {"controller_added_median_ms": median(added), "controller_added_p95_ms": pct(added, 0.95),
+                             "fault_to_published_median_ms": median(f2p), "fault_to_published_p95_ms": pct(f2p, 0.95),
+                             "total_sec_median": median(t["total_sec"] for t in simultaneous),
+                             "peak_concurrent_rounds_min": min(t["peak_concurrent_rounds"] for t in simultaneous)}
+    s["diagnosing_sec"] = diagnosing_sec
+    return s
+
+
+def _cell(row: dict[str, Any], fmt: str):
+    def cell(key: str, width: int) -> str:
+        return f"{fmt.format(row[key]['median_ms'])} / {fmt.format(row[key]['p95_ms'])}".rjust(width)
+    return cell
+
+
+def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneous: list[dict[str, Any]] | None,
+           s: dict[str, Any]) -> str:
+    lines = ["", f"1. Scale-down rounds, one instance, 8 ranks per NodeManager (engine diagnosing "
+             f"{s['diagnosing_sec']:g} s; ms, median / p95)",
+             f"  {'DP':>4} {'NMs':>4} {'fault→published':>17} {'first detection':>17} {'engine diagnosing':>18} "
+             f"{'engine rebuild':>15} {'Controller-added':>17}  target p95"]
+    for d in dps:
+        row = s["dp"][str(d["dp"])]
+        cell = _cell(row, "{:.0f}")
+        lines.append(f"  {d['dp']:>4} {d['nodemanagers']:>4} {cell('fault_to_published_sec', 17)} "
+                     f"{cell('first_detection_sec', 17)} {cell('engine_diagnosing_sec', 18)} "
+                     f"{cell('engine_rebuild_sec', 15)} {cell('controller_added_sec', 17)}  ≤ {TARGET_ADDED_P95_MS:.0f}")
+    lines.append("  Controller-added, split (median / p95 ms):")
+    lines.append(f"  {'DP':>4} {'engines ready→decision':>23} {'decision→last check-in':>23} "
+                 f"{'healthy→published':>18} {'call critical path':>19}")
+    for d in dps:
+        row = s["dp"][str(d["dp"])]
+        cell2 = _cell(row, "{:.1f}")
+        lines.append(f"  {d['dp']:>4} {cell2('snapshot_to_decision_sec', 23)} {cell2('decision_to_last_checkin_sec', 23)} "
+                     f"{cell2('healthy_to_published_sec', 18)} {cell2('controller_call_critical_path_sec', 19)}")
+    if "growth_p95" in s:
+        lines.append(f"  growth of Controller-added from DP={dps[0]['dp']} to DP={dps[-1]['dp']}: p95 "
+                     f"{s['growth_p95']:.2f}x, median {s['growth_median']:.2f}x (target ≤ {TARGET_GROWTH:g}x)")
+    if steady is not None:
+        hb, sa, so, sg = steady["heartbeat"], steady["status_http_all"], steady["status_http_one"], steady["status_grpc_all"]
+        lines += ["", f"2. {steady['endpoints']} endpoints ({steady['pods']} NodeManagers) heartbeating at 1 Hz, "
+                  f"{steady['window_sec']:.0f} s window",
+                  f"  Controller CPU {steady['controller_cpu_pct']:.1f} % of one core (target ≤ {TARGET_CPU_PCT:g} %), "
+                  f"RSS {steady['controller_rss_mb']:.0f} MB, log {steady['log_bytes_per_sec']['controller']:.0f} B/s",
+                  f"  {'latency (ms)':<40} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'n':>6}"]
+        for label, d in (("heartbeat (probe, as a pod sends it)", hb), (f"status page, all instances ({sa['bytes']} B)", sa),
+                         ("status page, one instance", so), ("gRPC GetFaultToleranceStatus, all", sg)):
+            lines.append(f"  {label:<40} {d['p50_ms']:>8.1f} {d['p95_ms']:>8.1f} {d['p99_ms']:>8.1f} "
+                         f"{d['max_ms']:>8.1f} {d['n']:>6}")
+        other = ", ".join(f"{k} {v:.0f} %" for k, v in steady["other_cpu_pct"].items())
+        lines.append(f"  (the rest of the machine meanwhile: {other}; heartbeat probe errors {hb['errors']})")
+    if simultaneous:
+        sim = s["simultaneous"]
+        lines += ["", f"3. {simultaneous[0]['instances']} instances faulting at once (kill_process on one rank each), "
+                  f"{len(simultaneous)} trial(s)",
+                  f"  every instance recovered by scale-down; total (first fault → last published) median "
+                  f"{sim['total_sec_median']:.2f} s; peak concurrent rounds ≥ {sim['peak_concurrent_rounds_min']}",
+                  f"  per instance: fault→published {sim['fault_to_published_median_ms']:.0f} / "
+                  f"{sim['fault_to_published_p95_ms']:.0f} ms, Controller-added {sim['controller_added_median_ms']:.0f} / "
+                  f"{sim['controller_added_p95_ms']:.0f} ms (median / p95)"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dps", default="16,64,256", help="DP sizes of part 1 (multiples of 8; empty: skip)")
+    parser.add_argument("--rounds", type=int, default=10, help="scale-down rounds per DP")
+    parser.add_argument("--diagnosing-sec", type=float, default=1.5, help="the fake engines' diagnosing phase")
+    parser.add_argument("--fleet-instances", type=int, default=16, help="parts 2 and 3 (0: skip)")
+    parser.add_argument("--fleet-dp", type=int, default=256)
+    parser.add_argument("--pods-per-host", type=int, default=64)
+    parser.add_argument("--fleet-poll-sec", type=float, default=8.0, help="NodeManager engine polls in the fleet")
+    parser.add_argument("--window-sec", type=float, default=60.0)
+    parser.add_argument("--warmup-sec", type=float, default=10.0)
+    parser.add_argument("--simultaneous-trials", type=int, default=2)
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--json", type=Path, help="write every number here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"scale benchmark: python {platform.python_version()}, {os.cpu_count()} CPUs; logs under {work}", flush=True)
+    started = time.monotonic()
+    dps = []
+    for dp in [int(x) for x in args.dps.split(",") if x.strip()]:
+        dps.append(run_dp_rounds(dp, args.rounds, work, args.diagnosing_sec))
+    steady = simultaneous = None
+    if args.fleet_instances > 0:
+        spec = FleetSpec(instances=args.fleet_instances, dp_size=args.fleet_dp, hosted=True,
+                         pods_per_host=args.pods_per_host, engine_poll_interval_sec=args.fleet_poll_sec,
+                         diagnosing_sec=args.diagnosing_sec)
+        fleet = Fleet(spec, work / "fleet")
+        t = time.monotonic()
+        fleet.start(600)
+        print(f"  fleet of {args.fleet_instances} x {args.fleet_dp} endpoints serving after {time.monotonic() - t:.0f} s",
+              flush=True)
+        try:
+            steady = measure_steady(fleet, args.window_sec, args.warmup_sec)
+            steady["startup_sec"] = time.monotonic() - t
+            if args.simultaneous_trials > 0:
+                simultaneous = run_simultaneous(fleet, args.simultaneous_trials)
+        finally:
+            fleet.stop()
+    summary = summarize(dps, steady, simultaneous, args.diagnosing_sec)
+    print(render(dps, steady, simultaneous, summary))
+    print(f"\n(total run time {time.monotonic() - started:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "dp_rounds": dps, "steady": steady,
+                                         "simultaneous": simultaneous, "argv": sys.argv[1:]}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    with exit_on_sigterm():
+        sys.exit(main())
