@@ -154,10 +154,9 @@ def test_scale_down_refusals(ctx: GroupContext, req: ApplyRequest, named: str) -
 # -- flags -----------------------------------------------------------------------------------
 def test_dialect_flags_and_defaults() -> None:
     cfg = parse_config([])
-    # The two defaults that move to vLLM's behaviour (vllm, 1.5) once Motor knows `diagnosing`.
-    assert (cfg.ft_dialect, cfg.diagnosing_sec) == (DEFAULT_FT_DIALECT, DEFAULT_DIAGNOSING_SEC)
-    assert DEFAULT_FT_DIALECT in (FtDialect.RFC, FtDialect.VLLM) and DEFAULT_DIAGNOSING_SEC in (0.0, 1.5)
-    assert (cfg.scale_down_checkin_sec, cfg.idle_step_interval_sec) == (10.0, 0.1)
+    # vLLM's behaviour by default (PR #46370): its dialect and a diagnosing phase.
+    assert (cfg.ft_dialect, cfg.diagnosing_sec) == (DEFAULT_FT_DIALECT, DEFAULT_DIAGNOSING_SEC) == (FtDialect.VLLM, 1.5)
+    assert (cfg.scale_down_checkin_sec, cfg.idle_step_interval_sec) == (10.0, 0.02)
     cfg = parse_config(["--ft-dialect", "vllm", "--diagnosing-sec", "1.5", "--scale-down-checkin-sec", "2",
                         "--idle-step-interval-sec", "0.05"])
     assert (cfg.ft_dialect, cfg.diagnosing_sec, cfg.scale_down_checkin_sec, cfg.idle_step_interval_sec) == (
