@@ -138,14 +138,15 @@ def _known_health(value: str) -> str:
 class _StatusEntry(_Strict):
     # Field order is the order keys are checked in, so the first error named is stable.
     status: Annotated[str, AfterValidator(_known_health)]
-    mask: list[int] | None = None
+    # Ranks are int32 on the wire (EngineFtStatus.mask): a larger value is a malformed answer.
+    mask: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = None
     ft_state: str | None = None
     fault_info: str | None = None
     last_ft_request_id: str | None = None
     ft_error: str | None = None
 
 
-_ENTRY_EXPECTED = {"mask": "a list of integers"}  # every other optional key: a string
+_ENTRY_EXPECTED = {"mask": "a list of integers (ranks 0..2^31-1)"}  # every other optional key: a string
 
 
 def _document_error(endpoint_id: int, doc: Any, text: str, exc: ValidationError) -> EngineProtocolError:
