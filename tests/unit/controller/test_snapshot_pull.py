@@ -13,12 +13,14 @@ from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownS
 DIAGNOSING = 4
 
 
-async def wait_for(predicate, what: str, steps: int = 2000) -> None:
-    for _ in range(steps):
-        if predicate():
-            return
+async def wait_for(predicate, what: str, bound_sec: float = 60.0) -> None:
+    """An event wait (bounded generously: the pulls run on real time while the machine may be busy)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_sec
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached")
         await asyncio.sleep(0.005)
-    raise AssertionError(f"{what} not reached")
 
 
 async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
