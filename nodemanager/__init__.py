@@ -15,9 +15,12 @@ Modules:
   engine_http        the HTTP bridge to an engine's FT API (bounded status reads and applies)
   ft_poller          EngineFtManager: status polling after readiness, dedupe, fault evidence
                      (diagnosing is no news: never reported)
-  reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault
-  controller_client  the one client wrapper for the Controller peer (deadlines)
-  controller_link    registration (retried forever) and heartbeat, config adoption
+  reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault (held
+                     while no Controller replica leads)
+  controller_client  the one client wrapper for the Controller peer (deadlines, follows the leader
+                     among the replicas: motor.common.leader_client)
+  controller_link    registration (retried forever; again under a new leader term) and heartbeat,
+                     config adoption
   device_ids         configured device ids checked against the pod's huawei.com NPU annotation
   guard              transaction guard / lease (pure, injectable clock), apply-once record
   pod_state          proxy switch and retired endpoints

@@ -24,6 +24,7 @@ from gen.motor.v1 import common_pb2, controller_pb2
 from motor.common.config import NodeManagerConfig
 from motor.common.ports import free_port
 from motor.common.security import client_tls
+from motor.common.term_fence import TermFence
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.device_ids import check_device_ids
@@ -72,8 +73,11 @@ class NodeManagerAgent:
         self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
         self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
                                             on_stopping=self._on_stopping)
-        self.controller = ControllerClient(config.controller_address, timeout_sec=config.controller_request_timeout_sec,
-                                           tls=client_tls(config.client_tls, config.security))
+        # The highest Controller leader term seen: FT and lifecycle calls of an older (deposed) one are refused.
+        self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
+        self.controller = ControllerClient(config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
+                                           tls=client_tls(config.client_tls, config.security),
+                                           on_term=lambda term: self.term_fence.observe(term, "controller answer"))
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
@@ -111,13 +115,14 @@ class NodeManagerAgent:
             build_register=self.register_request, alive_ids=self.alive_ids, on_config=self._on_config,
             heartbeat_interval_sec=self.config.heartbeat_interval_sec,
             max_backoff_sec=self.config.controller_retry_max_backoff_sec,
+            on_leader_change=self._on_leader_change,
         )
         # Reports made before the first registration wait for it instead of being refused.
         self.reporter.registered = self.link.registered
         self.reporter.start()
         log.info("instance=%d pod=%s NodeManager starting: engines %s, log_dir=%s, proxy=%s, polling=%s, controller=%s",
                  self._instance, self.config.pod_ip, self.supervisor.ids, self.log_dir, self.state.proxy_enabled,
-                 self.polling_enabled, self.config.controller_address)
+                 self.polling_enabled, ",".join(self.config.controller_targets))
         self._tasks = [
             asyncio.create_task(self._initial_launch(), name="initial-launch"),
             asyncio.create_task(self.link.run(self.launched), name="controller-link"),
@@ -208,6 +213,18 @@ class NodeManagerAgent:
             self.supervisor.stop(newly_retired, self.config.engine_stop_grace_sec, "retired by scale-down", request_id),
             f"stop-retired-{request_id}",
         )
+
+    def _on_leader_change(self, term: int) -> None:
+        """Another Controller replica leads now (term `term`): what it may never have received is
+        reported again: every polled engine's current fault, and the death of every engine that died."""
+        self.poller.rearm(self.poller.watched)
+        dead = [i for i in self.supervisor.ids
+                if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i)]
+        for i in dead:
+            self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again to the leader of "
+                                             f"term {term})", None, time.time()))
+        log.info("instance=%d pod=%s leader term %d: polled engines re-armed %s, dead engines reported again %s",
+                 self._instance, self.config.pod_ip, term, self.poller.watched, dead)
 
     def _on_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
         if self.state.set_proxy(cfg.enable_dp_scale_down_proxy, f"controller {source}") and not cfg.enable_dp_scale_down_proxy:

@@ -1,50 +1,60 @@
 """The one client wrapper for the Controller peer: Register, Heartbeat, ReportSoftwareFault.
 
-Every call carries the configured deadline; failures surface as ``grpc.aio.AioRpcError`` to the
-caller, which decides about retries (registration: forever; heartbeat: next period; fault report:
-a bounded number of attempts).
+Every call carries the configured deadline and goes to the Controller leader among the configured
+replicas (`motor.common.leader_client`: a standby names the leader, a silent replica makes the next
+one tried). Failures surface as ``grpc.aio.AioRpcError``, or ``LeaderUnavailable`` while no replica
+leads (an election under way), to the caller, which decides about retries (registration: forever;
+heartbeat: next period; fault report: a bounded number of attempts, held while no replica leads).
+`term` is the leader term of the last answer; `on_term` sees every one (the NodeManager's fence).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import grpc
 
-from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from gen.motor.v1 import controller_pb2
 from motor.common.config import ClientTlsConfig
-from motor.common.grpc_server import open_channel
+from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
+
+__all__ = ["ControllerClient", "LeaderUnavailable", "rpc_error_text"]
 
 
 class ControllerClient:
-    def __init__(self, address: str, *, timeout_sec: float, tls: ClientTlsConfig | None = None) -> None:
-        self.address = address
+    def __init__(self, address: str | Sequence[str], *, timeout_sec: float, tls: ClientTlsConfig | None = None,
+                 on_term: Callable[[int], None] | None = None) -> None:
+        addresses = [address] if isinstance(address, str) else list(address)
+        self._leader = LeaderFollowingClient(addresses, timeout_sec=timeout_sec, tls=tls,
+                                             label="nodemanager controller client", on_term=on_term)
         self.timeout_sec = timeout_sec
-        self._tls = tls
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: controller_pb2_grpc.ControllerStub | None = None
 
-    def _ensure(self) -> controller_pb2_grpc.ControllerStub:
-        # Opened lazily inside the running event loop.
-        if self._stub is None:
-            self._channel = open_channel(self.address, self._tls)
-            self._stub = controller_pb2_grpc.ControllerStub(self._channel)
-        return self._stub
+    @property
+    def address(self) -> str:
+        """The replica calls go to now (the leader, as far as this client knows)."""
+        return self._leader.address
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._leader.addresses
+
+    @property
+    def term(self) -> int:
+        return self._leader.term
 
     async def register(self, request: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
-        return await self._ensure().Register(request, timeout=self.timeout_sec)
+        return await self._leader.call("Register", request)
 
     async def heartbeat(self, request: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
-        return await self._ensure().Heartbeat(request, timeout=self.timeout_sec)
+        return await self._leader.call("Heartbeat", request)
 
     async def report_software_fault(
         self, request: controller_pb2.ReportSoftwareFaultRequest
     ) -> controller_pb2.ReportSoftwareFaultResponse:
-        return await self._ensure().ReportSoftwareFault(request, timeout=self.timeout_sec)
+        return await self._leader.call("ReportSoftwareFault", request)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close(grace=None)
-        self._channel = None
-        self._stub = None
+        await self._leader.close()
 
 
 def rpc_error_text(exc: BaseException) -> str:

@@ -4,9 +4,12 @@ Registration starts once the initial launch of the local engines has ended (ever
 failed) and is retried forever with capped exponential backoff (each attempt has a deadline; a
 refusal, ``accepted=false``, is retried too). The heartbeat then runs every
 ``heartbeat_interval_sec`` (the Controller's value when it hands one > 0 down) with the alive
-endpoint set; ``known=false`` makes the pod register again. Heartbeat failures are logged (once per
-outage) and the next period simply tries again: the NodeManager never crashes because the
-Controller is down. Every NodeManagerFtConfig the Controller sends is handed to ``on_config``.
+endpoint set; ``known=false`` makes the pod register again, and so does a new leader term (another
+Controller replica took over: it learns this pod's retired ranks from the registration, and
+``on_leader_change`` lets the pod report its current faults to it again). Heartbeat failures are
+logged (once per outage) and the next period simply tries again: the NodeManager never crashes
+because the Controller is down. Every NodeManagerFtConfig the Controller sends is handed to
+``on_config``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class ControllerLink:
         on_config: Callable[[controller_pb2.NodeManagerFtConfig, str], None],
         heartbeat_interval_sec: float,
         max_backoff_sec: float,
+        on_leader_change: Callable[[int], None] = lambda term: None,
     ) -> None:
         self._client = client
         self._instance = instance_id
@@ -54,6 +58,9 @@ class ControllerLink:
         self._on_config = on_config
         self.heartbeat_interval_sec = heartbeat_interval_sec
         self._max_backoff = max_backoff_sec
+        self._on_leader_change = on_leader_change
+        # The leader term the last registration was accepted under (0: none, or no election).
+        self.registered_term = 0
         self._poke = asyncio.Event()
         self._seq = 0
         self._heartbeat_failing = False
@@ -100,9 +107,10 @@ class ControllerLink:
                 if not resp.accepted:
                     raise RegistrationRefused(f"controller refused the registration: {resp.message}")
         self.registrations += 1
-        log.info("instance=%d pod=%s registered with %s: endpoints=%s retired=%s (%s)", self._instance,
-                 self._pod_ip, self._client.address, [e.id for e in req.endpoints], list(req.retired_ids),
-                 resp.message or "accepted")
+        self.registered_term = getattr(self._client, "term", 0)
+        log.info("instance=%d pod=%s registered with %s (leader term %d): endpoints=%s retired=%s (%s)",
+                 self._instance, self._pod_ip, self._client.address, self.registered_term,
+                 [e.id for e in req.endpoints], list(req.retired_ids), resp.message or "accepted")
         if resp.HasField("config"):
             self._apply_config(resp.config, "register")
         self.registered.set()
@@ -147,3 +155,11 @@ class ControllerLink:
             log.warning("instance=%d pod=%s controller does not know this pod; registering again",
                         self._instance, self._pod_ip)
             await self.register()
+            return
+        term = getattr(self._client, "term", 0)
+        if term and term != self.registered_term:
+            log.warning("instance=%d pod=%s a new Controller leader (term %d at %s, registered under %d): "
+                        "registering again", self._instance, self._pod_ip, term, self._client.address,
+                        self.registered_term)
+            await self.register()
+            self._on_leader_change(term)

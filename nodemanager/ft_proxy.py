@@ -230,6 +230,13 @@ class FtProxy:
         return ApplyResult(accepted, outcomes, store_port)
 
     # -- finalize ---------------------------------------------------------------------------
+    async def injected_guard_delay(self, request_id: str) -> None:
+        delay = self._config.fault_injection.guard_delay_sec
+        if delay:
+            log.warning("instance=%d request_id=%s fault injection: holding the guard's answer %gs", self._instance,
+                        request_id, delay)
+            await asyncio.sleep(delay)
+
     async def injected_finalize_delay(self, request_id: str) -> None:
         delay = self._config.fault_injection.finalize_delay_sec
         if delay:

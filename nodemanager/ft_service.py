@@ -33,6 +33,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     async def Guard(self, request: node_manager_pb2.GuardRequest, context: grpc.aio.ServicerContext
                     ) -> node_manager_pb2.GuardResponse:
         grant = self._proxy.guard(request.request_id, request.lease_sec, request.instance_id)
+        await self._proxy.injected_guard_delay(request.request_id)
         return node_manager_pb2.GuardResponse(
             request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed
         )

@@ -24,6 +24,7 @@ from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.metrics_http import MetricsListener
 from motor.common.security import http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from motor.common.term_fence import TermFenceInterceptor
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.ft_service import FtServicer
 from nodemanager.lifecycle_service import LifecycleServicer
@@ -34,6 +35,12 @@ log = logging.getLogger("nodemanager.main")
 _EXIT_DELAY_SEC = 0.2
 
 ExitRequest = Callable[[int, str], None]
+
+# Every call of the Controller that changes something (DescribePod, a read, is left open).
+FENCED_METHODS = (
+    *(f"/motor.v1.NodeManagerFaultTolerance/{m}" for m in ("Guard", "Status", "Apply", "Finalize")),
+    *(f"/motor.v1.NodeManager/{m}" for m in ("StartEngines", "StopEngines", "RelaunchEngines", "StopPod")),
+)
 
 
 def _signal_self(code: int, reason: str) -> None:
@@ -71,6 +78,8 @@ class NodeManagerService:
                 ),
             ],
             f"nodemanager instance={config.instance_id} pod={config.pod_ip}",
+            # A deposed Controller leader's FT and lifecycle calls are refused (motor.common.term_fence).
+            interceptors=[TermFenceInterceptor(self.agent.term_fence, FENCED_METHODS)],
         )
 
     def _request_exit(self, code: int, reason: str) -> None:

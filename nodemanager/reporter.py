@@ -5,7 +5,9 @@ is dropped and logged) and one worker sends them in order, each with the control
 most ``fault_report_attempts`` attempts (transient failures only: a refusal such as
 INVALID_ARGUMENT is final). A report made before the Controller knows the instance is held, not lost:
 nothing is sent before the first registration succeeded, and NOT_FOUND (the instance is not
-assembled yet) is tried again every second for up to ``fault_report_hold_sec``. Reports about
+assembled yet) is tried again every second for up to ``fault_report_hold_sec``, and so is a report
+made while no Controller replica leads (a leader switch: ``LeaderUnavailable``), so it reaches the
+new leader instead of being counted lost. Reports about
 retired endpoints are dropped, both when submitted and when sent (a commit may land in between).
 """
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 import grpc
 
 from gen.motor.v1 import controller_pb2
-from nodemanager.controller_client import ControllerClient, rpc_error_text
+from nodemanager.controller_client import ControllerClient, LeaderUnavailable, rpc_error_text
 from nodemanager.ft_poller import FaultReport, kind_name
 from nodemanager.metrics import NodeManagerMetrics
 
@@ -132,6 +134,23 @@ class FaultReporter:
                 resp = await self._client.report_software_fault(req)
             except asyncio.CancelledError:
                 raise
+            except LeaderUnavailable as exc:
+                if self._clock() < hold_until:
+                    # A leader switch: the report waits for the new leader, it is not an attempt.
+                    log.info("instance=%d rank=%d fault report %s held: %s", self._instance, report.endpoint_id,
+                             kind_name(report.kind), exc)
+                    attempt -= 1
+                    await asyncio.sleep(self._hold_retry_sec)
+                    continue
+                if attempt == self._attempts:
+                    self.lost += 1
+                    self._metrics.reports_dropped.labels("attempts_exhausted").inc()
+                    log.error("instance=%d rank=%d fault report %s lost: no Controller leader within %gs: %s",
+                              self._instance, report.endpoint_id, kind_name(report.kind), self._hold_sec, exc)
+                    return
+                self._metrics.report_retries.inc()
+                await asyncio.sleep(_BACKOFF_SEC[min(attempt - 1, len(_BACKOFF_SEC) - 1)])
+                continue
             except Exception as exc:  # noqa: BLE001 - transport or server error: bounded retry
                 code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
                 if code == grpc.StatusCode.NOT_FOUND and self._clock() < hold_until:

@@ -284,8 +284,19 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
             with channel_factory(args.controller) as ch:
                 resp = controller_pb2_grpc.ControllerStub(ch).GetFaultToleranceStatus(
                     controller_pb2.GetFaultToleranceStatusRequest(instance_ids=args.instance_ids), timeout=RPC_TIMEOUT_SEC)
-            print(json.dumps({"instances": [runtime_json(r) for r in resp.instances]}, indent=2) if args.json
-                  else status_table(resp), file=out)
+            lead = resp.leadership
+            if args.json:
+                doc: dict = {"instances": [runtime_json(r) for r in resp.instances]}
+                if lead.election_enabled:
+                    doc["leadership"] = json_format.MessageToDict(lead, preserving_proto_field_name=True,
+                                                                  always_print_fields_with_no_presence=True)
+                print(json.dumps(doc, indent=2), file=out)
+            else:
+                print(status_table(resp), file=out)
+                if lead.election_enabled:
+                    # Replicas: who answered, and who leads (a standby reports what the leader persisted).
+                    print(f"controller {lead.replica_id} ({'leader' if lead.is_leader else 'standby'}); leader "
+                          f"{lead.leader_id or 'unknown'} at {lead.leader_address or '-'} (term {lead.term})", file=out)
         elif args.command == "watch":
             with channel_factory(args.controller) as ch:
                 stream = controller_pb2_grpc.ControllerStub(ch).WatchFaultToleranceStatus(

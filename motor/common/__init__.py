@@ -6,6 +6,10 @@ Modules:
   service      process entry of a service: arguments, config, logging, SIGTERM/SIGINT, ready file
   grpc_server  the grpc.aio server bootstrap (health, reflection, TLS/mTLS) and client channels
   metadata     gRPC metadata keys of Motor's contracts
+  term_fence   receivers' fence against deposed Controller leaders: the highest leader term seen
+               and the server interceptor refusing older ones
+  leader_client LeaderFollowingClient: calls to the Controller leader among its replicas (a
+               standby names the leader), LeaderUnavailable while none leads
   process      ManagedProcess: start an OS process in its own process group with a log file, wait
                for its readiness (ready file / HTTP 200), stop or kill the whole group by pid
   ports        free_port(s) on an address and port_free, the one check that a port can be bound

@@ -181,7 +181,6 @@ class FaultToleranceConfig(_Model):
     # Bound of one canary, the Coordinator's request to the engine included.
     idle_fault_probe_timeout_sec: Annotated[float, Field(gt=0, le=30.0)] = 2.0
 
-
     @model_validator(mode="before")
     @classmethod
     def _refuse_derived(cls, data: Any) -> Any:
@@ -272,6 +271,41 @@ class HardwareMonitorConfig(_Model):
         return value
 
 
+class LeaderElectionConfig(_Model):
+    """Controller replicas on one etcd: one leader by an etcd lease (motor.controller.election).
+
+    "auto" elects whenever store.etcd_endpoints is set (so a rolling update's two overlapping
+    replicas never both act), "on" refuses to start without etcd, "off" acts without electing
+    (one replica only). The leader key is `{store.key_prefix}/leader`."""
+
+    mode: Literal["auto", "on", "off"] = "auto"
+    # etcd lease TTL (whole seconds, etcd's unit; etcd's own floor is about 2 s): a crashed
+    # leader is replaced after at most this long, and a leader that cannot renew stops acting
+    # before it ends.
+    lease_ttl_sec: Annotated[int, Field(ge=2, le=300)] = 5
+    # What other replicas and the NodeManagers are told to call (host:port); unset: server.host
+    # and the bound port (the host's name when server.host is a wildcard).
+    advertise_address: str | None = None
+    # This replica's name in the leader key and on the status page; unset: hostname-pid.
+    replica_id: str | None = None
+    # A standby's read-only view of the persisted runtime is reloaded this often.
+    standby_refresh_interval_sec: PositiveSec = 1.0
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _check_advertise(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value)
+        return value
+
+    @field_validator("replica_id")
+    @classmethod
+    def _check_replica_id(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or len(value) > 128):
+            raise ValueError(f"replica_id {value!r} is blank or longer than 128 characters")
+        return value
+
+
 class ControllerConfig(_Model):
     """motor-controller."""
 
@@ -280,6 +314,7 @@ class ControllerConfig(_Model):
     store: StoreConfig = StoreConfig()
     fault_tolerance_config: FaultToleranceConfig = FaultToleranceConfig()
     hardware_monitor: HardwareMonitorConfig = HardwareMonitorConfig()
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
     # host:port of the Coordinator's gRPC server; none means nothing is published.
     coordinator_address: str | None = None
     # Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.
@@ -313,6 +348,17 @@ class ControllerConfig(_Model):
     def _check_security(self) -> ControllerConfig:
         _check_security_exclusive(self.security, self.server, self.client_tls)
         return self
+
+    @model_validator(mode="after")
+    def _check_election(self) -> ControllerConfig:
+        if self.leader_election.mode == "on" and not self.store.etcd_endpoints:
+            raise ValueError("leader_election.mode='on' needs store.etcd_endpoints (the lease lives in etcd)")
+        return self
+
+    @property
+    def election_enabled(self) -> bool:
+        """Whether this Controller campaigns for leadership (leader_election.mode, etcd present)."""
+        return self.leader_election.mode != "off" and bool(self.store.etcd_endpoints)
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> ControllerConfig:
@@ -355,6 +401,13 @@ class CoordinatorConfig(_Model):
     # Without TLS it is the only guard of Refresh; with `security` the caller's role is checked too.
     management_key: str | None = None
     security: SecurityConfig | None = None
+    # Controller replicas (host:port): at start the Coordinator asks their leader (followed through
+    # the list) for its whole serving view (a SET) before anything is routed; none: it waits for
+    # the Controller's periodic SET.
+    controller_addresses: list[str] = []
+    # How long start-up waits for that first view before the Coordinator reports ready anyway (it
+    # goes on asking in the background; requests meanwhile wait, hold_when_unavailable_sec).
+    controller_sync_timeout_sec: Annotated[float, Field(gt=0, le=3600)] = 10.0
     # Bound of one proxied inference request to an engine, first byte included.
     upstream_timeout_sec: PositiveSec = 600.0
     upstream_connect_timeout_sec: PositiveSec = 2.0
@@ -376,6 +429,13 @@ class CoordinatorConfig(_Model):
     def _check_management_key(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("management_key is blank; omit it to leave management open")
+        return value
+
+    @field_validator("controller_addresses")
+    @classmethod
+    def _check_controllers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_host_port(item)
         return value
 
     @model_validator(mode="after")
@@ -435,6 +495,9 @@ class FtCapabilityConfig(_Model):
 class NodeManagerFaultInjection(_Model):
     """Test-only faults of the NodeManager itself (all off by default; never set in production)."""
 
+    # Hold every guard's answer this long after granting it: a round stays in DECIDING long enough
+    # to interrupt it there (keep it below the Controller's request_timeout_sec, or the guard fails).
+    guard_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = 0.0
     # Hold every apply this long before forwarding it to the engines: one pod's survivors then
     # check in late, past the engines' check-in window.
     apply_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = 0.0
@@ -450,6 +513,9 @@ class NodeManagerConfig(_Model):
     pod_ip: str = "127.0.0.1"
     node_name: str = Field(default_factory=socket.gethostname)
     controller_address: str
+    # Further Controller replicas (host:port), tried after controller_address; the NodeManager
+    # follows the leader among them (a standby names it) and registers again with a new leader.
+    controller_addresses: list[str] = []
     client_tls: ClientTlsConfig | None = None
     security: SecurityConfig | None = None
     instance_id: Annotated[int, Field(ge=0)]
@@ -512,6 +578,18 @@ class NodeManagerConfig(_Model):
     def _check_controller(cls, value: str) -> str:
         parse_host_port(value)
         return value
+
+    @field_validator("controller_addresses")
+    @classmethod
+    def _check_controllers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_host_port(item)
+        return value
+
+    @property
+    def controller_targets(self) -> list[str]:
+        """Every Controller replica to try, controller_address first, without repeats."""
+        return list(dict.fromkeys([self.controller_address, *self.controller_addresses]))
 
     @field_validator("engine_ft_api_prefix")
     @classmethod

@@ -53,11 +53,17 @@ def _channel_options(tls: ClientTlsConfig) -> list[tuple[str, str]]:
     return [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
 
 
+# Motor's peers restart (a Coordinator, a Controller replica, a pod): gRPC's default reconnect backoff
+# grows to 120 s, so a channel to a peer that was down a while would stay idle long after it is back.
+_RECONNECT_OPTIONS: list[tuple[str, int]] = [("grpc.max_reconnect_backoff_ms", 2000)]
+
+
 def open_channel(address: str, tls: ClientTlsConfig | None = None) -> grpc.aio.Channel:
     """An asyncio channel to a Motor service; plaintext unless client TLS is configured."""
     if tls is None:
-        return grpc.aio.insecure_channel(address)
-    return grpc.aio.secure_channel(address, channel_credentials(tls), options=_channel_options(tls))
+        return grpc.aio.insecure_channel(address, options=_RECONNECT_OPTIONS)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=[*_channel_options(tls),
+                                                                               *_RECONNECT_OPTIONS])
 
 
 def open_sync_channel(address: str, tls: ClientTlsConfig | None = None) -> grpc.Channel:
@@ -74,8 +80,11 @@ def _bind_address(host: str, port: int) -> str:
 class GrpcServer:
     """A grpc.aio server with health and reflection; start() returns the bound port."""
 
-    def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding], service_label: str) -> None:
+    def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding], service_label: str,
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         self._config = config
+        # After the role check (e.g. motor.common.term_fence's leader-term fence).
+        self._interceptors = list(interceptors)
         self._bindings = list(bindings)
         self._label = service_label
         self._server: grpc.aio.Server | None = None
@@ -89,7 +98,7 @@ class GrpcServer:
         # SO_REUSEPORT (grpc's default) would let two servers share a port silently.
         options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", self._config.max_receive_message_bytes)]
         interceptors = [AuthorizationInterceptor()] if roles_enforced(self._config) else []
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        server = grpc.aio.server(options=options, interceptors=[*interceptors, *self._interceptors])
         for binding in self._bindings:
             binding.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

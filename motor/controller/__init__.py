@@ -3,7 +3,11 @@ runs recovery strategies and reports the RFC §7 runtime.
 
 Modules:
   main             the process: config, gRPC and HTTP servers, ready file {grpc_port, http_port}
-  core             ControllerCore: registration, heartbeats, fault intake, periodic SET, restore
+  core             ControllerCore: registration, heartbeats, fault intake, periodic SET, restore,
+                   taking over and giving up leadership (a standby serves a read-only view)
+  election         LeaderElection: campaign / observe / keep the lease of replicas on one etcd key
+  fencing          Fence (one leadership term, its lease deadline) and Leadership (the shared
+                   holder every write, peer call and servicer checks)
   servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
   clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
   instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability

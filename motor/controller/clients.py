@@ -1,5 +1,10 @@
 """One client wrapper per peer: every remote call of the Controller goes through here, with a
-deadline, and fails with PeerCallError naming the peer, the call and the gRPC status."""
+deadline, and fails with PeerCallError naming the peer, the call and the gRPC status.
+
+With a `Leadership` (replicas electing a leader) every call is first checked against this
+replica's fence and refused locally when it does not lead now (`NotLeaderCallError`, nothing is
+sent), and carries the leader term in its metadata so a receiver refuses a deposed leader's call
+(`motor.common.term_fence`)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from motor.common.config import ClientTlsConfig, ControllerConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.common.security import client_tls
+from motor.controller.fencing import Leadership, NotLeaderError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +31,25 @@ class PeerCallError(RuntimeError):
         super().__init__(f"{call} to {target} failed: {code_name}: {details}")
 
 
-async def _invoke(call: str, target: str, method, request, timeout_sec: float, metadata=None):
+class NotLeaderCallError(PeerCallError):
+    """Refused before sending: this replica does not lead now."""
+
+    def __init__(self, call: str, target: str, reason: str) -> None:
+        super().__init__(call, target, None, reason)
+        self.args = (reason,)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+async def _invoke(call: str, target: str, method, request, timeout_sec: float, metadata=None,
+                  leadership: Leadership | None = None):
+    if leadership is not None:
+        try:
+            fence = leadership.check(f"{call} to {target} not sent:")
+        except NotLeaderError as exc:
+            raise NotLeaderCallError(call, target, str(exc)) from None
+        metadata = (*(metadata or ()), *leadership.call_metadata(fence)) or None
     try:
         return await method(request, timeout=timeout_sec, metadata=metadata)
     except grpc.aio.AioRpcError as exc:
@@ -35,20 +59,22 @@ async def _invoke(call: str, target: str, method, request, timeout_sec: float, m
 class NodeManagerClient:
     """The Controller's view of one NodeManager (FT proxy + lifecycle)."""
 
-    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float) -> None:
+    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float,
+                 leadership: Leadership | None = None) -> None:
         self.address = address
         self._timeout = request_timeout_sec
+        self._leadership = leadership
         self._channel = open_channel(address, tls)
         self._ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(self._channel)
         self._life = node_manager_pb2_grpc.NodeManagerStub(self._channel)
 
     async def guard(self, instance_id: int, request_id: str, lease_sec: float) -> node_manager_pb2.GuardResponse:
         req = node_manager_pb2.GuardRequest(instance_id=instance_id, request_id=request_id, lease_sec=lease_sec)
-        return await _invoke("guard", self.address, self._ft.Guard, req, self._timeout)
+        return await _invoke("guard", self.address, self._ft.Guard, req, self._timeout, leadership=self._leadership)
 
     async def status(self, instance_id: int, request_id: str, endpoint_ids: Sequence[int]) -> list[common_pb2.EngineFtStatus]:
         req = node_manager_pb2.StatusRequest(instance_id=instance_id, request_id=request_id, endpoint_ids=list(endpoint_ids))
-        resp = await _invoke("status", self.address, self._ft.Status, req, self._timeout)
+        resp = await _invoke("status", self.address, self._ft.Status, req, self._timeout, leadership=self._leadership)
         return list(resp.engines)
 
     async def apply(
@@ -71,7 +97,7 @@ class NodeManagerClient:
             endpoint_ids=list(endpoint_ids),
             dp_store_port=dp_store_port,
         )
-        return await _invoke("apply", self.address, self._ft.Apply, req, self._timeout)
+        return await _invoke("apply", self.address, self._ft.Apply, req, self._timeout, leadership=self._leadership)
 
     async def finalize(
         self, instance_id: int, request_id: str, commit: bool, retired_ids: Iterable[int]
@@ -79,11 +105,12 @@ class NodeManagerClient:
         req = node_manager_pb2.FinalizeRequest(
             instance_id=instance_id, request_id=request_id, commit=commit, retired_ids=list(retired_ids)
         )
-        return await _invoke("finalize", self.address, self._ft.Finalize, req, self._timeout)
+        return await _invoke("finalize", self.address, self._ft.Finalize, req, self._timeout, leadership=self._leadership)
 
     async def stop_engines(self, instance_id: int, request_id: str, timeout_sec: float) -> node_manager_pb2.StopEnginesResponse:
         req = node_manager_pb2.StopEnginesRequest(instance_id=instance_id, request_id=request_id)
-        return await _invoke("stop_engines", self.address, self._life.StopEngines, req, timeout_sec)
+        return await _invoke("stop_engines", self.address, self._life.StopEngines, req, timeout_sec,
+                             leadership=self._leadership)
 
     async def start_engines(
         self, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int, timeout_sec: float
@@ -91,11 +118,12 @@ class NodeManagerClient:
         req = node_manager_pb2.StartEnginesRequest(
             instance_id=instance_id, request_id=request_id, dp_master_ip=dp_master_ip, dp_master_port=dp_master_port
         )
-        return await _invoke("start_engines", self.address, self._life.StartEngines, req, timeout_sec)
+        return await _invoke("start_engines", self.address, self._life.StartEngines, req, timeout_sec,
+                             leadership=self._leadership)
 
     async def stop_pod(self, request_id: str, reason: str) -> node_manager_pb2.StopPodResponse:
         req = node_manager_pb2.StopPodRequest(request_id=request_id, reason=reason)
-        return await _invoke("stop_pod", self.address, self._life.StopPod, req, self._timeout)
+        return await _invoke("stop_pod", self.address, self._life.StopPod, req, self._timeout, leadership=self._leadership)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -104,15 +132,17 @@ class NodeManagerClient:
 class NodeManagerClients:
     """Clients by NodeManager address, created on first use and reused."""
 
-    def __init__(self, tls: ClientTlsConfig | None, request_timeout_sec: float) -> None:
+    def __init__(self, tls: ClientTlsConfig | None, request_timeout_sec: float,
+                 leadership: Leadership | None = None) -> None:
         self._tls = tls
         self._timeout = request_timeout_sec
+        self._leadership = leadership
         self._clients: dict[str, NodeManagerClient] = {}
 
     def get(self, address: str) -> NodeManagerClient:
         client = self._clients.get(address)
         if client is None:
-            client = self._clients[address] = NodeManagerClient(address, self._tls, self._timeout)
+            client = self._clients[address] = NodeManagerClient(address, self._tls, self._timeout, self._leadership)
         return client
 
     async def close(self) -> None:
@@ -122,9 +152,11 @@ class NodeManagerClients:
 
 
 class CoordinatorClient:
-    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float, management_key: str | None = None) -> None:
+    def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float, management_key: str | None = None,
+                 leadership: Leadership | None = None) -> None:
         self.address = address
         self._timeout = request_timeout_sec
+        self._leadership = leadership
         self._channel = open_channel(address, tls)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._metadata = ((MANAGEMENT_KEY_METADATA, management_key),) if management_key else None
@@ -132,7 +164,8 @@ class CoordinatorClient:
     async def refresh(self, event: int, instances: Sequence[common_pb2.Instance], revision: int) -> int:
         req = coordinator_pb2.RefreshRequest(event=event, instances=list(instances), revision=revision)
         name = coordinator_pb2.RefreshEvent.Name(event).removeprefix("REFRESH_EVENT_").lower()
-        resp = await _invoke(f"refresh:{name}", self.address, self._stub.Refresh, req, self._timeout, self._metadata)
+        resp = await _invoke(f"refresh:{name}", self.address, self._stub.Refresh, req, self._timeout, self._metadata,
+                             leadership=self._leadership)
         return resp.revision
 
     async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
@@ -146,7 +179,7 @@ class CoordinatorClient:
         req = coordinator_pb2.SendCanaryRequest(instance_id=instance_id, endpoint_ids=list(endpoint_ids),
                                                 timeout_sec=timeout_sec, request_id=request_id)
         return await _invoke("send_canary", self.address, self._stub.SendCanary, req, timeout_sec + self._timeout,
-                             self._metadata)
+                             self._metadata, leadership=self._leadership)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -160,12 +193,13 @@ class ControllerPeers:
     coordinator: CoordinatorClient | None
 
     @classmethod
-    def from_config(cls, config: ControllerConfig) -> ControllerPeers:
+    def from_config(cls, config: ControllerConfig, leadership: Leadership | None = None) -> ControllerPeers:
+        """`leadership`: every call checked against this replica's fence and carrying its term."""
         timeout = config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         tls = client_tls(config.client_tls, config.security)
         coordinator = (
-            CoordinatorClient(config.coordinator_address, tls, timeout, config.coordinator_management_key)
+            CoordinatorClient(config.coordinator_address, tls, timeout, config.coordinator_management_key, leadership)
             if config.coordinator_address
             else None
         )
-        return cls(NodeManagerClients(tls, timeout), coordinator)
+        return cls(NodeManagerClients(tls, timeout, leadership), coordinator)

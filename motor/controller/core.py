@@ -1,5 +1,13 @@
 """The Controller's state and plain functions behind its gRPC service: registration, heartbeats,
-fault intake, the periodic publication SET, and start-up restore."""
+fault intake, the periodic publication SET, start-up restore, and leadership among replicas.
+
+Leadership (`motor.controller.election`, `motor.controller.fencing`): without election the core
+acts from the start, as a lone Controller always did. With election it acts only while its
+replica leads: on winning a term it forgets everything it knew, restores the instances from the
+store (the restart rule of RFC §5: an interrupted round becomes RECONFIGURING, apply is never
+replayed) and only then starts the FaultManager, the hardware monitor and the publication loop;
+on losing the term it stops all of them at once (a round in flight is cancelled; its clean-up calls
+are refused by the fence) and serves a read-only view of what the store holds (`status_runtimes`)."""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from gen.motor.v1 import controller_pb2
 from motor.common.config import ControllerConfig
 from motor.controller.clients import ControllerPeers
 from motor.controller.clock import Clock, SystemClock
+from motor.controller.election import LeaderElection
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.fault_manager import FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
@@ -26,11 +35,12 @@ from motor.controller.fault_tolerance.strategy.base import (
 )
 from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
+from motor.controller.fencing import Fence, Leadership
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.metrics import ControllerMetrics
 from motor.controller.persistence import RuntimeStore, StoreError
-from motor.controller.persistence.persister import RuntimePersister
+from motor.controller.persistence.persister import RuntimePersister, read_only_view
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
@@ -45,9 +55,11 @@ class ControllerCore:
         peers: ControllerPeers,
         clock: Clock | None = None,
         fast_recovery: FastRecovery | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        self.leadership = leadership or Leadership.solo()
         ft = config.fault_tolerance_config
         self.scale_down_enabled = ft.enable_fault_tolerance and ft.enable_dp_scale_down
         self.runtimes = FtRuntimeStore(self.scale_down_enabled)
@@ -71,30 +83,159 @@ class ControllerCore:
             persist=self.persister.persist,
             changed=self.broadcaster.changed,
         )
+        self._fast_recovery = fast_recovery
         self.faults = FaultManager(self.deps, fast_recovery)
         self.faults.hardware.on_fault = self.metrics.hardware_fault
         self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
+        self.leadership.on_refused = self.metrics.not_leader
+        # Set by the process (motor.controller.main) when replicas elect a leader.
+        self.election: LeaderElection | None = None
+        # Acting: leading and done taking over (always, without election, as before replicas).
+        self._acting = not self.leadership.election_enabled
+        self._acting_tasks: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._promotion: asyncio.Task[None] | None = None
+        self._role_lock = asyncio.Lock()
+        self._standby_view: list = []
+        self.takeovers = 0
+        self.metrics.leadership(self.leadership.leading, self.leadership.term)
+
+    @property
+    def acting(self) -> bool:
+        """This replica leads now and has taken over: the only state in which it writes or acts."""
+        return self._acting and self.leadership.leading
+
+    def status_runtimes(self):
+        """The runtimes to report: this replica's own while it acts, else what the store holds."""
+        if self.acting or not self.leadership.election_enabled:
+            return self.runtimes.all()
+        return list(self._standby_view)
 
     async def start(self) -> None:
         log.info("controller store: %s", self.store.description)
+        if self.election is None:
+            await self._start_acting()
+            return
+        self._tasks.append(asyncio.create_task(self._standby_refresh_loop(), name="standby-view"))
+        await self.election.start()
+        if self._promotion is not None:
+            # Won the first round: serve only once the takeover is done (it resigns by itself on failure).
+            await asyncio.gather(asyncio.shield(self._promotion), return_exceptions=True)
+
+    async def stop(self) -> None:
+        if self.election is not None:
+            # Resigning first lets a standby take over while this one finishes stopping.
+            await self.election.close(resign=True)
+        if self._promotion is not None:
+            self._promotion.cancel()
+            await asyncio.gather(self._promotion, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._stop_acting()
+        await self.nodemanagers.close()
+        await self.pusher.close()
+        await self.store.close()
+
+    # ---- leadership ----------------------------------------------------------------------------
+
+    async def _start_acting(self) -> None:
         await self.persister.restore(self.clock)
         for runtime in self.runtimes.all():  # restored instances are exported before their first change
             self.metrics.observe_runtime(runtime)
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
-        self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
+        self._acting_tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
         self.faults.notify()
 
-    async def stop(self) -> None:
-        for task in self._tasks:
+    async def _stop_acting(self) -> None:
+        tasks, self._acting_tasks = self._acting_tasks, []
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.monitor.stop()
         await self.faults.close()
-        await self.nodemanagers.close()
-        await self.pusher.close()
-        await self.store.close()
+
+    def _forget(self) -> None:
+        """Everything a term knew; the next one starts from the store."""
+        self.runtimes.clear()
+        self.registry.clear()
+        self.persister.reset()
+        self.pusher.forget()
+        self.faults = FaultManager(self.deps, self._fast_recovery)
+        self.faults.hardware.on_fault = self.metrics.hardware_fault
+        self.monitor = ResourceMonitor.from_config(self.config.hardware_monitor)
+
+    def elected(self, fence: Fence) -> None:
+        """The election won a term: take over in the background (the keepalive goes on meanwhile)."""
+        self._promotion = asyncio.create_task(self._take_over(fence), name=f"take-over-term-{fence.term}")
+
+    async def _take_over(self, fence: Fence) -> None:
+        async with self._role_lock:
+            if not fence.leading:
+                return
+            started = self.clock.monotonic()
+            self._forget()
+            try:
+                await self._start_acting()
+                fence.check("taking over")
+                await self._learn_published()
+            except Exception as exc:  # noqa: BLE001 - a failed takeover resigns, the election goes on
+                log.error("replica %s: taking over term %d failed, giving the term up: %s",
+                          self.leadership.replica_id, fence.term, exc)
+                fence.lose(f"takeover failed: {exc}")
+                return
+            self._acting = True
+            self.takeovers += 1
+            took = self.clock.monotonic() - started
+            self.metrics.leadership(True, fence.term, took)
+            log.warning("replica %s acting as leader of term %d: %d instances restored in %.3fs (%s)",
+                        self.leadership.replica_id, fence.term, len(self.runtimes.all()), took,
+                        ", ".join(f"instance={r.instance_id} phase={r.phase} dead_committed={sorted(r.dead_committed)}"
+                                  for r in self.runtimes.all()) or "none")
+            for runtime in self.runtimes.all():
+                self.broadcaster.changed(runtime.instance_id)
+
+    async def _learn_published(self) -> None:
+        """What the Coordinator routes to (the previous leader's publications): a round's drain then
+        withdraws exactly that; SERVING flags stay as restored (unpublished) until this leader's SET."""
+        try:
+            published = await self.pusher.learn()
+        except PublishError as exc:
+            log.warning("could not read what the Coordinator routes to (the first drain withdraws nothing, the "
+                        "periodic SET converges): %s", exc)
+            return
+        log.info("the Coordinator routes to %s", {iid: list(ids) for iid, ids in published.items()} or "nothing")
+
+    async def deposed(self, reason: str) -> None:
+        """The term is lost: stop acting at once (the fence already refuses every action)."""
+        promotion, self._promotion = self._promotion, None
+        if promotion is not None and not promotion.done():
+            promotion.cancel()
+            await asyncio.gather(promotion, return_exceptions=True)
+        async with self._role_lock:
+            was_acting, self._acting = self._acting, False
+            await self._stop_acting()
+            self._forget()
+        self.metrics.leadership(False, 0)
+        log.warning("replica %s stopped acting (%s): %s; standing by", self.leadership.replica_id,
+                    "was leading" if was_acting else "had not taken over yet", reason)
+
+    async def _standby_refresh_loop(self) -> None:
+        interval = self.config.leader_election.standby_refresh_interval_sec
+        failing = False
+        while True:
+            if not self.acting:
+                try:
+                    self._standby_view = await read_only_view(self.store, self.scale_down_enabled)
+                    if failing:
+                        log.info("standby view: the store answers again")
+                    failing = False
+                except StoreError as exc:
+                    if not failing:
+                        log.warning("standby view: reading the store failed (logged once per outage): %s", exc)
+                    failing = True
+            await asyncio.sleep(interval)
 
     def nm_config(self) -> controller_pb2.NodeManagerFtConfig:
         return controller_pb2.NodeManagerFtConfig(
@@ -211,16 +352,17 @@ class ControllerCore:
                 views.append(project_serving_view(record.topology(), runtime))
         return views
 
-    async def publish_all(self) -> None:
+    async def publish_all(self) -> list[int] | None:
         """One SET of every servable view through the same projection; converges lost publications.
-        serving_published (and so can_serve) follows what the Coordinator acknowledged."""
+        serving_published (and so can_serve) follows what the Coordinator acknowledged. Returns the
+        instance ids the SET carried (None: no Coordinator, or the SET failed)."""
         if not self.pusher.enabled:
-            return
+            return None
         try:
             ids = set(await self.pusher.set_all(self._servable_views))
         except PublishError as exc:
             log.warning("periodic SET failed: %s", exc)
-            return
+            return None
         for runtime in self.runtimes.all():
             iid = runtime.instance_id
             if iid in ids and not runtime.serving_published:
@@ -231,6 +373,7 @@ class ControllerCore:
             elif iid not in ids and runtime.serving_published:
                 self.runtimes.set_published(iid, False)
                 self.broadcaster.changed(iid)
+        return sorted(ids)
 
     async def _publish_loop(self) -> None:
         while True:

@@ -156,6 +156,10 @@ class InstanceRegistry:
     def all(self) -> list[InstanceRecord]:
         return [self._instances[i] for i in sorted(self._instances)]
 
+    def clear(self) -> None:
+        """Forgets every instance (a replica that stops leading re-assembles them from the store)."""
+        self._instances.clear()
+
     def restore(self, topology: common_pb2.Instance, now_sec: float) -> InstanceRecord:
         """Re-creates an assembled instance from persisted topology (controller restart)."""
         record = InstanceRecord(topology.id, topology.role, topology.model, topology.dp_size, assembled=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,9 +20,11 @@ from motor.common.security import client_tls, http_server_context, log_transport
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
 from motor.controller.core import ControllerCore
-from motor.controller.persistence import open_runtime_store
+from motor.controller.election import LeaderElection, ReplicaIdentity
+from motor.controller.fencing import Leadership
+from motor.controller.persistence import EtcdRuntimeStore, open_runtime_store
 from motor.controller.servicer import ControllerServicer
-from motor.controller.status import status_app
+from motor.controller.status import message_json, status_app
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +40,19 @@ class ControllerService:
         security = self.config.security
         log_transport("controller", security, self.config.server)
         store = open_runtime_store(self.config.store, client_tls(self.config.store.tls, security))
-        core = self.core = ControllerCore(self.config, store, ControllerPeers.from_config(self.config))
-        await core.start()
+        election = self.config.election_enabled and isinstance(store, EtcdRuntimeStore)
+        election_config = self.config.leader_election
+        leadership = Leadership(election_enabled=election,
+                                replica_id=election_config.replica_id or f"{socket.gethostname()}-{os.getpid()}")
+        if isinstance(store, EtcdRuntimeStore) and election:
+            store.leadership = leadership
+        core = self.core = ControllerCore(self.config, store, ControllerPeers.from_config(self.config, leadership),
+                                          leadership=leadership)
+        if not election:
+            # A lone Controller: restored before it serves, as always.
+            log.info("controller %s acts alone (no leader election: %s)", leadership.replica_id,
+                     "leader_election.mode=off" if self.config.store.etcd_endpoints else "no etcd")
+            await core.start()
         servicer = ControllerServicer(core)
         self._grpc = GrpcServer(
             server_config(self.config.server, security),
@@ -45,8 +60,18 @@ class ControllerService:
             "controller",
         )
         grpc_port = await self._grpc.start()
-        app = status_app(core.runtimes.all, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
-                         core.metrics.registry)
+        leadership.address = election_config.advertise_address or _advertised(self.config.server.host, grpc_port)
+        if election:
+            assert isinstance(store, EtcdRuntimeStore)
+            # Replicas serve (read-only) before they campaign: they answer who leads from the start.
+            core.election = LeaderElection(
+                store.connection(), store.leader_key, election_config.lease_ttl_sec,
+                ReplicaIdentity(leadership.replica_id, leadership.address), leadership, core.elected, core.deposed)
+            log.info("controller replica %s at %s campaigns for %s (lease ttl %ds)", leadership.replica_id,
+                     leadership.address, store.leader_key, election_config.lease_ttl_sec)
+            await core.start()
+        app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
+                         core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()))
         ssl_context = None
         if security is not None:
             # HTTPS with a client certificate of an allowed role on every page of this port.
@@ -60,15 +85,25 @@ class ControllerService:
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("controller status page on %s://%s:%d/controller/fault_tolerance/status",
                  "https" if ssl_context else "http", self.config.status_http.host, http_port)
-        return {"grpc_port": grpc_port, "http_port": http_port}
+        return {"grpc_port": grpc_port, "http_port": http_port, "replica_id": leadership.replica_id}
 
     async def stop(self) -> None:
+        if self.core is not None and self.core.election is not None:
+            # Resign before going deaf: a standby takes over while this one drains its calls.
+            await self.core.election.close(resign=True)
         if self._grpc is not None:
             await self._grpc.stop()
         if self._http is not None:
             await self._http.cleanup()
         if self.core is not None:
             await self.core.stop()
+
+
+def _advertised(host: str, port: int) -> str:
+    """host:port others reach this replica at: the server's host, or this machine's name for a wildcard."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

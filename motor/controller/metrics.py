@@ -98,6 +98,22 @@ class ControllerMetrics:
         self.hardware_faults = Counter("motor_hardware_faults_total",
                                        "Hardware faults taken in (duplicates left out), by level and whether "
                                        "they mapped to ranks of an instance", ["level", "mapped"], registry=r)
+        # Leadership among Controller replicas (motor.controller.election); 1 without election.
+        self.leader = Gauge("motor_controller_leader", "1 while this Controller replica leads and acts, else 0",
+                            registry=r)
+        self.leader_term = Gauge("motor_controller_leader_term",
+                                 "Fencing term of this replica's leadership (0 when standing by or without election)",
+                                 registry=r)
+        self.leadership_changes = Counter("motor_controller_leadership_changes_total",
+                                          "Terms this replica took over (elected) and gave up (deposed)", ["event"],
+                                          registry=r)
+        self.takeover_seconds = Histogram("motor_controller_takeover_seconds",
+                                          "Won term to acting: the store restored and the FaultManager started",
+                                          buckets=STAGE_BUCKETS_SEC, registry=r)
+        self.not_leader_refusals = Counter("motor_controller_not_leader_refusals_total",
+                                           "Actions refused because this replica did not lead at that moment",
+                                           ["kind"], registry=r)
+        self._leading = False
         self._last_phase: dict[int, FtPhase] = {}
         self._seen_evidence: OrderedDict[tuple, None] = OrderedDict()
 
@@ -160,6 +176,19 @@ class ControllerMetrics:
 
     def refresh(self, event: str, ok: bool) -> None:
         (self.publications if ok else self.publish_failures).labels(event).inc()
+
+    def leadership(self, leading: bool, term: int, takeover_sec: float | None = None) -> None:
+        was, self._leading = self._leading, leading
+        self.leader.set(1 if leading else 0)
+        self.leader_term.set(term if leading else 0)
+        if takeover_sec is not None:
+            self.takeover_seconds.observe(takeover_sec)
+            self.leadership_changes.labels("elected").inc()
+        elif was and not leading:
+            self.leadership_changes.labels("deposed").inc()
+
+    def not_leader(self, kind: str) -> None:
+        self.not_leader_refusals.labels(kind).inc()
 
     def hardware_fault(self, level: str, mapped: bool) -> None:
         self.hardware_faults.labels(level, "true" if mapped else "false").inc()

@@ -1,6 +1,12 @@
 """gRPC motor.v1.Controller: adapts requests to the controller's plain functions and maps errors to
 status codes with messages that name the offending value. Every request's field bounds are checked
-first (`motor.common.validation`); roles are checked before that by the server's interceptor."""
+first (`motor.common.validation`); roles are checked before that by the server's interceptor.
+
+Replicas: only the acting leader takes writes (Register, Heartbeat, the fault reports,
+RequestPublication). A standby, or a leader still taking over, answers them UNAVAILABLE naming
+the leader, with its address in trailing metadata (`LEADER_ADDRESS_METADATA`, empty while none is
+known) so callers follow it; the leader's answers carry its term (`LEADER_TERM_METADATA`). The
+reads answer on every replica (a standby's runtimes are what the store holds), with `leadership`."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.common.metadata import LEADER_ADDRESS_METADATA, LEADER_TERM_METADATA
 from motor.common.validation import check_request
 from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
@@ -34,8 +41,49 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def __init__(self, core: ControllerCore) -> None:
         self.core = core
 
+    async def _require_leader(self, context, method: str) -> None:
+        """UNAVAILABLE naming the leader unless this replica acts; the leader's term otherwise."""
+        core = self.core
+        leadership = core.leadership
+        if core.acting:
+            if leadership.term:
+                context.set_trailing_metadata(((LEADER_TERM_METADATA, str(leadership.term)),))
+            return
+        leader = leadership.leader
+        core.metrics.not_leader("rpc")
+        if leadership.leading:
+            why = f"controller {leadership.replica_id} is taking over as leader (term {leadership.term}); retry"
+        elif leader.leader_address:
+            why = (f"controller {leadership.replica_id} is a standby; the leader is {leader.leader_id} at "
+                   f"{leader.leader_address} (term {leader.term})")
+        else:
+            why = f"controller {leadership.replica_id} is a standby and no leader is known yet (election under way)"
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: {why}",
+                            trailing_metadata=((LEADER_ADDRESS_METADATA, leader.leader_address),))
+
+    def leadership_proto(self) -> controller_pb2.Leadership:
+        leadership = self.core.leadership
+        leader = leadership.leader
+        return controller_pb2.Leadership(
+            election_enabled=leadership.election_enabled, is_leader=self.core.acting,
+            replica_id=leadership.replica_id, address=leadership.address, leader_id=leader.leader_id,
+            leader_address=leader.leader_address, term=leader.term)
+
+    async def RequestPublication(self, request, context):
+        await check_request(request, context)
+        await self._require_leader(context, "RequestPublication")
+        if not self.core.pusher.enabled:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "this controller has no coordinator_address: it publishes nothing")
+        ids = await self.core.publish_all()
+        if ids is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"the SET to the Coordinator at {self.core.pusher.target} failed; retry")
+        return controller_pb2.RequestPublicationResponse(instance_ids=ids, term=self.core.leadership.term)
+
     async def Register(self, request, context):
         await check_request(request, context)
+        await self._require_leader(context, "Register")
         try:
             return await self.core.register(request)
         except RegistrationError as exc:
@@ -44,10 +92,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def Heartbeat(self, request, context):
         await check_request(request, context)
+        await self._require_leader(context, "Heartbeat")
         return self.core.heartbeat(request)
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)
+        await self._require_leader(context, "ReportSoftwareFault")
         kind = _KINDS.get(request.kind)
         if kind is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind} is not a software fault kind")
@@ -61,6 +111,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def ReportHardwareFault(self, request, context):
         await check_request(request, context)
+        await self._require_leader(context, "ReportHardwareFault")
         try:
             fault = await self.core.monitor.rpc.report(request)
         except HardwareFaultError as exc:
@@ -72,21 +123,22 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def GetFaultToleranceStatus(self, request, context):
         await check_request(request, context)
-        runtimes = self.core.runtimes.all()
+        runtimes = self.core.status_runtimes()
         if request.instance_ids:
             known = {r.instance_id for r in runtimes}
             unknown = sorted(set(request.instance_ids) - known)
             if unknown:
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown instance_ids {unknown}")
             runtimes = [r for r in runtimes if r.instance_id in set(request.instance_ids)]
-        return controller_pb2.GetFaultToleranceStatusResponse(instances=[runtime_proto(r) for r in runtimes])
+        return controller_pb2.GetFaultToleranceStatusResponse(instances=[runtime_proto(r) for r in runtimes],
+                                                              leadership=self.leadership_proto())
 
     async def WatchFaultToleranceStatus(self, request, context) -> AsyncIterator[controller_pb2.WatchFaultToleranceStatusResponse]:
         await check_request(request, context)
         wanted = set(request.instance_ids)
         queue = self.core.broadcaster.subscribe()
         try:
-            for runtime in self.core.runtimes.all():
+            for runtime in self.core.status_runtimes():
                 if not wanted or runtime.instance_id in wanted:
                     yield controller_pb2.WatchFaultToleranceStatusResponse(
                         runtime=runtime_proto(runtime), changed_at_unix_sec=self.core.clock.wall()
@@ -105,7 +157,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def GetTimeline(self, request, context):
         await check_request(request, context)
-        if self.core.runtimes.find(request.instance_id) is None:
+        if not any(r.instance_id == request.instance_id for r in self.core.status_runtimes()):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {request.instance_id}")
         if request.limit < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit {request.limit} is negative")

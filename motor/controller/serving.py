@@ -66,6 +66,24 @@ class EventPusher:
         if self._client is not None:
             await self._client.close()
 
+    def forget(self) -> None:
+        """Forgets what was acknowledged (a new leadership term knows nothing published until its SET)."""
+        self._published.clear()
+
+    async def learn(self) -> dict[int, tuple[int, ...]]:
+        """Takes what the Coordinator routes to now as published (a new leader, so that its first drain
+        withdraws exactly that view); PublishError when the Coordinator does not answer."""
+        if self._client is None:
+            return {}
+        async with self._lock:
+            try:
+                resp = await self._client.list_instances()
+            except PeerCallError as exc:
+                raise PublishError(str(exc)) from None
+            self._published = {p.instance.id: tuple(sorted(e.id for e in p.instance.endpoints))
+                               for p in resp.instances}
+            return dict(self._published)
+
     def _next_revision(self) -> int:
         self._revision = max(self._revision + 1, int(self._clock() * 1_000_000))
         return self._revision

@@ -128,12 +128,14 @@ class RuntimeBroadcaster:
 
 
 def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
-               registry: CollectorRegistry | None = None) -> web.Application:
+               registry: CollectorRegistry | None = None, leadership=None) -> web.Application:
     """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N (and, given
     a registry, GET /metrics).
 
     With the total switch or scale-down off the page says `"phase": "DISABLED"` at the top level,
     with or without instances (RFC §7); a bad instance_id is 400, an unknown one 404, on both pages.
+    Given `leadership` (a callable returning the Leadership message as JSON), the status page says
+    which Controller replica leads under `"leadership"`.
     """
 
     def _not_found(wanted: int) -> web.HTTPNotFound:
@@ -156,6 +158,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
         if wanted is not None and not runtimes:
             raise _not_found(wanted)
         body: dict[str, Any] = {"instances": runtimes}
+        if leadership is not None:
+            body["leadership"] = leadership()
         if not scale_down_enabled:
             body = {"phase": "DISABLED", **body}
         return web.json_response(body)

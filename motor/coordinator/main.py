@@ -8,6 +8,7 @@ OpenAI-compatible HTTP (/v1/completions, /v1/chat/completions, /v1/models, /heal
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -16,8 +17,10 @@ from typing import Any
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
-from motor.common.security import http_server_context, log_transport, server_config
+from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
+from motor.common.term_fence import TermFence, TermFenceInterceptor
+from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.http_api import HttpFront, build_app
 from motor.coordinator.metrics import CoordinatorMetrics
@@ -41,6 +44,8 @@ class CoordinatorService:
         )
         self.servicer = CoordinatorServicer(self.table, config.management_key, proxy=self.proxy)
         servicer = self.servicer
+        # A deposed Controller leader's Refresh is refused (motor.common.term_fence).
+        self.term_fence = TermFence("coordinator")
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
             [
@@ -50,7 +55,11 @@ class CoordinatorService:
                 )
             ],
             "coordinator",
+            interceptors=[TermFenceInterceptor(self.term_fence, ["/motor.v1.Coordinator/Refresh"])],
         )
+        self.controller_sync = ControllerSync(
+            config.controller_addresses, self.table, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC,
+            tls=client_tls(None, config.security)) if config.controller_addresses else None
         ssl_context = None
         if config.security is not None:
             ssl_context = http_server_context(config.security,
@@ -65,6 +74,15 @@ class CoordinatorService:
         await self.engine_client.start()
         self.http_port = await self._http.start()
         self.grpc_port = await self._grpc.start()
+        if self.controller_sync is not None:
+            # Before it reports ready: the survivors' view from the Controller leader (bounded).
+            self.controller_sync.start()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.controller_sync.synced.wait()),
+                                       self.config.controller_sync_timeout_sec)
+            except TimeoutError:
+                log.warning("no serving view from the Controller leader within %gs; ready anyway, still asking",
+                            self.config.controller_sync_timeout_sec)
         log.info("coordinator management key %s; max_retries=%d retry_after_sec=%d endpoint_cooldown_sec=%g",
                  "required" if self.config.management_key else "off", self.config.max_retries,
                  self.config.retry_after_sec, self.config.endpoint_cooldown_sec)
@@ -76,6 +94,8 @@ class CoordinatorService:
 
     async def stop(self) -> None:
         """Idempotent, and safe after a partial start."""
+        if self.controller_sync is not None:
+            await self.controller_sync.close()
         try:
             await self._grpc.stop()
         finally:

@@ -16,6 +16,7 @@ itself observes and injects as the operator role.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -92,6 +93,11 @@ class ClusterSpec:
     tls: bool = False
     # Start a private etcd in the run dir (TLS with client certificates when tls) and persist there.
     start_etcd: bool = False
+    # Controller replicas on the cluster's etcd (more than one needs etcd_endpoints or start_etcd):
+    # one leads, the others stand by; every NodeManager is given every replica's address.
+    controller_replicas: int = 1
+    # leader_election.lease_ttl_sec of every replica (None: the Controller's default, 5 s).
+    leader_lease_ttl_sec: int | None = None
 
     def pods(self) -> list[tuple[str, list[int]]]:
         if self.dp_size % self.ranks_per_pod:
@@ -138,7 +144,10 @@ class LocalCluster:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.coordinator: ServiceProc | None = None
-        self.controller: ServiceProc | None = None
+        # Every Controller replica, in start order; `controller` is the one believed to lead.
+        self.controllers: list[ServiceProc] = []
+        self._primary = 0
+        self._frozen: set[int] = set()
         self.nodemanagers: dict[str, ServiceProc] = {}
         self._engine_pids: set[int] = set()
         self._started = False
@@ -224,7 +233,15 @@ class LocalCluster:
         for key, value in spec.coordinator_overrides.items():
             set_dotted(coord_cfg, key, value)
         self.coordinator = self._start_service("coordinator", "motor-coordinator", coord_cfg, ["grpc_port", "http_port"])
-        self.controller = self._start_service("controller", "motor-controller", self.controller_config(), ["grpc_port", "http_port"])
+        if spec.controller_replicas < 1:
+            raise ValueError(f"controller_replicas {spec.controller_replicas} must be >= 1")
+        if spec.controller_replicas > 1 and not (spec.start_etcd or spec.etcd_endpoints):
+            raise ValueError(f"controller_replicas {spec.controller_replicas} needs etcd (start_etcd or etcd_endpoints)")
+        for index in range(spec.controller_replicas):
+            self.controllers.append(self._start_service(self.replica_name(index), "motor-controller",
+                                                        self.controller_config(index), ["grpc_port", "http_port"]))
+        if spec.controller_replicas > 1:
+            self.leader()
         for pod_ip, ranks in spec.pods():
             name = f"nodemanager-{pod_ip}"
             self.nodemanagers[pod_ip] = self._start_service(
@@ -233,7 +250,10 @@ class LocalCluster:
             )
         self.wait_serving(ready_timeout_sec)
 
-    def controller_config(self) -> dict[str, Any]:
+    def replica_name(self, index: int) -> str:
+        return "controller" if self.spec.controller_replicas == 1 else f"controller-{index}"
+
+    def controller_config(self, index: int = 0) -> dict[str, Any]:
         spec = self.spec
         assert self.coordinator is not None
         cfg: dict[str, Any] = {
@@ -251,6 +271,10 @@ class LocalCluster:
             cfg["store"] = {"etcd_endpoints": endpoints, "key_prefix": f"/motor-{self.run_dir.name}"}
         if self.pki is not None:
             cfg["security"] = self._security(Role.CONTROLLER)
+        if spec.controller_replicas > 1 or spec.leader_lease_ttl_sec is not None:
+            cfg["leader_election"] = {"replica_id": self.replica_name(index)}
+            if spec.leader_lease_ttl_sec is not None:
+                cfg["leader_election"]["lease_ttl_sec"] = spec.leader_lease_ttl_sec
         for key, value in spec.controller_overrides.items():
             set_dotted(cfg, key, value)
         return cfg
@@ -267,7 +291,8 @@ class LocalCluster:
             "metrics_http": {"host": pod_ip, "port": 0},
             "pod_ip": pod_ip,
             "node_name": f"node-{pod_ip}",
-            "controller_address": f"127.0.0.1:{self.controller.info['grpc_port']}",
+            "controller_address": self.controller_addresses[0],
+            "controller_addresses": self.controller_addresses[1:],
             "instance_id": spec.instance_id,
             "model": spec.model,
             "dp_size": spec.dp_size,
@@ -317,9 +342,51 @@ class LocalCluster:
         return f"{self._scheme}://127.0.0.1:{self.controller.info['http_port']}"
 
     @property
+    def controller(self) -> ServiceProc | None:
+        """The Controller replica believed to lead (the only one without replicas)."""
+        return self.controllers[self._primary] if self.controllers else None
+
+    @property
     def controller_address(self) -> str:
         assert self.controller is not None
         return f"127.0.0.1:{self.controller.info['grpc_port']}"
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        """Every replica's gRPC address, in start order."""
+        return [f"127.0.0.1:{svc.info['grpc_port']}" for svc in self.controllers]
+
+    def _status_url(self, svc: ServiceProc) -> str:
+        return f"{self._scheme}://127.0.0.1:{svc.info['http_port']}/controller/fault_tolerance/status"
+
+    def controller_status(self, svc: ServiceProc, timeout_sec: float = 2.0) -> dict[str, Any] | None:
+        """One replica's whole status page (instances and leadership), or None when it does not answer."""
+        if not svc.proc.running or svc.proc.pid in self._frozen:
+            return None
+        try:
+            with urllib.request.urlopen(self._status_url(svc), timeout=timeout_sec, context=self.http_context()) as resp:
+                doc = json.load(resp)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        doc["instances"] = [i for i in doc.get("instances", []) if i.get("instance_id") == self.spec.instance_id]
+        return doc
+
+    def leader(self, timeout_sec: float = 60.0, exclude: ServiceProc | None = None) -> ServiceProc:
+        """Waits until one running replica (not `exclude`) says it leads and acts; it becomes `controller`."""
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            for index, svc in enumerate(self.controllers):
+                if svc is exclude:
+                    continue
+                doc = self.controller_status(svc)
+                if doc is not None and (doc.get("leadership") or {}).get("is_leader"):
+                    self._primary = index
+                    return svc
+            if time.monotonic() >= deadline:
+                seen = {svc.name: (self.controller_status(svc) or {}).get("leadership") for svc in self.controllers}
+                raise TimeoutError(f"no controller replica leads within {timeout_sec:g}s: {json.dumps(seen)}")
+            self._check_alive()
+            time.sleep(0.1)
 
     @property
     def coordinator_address(self) -> str:
@@ -327,7 +394,19 @@ class LocalCluster:
         return f"127.0.0.1:{self.coordinator.info['grpc_port']}"
 
     def runtime(self, timeout_sec: float = 5.0) -> dict[str, Any] | None:
-        """The instance's RFC §7 runtime from the controller's JSON page, or None when not there yet."""
+        """The instance's RFC §7 runtime from the controller's JSON page, or None when not there yet.
+        With replicas: the leader's (it becomes `controller`), else a standby's read-only view."""
+        if len(self.controllers) > 1:
+            fallback = None
+            for index in [self._primary, *(i for i in range(len(self.controllers)) if i != self._primary)]:
+                doc = self.controller_status(self.controllers[index], timeout_sec)
+                if not doc or not doc.get("instances"):
+                    continue
+                if (doc.get("leadership") or {}).get("is_leader"):
+                    self._primary = index
+                    return doc["instances"][0]
+                fallback = fallback or doc["instances"][0]
+            return fallback
         url = f"{self.controller_http}/controller/fault_tolerance/status?instance_id={self.spec.instance_id}"
         try:
             with urllib.request.urlopen(url, timeout=timeout_sec, context=self.http_context()) as resp:
@@ -339,6 +418,40 @@ class LocalCluster:
         url = f"{self.controller_http}/controller/fault_tolerance/timeline?instance_id={self.spec.instance_id}"
         with urllib.request.urlopen(url, timeout=timeout_sec, context=self.http_context()) as resp:
             return json.load(resp)["transactions"]
+
+    def etcd_view(self, timeout_sec: float = 5.0) -> dict[str, Any]:
+        """What etcd itself holds, read directly: the instance's persisted record (phase, generation,
+        dead_committed) and the leader key (replica, address, term), each None when absent."""
+        endpoints = [self.etcd.endpoint] if self.etcd is not None else list(self.spec.etcd_endpoints)
+        if not endpoints:
+            raise RuntimeError("this cluster persists nothing (no etcd)")
+        tls = self.client_tls(Role.CONTROLLER) if self.etcd is not None and self.etcd.tls is not None else None
+
+        async def read() -> dict[str, Any]:
+            from motor.controller.persistence.etcd import EtcdRuntimeStore
+
+            store = EtcdRuntimeStore(endpoints, key_prefix=f"/motor-{self.run_dir.name}",
+                                     request_timeout_sec=timeout_sec, tls=tls)
+            conn = store.connection()
+            try:
+                record = await store.load(self.spec.instance_id)
+
+                async def get(client: Any) -> Any:
+                    return await client.get(store.leader_key.encode())
+
+                leader = await conn.call("read leader key", store.leader_key, get, write=False)
+            finally:
+                await conn.close()
+                await store.close()
+            out: dict[str, Any] = {"record": None, "leader": None}
+            if record is not None:
+                out["record"] = {"phase": record.phase, "generation": record.generation,
+                                 "dead_committed": list(record.dead_committed)}
+            if leader is not None:
+                out["leader"] = {**json.loads(leader.value), "term": leader.create_revision}
+            return out
+
+        return asyncio.run(read())
 
     def metrics_urls(self) -> dict[str, str]:
         """GET /metrics of every service by its name: the Controller's and Coordinator's HTTP ports, each
@@ -392,7 +505,7 @@ class LocalCluster:
                 raise RuntimeError(f"{svc.name} exited with {code}; log tail:\n{svc.proc.log_tail()}")
 
     def services(self) -> list[ServiceProc]:
-        return [s for s in (self.coordinator, self.controller, *self.nodemanagers.values()) if s is not None]
+        return [s for s in (self.coordinator, *self.controllers, *self.nodemanagers.values()) if s is not None]
 
     def _collect_engine_pids(self) -> None:
         for svc in self.nodemanagers.values():
@@ -404,25 +517,126 @@ class LocalCluster:
 
     # ---- act ---------------------------------------------------------------------------------
 
-    def kill_controller(self) -> None:
-        """SIGKILL, as a crash."""
-        assert self.controller is not None
-        self.controller.proc.kill()
+    def kill_controller(self, svc: ServiceProc | None = None) -> ServiceProc:
+        """SIGKILL, as a crash: of `svc`, by default the replica believed to lead; returns it."""
+        svc = svc or self.controller
+        assert svc is not None
+        svc.expected_exit = True
+        self.thaw_controller(svc)
+        svc.proc.kill()
+        return svc
 
-    def restart_controller(self, timeout_sec: float = 60.0) -> None:
-        assert self.controller is not None
-        self.controller.proc.stop(grace_sec=5)
-        ready = self.run_dir / "controller.ready.json"
+    def freeze_controller(self, svc: ServiceProc | None = None) -> ServiceProc:
+        """SIGSTOP the replica's process group: it is cut off from etcd and everyone while time goes on."""
+        svc = svc or self.controller
+        assert svc is not None
+        os.killpg(svc.proc.pid, signal.SIGSTOP)
+        self._frozen.add(svc.proc.pid)
+        return svc
+
+    def thaw_controller(self, svc: ServiceProc) -> None:
+        """SIGCONT a frozen replica (no-op otherwise)."""
+        if svc.proc.pid in self._frozen:
+            self._frozen.discard(svc.proc.pid)
+            try:
+                os.killpg(svc.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def restart_controller(self, timeout_sec: float = 60.0, svc: ServiceProc | None = None) -> ServiceProc:
+        """Stops (if still running) and starts again one replica (by default the one believed to lead)
+        on its own ports; returns the new process's ServiceProc, which takes the old one's place."""
+        svc = svc or self.controller
+        assert svc is not None
+        index = self.controllers.index(svc)
+        self.thaw_controller(svc)
+        svc.proc.stop(grace_sec=5)
+        ready = self.run_dir / f"{svc.name}.ready.json"
         ready.unlink(missing_ok=True)
         # Same config and ports would race the old socket; the NodeManagers know the controller by
         # address, so the restarted one keeps it.
-        cfg = json.loads(self.controller.config_path.read_text())
-        cfg["server"]["port"] = self.controller.info["grpc_port"]
-        cfg["status_http"]["port"] = self.controller.info["http_port"]
-        self.controller.config_path.write_text(json.dumps(cfg, indent=2))
-        proc = start_process(self.controller.argv, log_path=self.run_dir / "controller.log", name="controller")
+        cfg = json.loads(svc.config_path.read_text())
+        cfg["server"]["port"] = svc.info["grpc_port"]
+        cfg["status_http"]["port"] = svc.info["http_port"]
+        svc.config_path.write_text(json.dumps(cfg, indent=2))
+        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
         info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "http_port"])
-        self.controller = ServiceProc("controller", proc, info, self.controller.config_path, self.controller.argv)
+        self.controllers[index] = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        return self.controllers[index]
+
+    def kill_nodemanager(self, pod_ip: str) -> list[int]:
+        """SIGKILL a pod: its NodeManager and every engine it runs (as a node or container loss would);
+        returns the engine pids killed."""
+        svc = self.nodemanagers[pod_ip]
+        try:
+            engines = [p.pid for p in psutil.Process(svc.proc.pid).children(recursive=True)]
+        except psutil.Error:
+            engines = []
+        svc.expected_exit = True
+        svc.proc.kill()
+        for pid in engines:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return engines
+
+    def restart_nodemanager(self, pod_ip: str, timeout_sec: float = 180.0) -> ServiceProc:
+        """Starts a pod's NodeManager again on its own gRPC and metrics ports (the Controller knows it
+        by address); it launches its engines anew and registers."""
+        svc = self.nodemanagers[pod_ip]
+        svc.proc.stop(grace_sec=5)
+        ready = self.run_dir / f"{svc.name}.ready.json"
+        ready.unlink(missing_ok=True)
+        cfg = json.loads(svc.config_path.read_text())
+        cfg["server"]["port"] = svc.info["grpc_port"]
+        cfg["metrics_http"]["port"] = svc.info["metrics_port"]
+        svc.config_path.write_text(json.dumps(cfg, indent=2))
+        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
+        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "metrics_port"])
+        self.nodemanagers[pod_ip] = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        return self.nodemanagers[pod_ip]
+
+    def _own_etcd(self) -> EtcdServer:
+        if self.etcd is None:
+            raise RuntimeError("this cluster runs no etcd of its own (start_etcd=False)")
+        return self.etcd
+
+    def restart_etcd(self, ready_timeout_sec: float = 30.0) -> None:
+        """Stops the cluster's own etcd and starts it again on its data (start_etcd=True clusters)."""
+        self._own_etcd().restart(ready_timeout_sec)
+
+    def stop_etcd(self) -> None:
+        """Stops the cluster's own etcd (SIGTERM); start_etcd_again() brings it back on its data."""
+        self._own_etcd().stop()
+
+    def start_etcd_again(self, ready_timeout_sec: float = 30.0) -> None:
+        self._own_etcd().start_again(ready_timeout_sec)
+
+    def kill_coordinator(self) -> None:
+        """SIGKILL the Coordinator, as a crash."""
+        assert self.coordinator is not None
+        self.coordinator.expected_exit = True
+        self.coordinator.proc.kill()
+
+    def restart_coordinator(self, timeout_sec: float = 60.0) -> ServiceProc:
+        """Starts the Coordinator again on its ports, knowing every Controller replica: it asks their
+        leader for the serving view (a SET) as soon as it serves."""
+        svc = self.coordinator
+        assert svc is not None
+        svc.proc.stop(grace_sec=5)
+        ready = self.run_dir / f"{svc.name}.ready.json"
+        ready.unlink(missing_ok=True)
+        cfg = json.loads(svc.config_path.read_text())
+        cfg["server"]["port"] = svc.info["grpc_port"]
+        cfg["http"]["port"] = svc.info["http_port"]
+        cfg["controller_addresses"] = self.controller_addresses
+        svc.config_path.write_text(json.dumps(cfg, indent=2))
+        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
+        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "http_port"])
+        self.coordinator = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        return self.coordinator
 
     def engine_url(self, rank: int) -> str:
         """The HTTP base URL of a rank's engine, as its NodeManager describes it."""
@@ -457,7 +671,14 @@ class LocalCluster:
         """Tears every process down by pid (idempotent); a SIGTERM meanwhile waits until it is done."""
         with sigterm_deferred():
             self._collect_engine_pids()
-            for svc in reversed(self.services()):
+            for svc in self.controllers:
+                self.thaw_controller(svc)  # a stopped process would only die at the SIGKILL after the grace
+            # NodeManagers first, then the standbys, the leader last (a standby stopped after the
+            # leader resigned would take over a cluster being torn down), then the Coordinator.
+            leader = self.controller
+            order = [*reversed(list(self.nodemanagers.values())), *(c for c in self.controllers if c is not leader),
+                     *([leader] if leader is not None else []), *([self.coordinator] if self.coordinator else [])]
+            for svc in order:
                 try:
                     svc.proc.stop(grace_sec=10)
                 except Exception as exc:  # noqa: BLE001 - keep tearing the rest down

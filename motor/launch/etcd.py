@@ -93,6 +93,8 @@ class EtcdServer:
     data_dir: Path
     name: str
     tls: EtcdTls | None = None
+    # The command line it was started with (restart() runs it again: same data, ports and member).
+    argv: list[str] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -117,6 +119,22 @@ class EtcdServer:
 
     async def astop(self, grace_sec: float = 5.0) -> int | None:
         return await self.process.astop(grace_sec=grace_sec)
+
+    def restart(self, ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC, grace_sec: float = 5.0) -> None:
+        """Stops the member (SIGTERM, as an orderly restart would) and starts it again on the same data
+        directory and ports; returns once it serves again. Everything it held (keys, leases) survives."""
+        self.stop(grace_sec=grace_sec)
+        self.start_again(ready_timeout_sec)
+
+    def start_again(self, ready_timeout_sec: float = DEFAULT_READY_TIMEOUT_SEC) -> None:
+        """Starts the stopped member again on the same data directory and ports; returns once it serves."""
+        if self.argv is None:
+            raise RuntimeError(f"etcd {self.name} was not started by this module: no command line to restart")
+        if self.process.running:
+            raise RuntimeError(f"etcd {self.name} (pid {self.process.pid}) is still running")
+        self.process = start_process(self.argv, log_path=self.process.log_path, name=self.name)
+        logger.info("restarted etcd %s (pid %d) on %s", self.name, self.process.pid, self.client_url)
+        self.process.wait_http_ok(self.health_url, ready_timeout_sec, self.tls.probe_context() if self.tls else None)
 
 
 def _spawn(run_dir: Path, host: str, name: str | None, tls: EtcdTls | None = None) -> EtcdServer:
@@ -146,7 +164,7 @@ def _spawn(run_dir: Path, host: str, name: str | None, tls: EtcdTls | None = Non
     proc = start_process(argv, log_path=run_dir / f"{member}.log", name=member)
     logger.info("started etcd %s (pid %d) client %s peer %s", member, proc.pid, client_url, peer_url)
     return EtcdServer(process=proc, host=host, client_port=client_port, peer_port=peer_port,
-                      data_dir=data_dir, name=member, tls=tls)
+                      data_dir=data_dir, name=member, tls=tls, argv=argv)
 
 
 def _member_name(name: str | None, attempt: int) -> str | None:

@@ -299,10 +299,42 @@ class GetFaultToleranceStatusRequest(_message.Message):
     def __init__(self, instance_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetFaultToleranceStatusResponse(_message.Message):
-    __slots__ = ("instances",)
+    __slots__ = ("instances", "leadership")
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_FIELD_NUMBER: _ClassVar[int]
     instances: _containers.RepeatedCompositeFieldContainer[InstanceFtRuntime]
-    def __init__(self, instances: _Optional[_Iterable[_Union[InstanceFtRuntime, _Mapping]]] = ...) -> None: ...
+    leadership: Leadership
+    def __init__(self, instances: _Optional[_Iterable[_Union[InstanceFtRuntime, _Mapping]]] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
+
+class Leadership(_message.Message):
+    __slots__ = ("election_enabled", "is_leader", "replica_id", "address", "leader_id", "leader_address", "term")
+    ELECTION_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    election_enabled: bool
+    is_leader: bool
+    replica_id: str
+    address: str
+    leader_id: str
+    leader_address: str
+    term: int
+    def __init__(self, election_enabled: _Optional[bool] = ..., is_leader: _Optional[bool] = ..., replica_id: _Optional[str] = ..., address: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class RequestPublicationRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RequestPublicationResponse(_message.Message):
+    __slots__ = ("instance_ids", "term")
+    INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    instance_ids: _containers.RepeatedScalarFieldContainer[int]
+    term: int
+    def __init__(self, instance_ids: _Optional[_Iterable[int]] = ..., term: _Optional[int] = ...) -> None: ...
 
 class WatchFaultToleranceStatusRequest(_message.Message):
     __slots__ = ("instance_ids",)

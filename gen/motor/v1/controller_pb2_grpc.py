@@ -71,6 +71,11 @@ class ControllerStub:
                 request_serializer=motor_dot_v1_dot_controller__pb2.GetTimelineRequest.SerializeToString,
                 response_deserializer=motor_dot_v1_dot_controller__pb2.GetTimelineResponse.FromString,
                 _registered_method=True)
+        self.RequestPublication = channel.unary_unary(
+                '/motor.v1.Controller/RequestPublication',
+                request_serializer=motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -127,6 +132,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestPublication(self, request, context):
+        """Asks the leader to send its whole serving view to its Coordinator now (one SET); a restarted
+        Coordinator calls it before it routes anything. A standby answers UNAVAILABLE naming the leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +177,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetTimeline,
                     request_deserializer=motor_dot_v1_dot_controller__pb2.GetTimelineRequest.FromString,
                     response_serializer=motor_dot_v1_dot_controller__pb2.GetTimelineResponse.SerializeToString,
+            ),
+            'RequestPublication': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestPublication,
+                    request_deserializer=motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +375,33 @@ class Controller:
             '/motor.v1.Controller/GetTimeline',
             motor_dot_v1_dot_controller__pb2.GetTimelineRequest.SerializeToString,
             motor_dot_v1_dot_controller__pb2.GetTimelineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestPublication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/motor.v1.Controller/RequestPublication',
+            motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.SerializeToString,
+            motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,7 +99,6 @@ class FtRuntime:
     # Idle-fault probe canaries of the current or last collection window.
     idle_fault_probes: int = 0
 
-
     @property
     def alive_dp_ranks(self) -> list[int]:
         return serving_ranks(self.original_dp_ranks, self.dead_committed, self.pending_removed_ranks)
@@ -177,6 +176,10 @@ class FtRuntimeStore:
 
     def all(self) -> list[FtRuntime]:
         return [self._runtimes[i] for i in sorted(self._runtimes)]
+
+    def clear(self) -> None:
+        """Forgets every instance (a Controller replica that stops leading starts again from the store)."""
+        self._runtimes.clear()
 
     def set_phase(self, instance_id: int, target: FtPhase) -> FtRuntime:
         runtime = self.get(instance_id)

@@ -25,6 +25,11 @@ class StaleWriteError(StoreError):
         self.actual_generation = actual_generation
 
 
+class FencedWriteError(StoreError):
+    """A write refused because this Controller replica does not lead (any more): refused locally
+    (its lease deadline passed) or by etcd (the leader key is not its term's). Never retried."""
+
+
 def stale_write(instance_id: int, op: str, expected: int | None, actual: int | None) -> StaleWriteError:
     """The error for a lost compare-and-set, worded the same by every backend."""
     def show(gen: int | None) -> str:

@@ -11,8 +11,9 @@ import aetcd
 import aetcd.utils
 
 from motor.common.config import ClientTlsConfig, StoreConfig, parse_host_port
+from motor.controller.fencing import Fence, Leadership, NotLeaderError
 from motor.controller.persistence.base import check_expected, check_put
-from motor.controller.persistence.errors import StoreError, stale_write
+from motor.controller.persistence.errors import FencedWriteError, StoreError, stale_write
 from motor.controller.persistence.etcd_connection import EtcdConnection
 from motor.controller.persistence.records import PersistedInstance, decode_record, encode_record
 
@@ -45,6 +46,12 @@ class EtcdRuntimeStore:
     Prefixes must not nest (`/a` and `/a/instances/1`): the outer one would see foreign keys under
     its range and refuse them as corrupt.
 
+    Fencing: with a `Leadership` (Controller replicas electing a leader), every put and delete is
+    first checked against this replica's fence and its transaction also compares the leader key's
+    create revision with the fence's term, so the write lands only while this replica's term still
+    holds in etcd; a lost compare there is `FencedWriteError` and loses the fence (the replica
+    stops acting). Reads are not fenced.
+
     Connection (`EtcdConnection`): made on first use, endpoints probed in order, one client used
     until a call fails; a failed call is not retried elsewhere (a timed-out write's outcome is
     unknown, so the caller re-reads). Every public call is bounded by `request_timeout_sec`.
@@ -57,7 +64,9 @@ class EtcdRuntimeStore:
         key_prefix: str = "/motor/v1",
         request_timeout_sec: float = 5.0,
         tls: ClientTlsConfig | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
+        self.leadership = leadership
         if isinstance(endpoints, str):
             raise ValueError(f"endpoints must be a list of host:port, got the string {endpoints!r}")
         if not endpoints:
@@ -71,6 +80,7 @@ class EtcdRuntimeStore:
         self._instances_prefix = f"{key_prefix}/instances/"
         self.description = (f"etcd {','.join(ep for ep, _, _ in self._endpoints)} prefix {key_prefix}"
                             f"{' over TLS' if tls else ''}")
+        self._tls = tls
         self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec), tls=tls)
 
     @classmethod
@@ -78,6 +88,35 @@ class EtcdRuntimeStore:
         """`tls` (the store's own, or the process's `security`) wins over config.tls when given."""
         return cls(config.etcd_endpoints, key_prefix=config.key_prefix,
                    request_timeout_sec=config.request_timeout_sec, tls=tls or config.tls)
+
+    def connection(self) -> EtcdConnection:
+        """A connection of its own to the same etcd (endpoints, TLS, timeout): the leader election's."""
+        return EtcdConnection(self._endpoints, prefix=self._prefix, timeout_sec=self._conn.timeout_sec, tls=self._tls)
+
+    @property
+    def leader_key(self) -> str:
+        return f"{self._prefix}/leader"
+
+    def _fence(self, what: str) -> Fence | None:
+        if self.leadership is None:
+            return None
+        try:
+            return self.leadership.check(what, kind="store")
+        except NotLeaderError as exc:
+            raise FencedWriteError(str(exc)) from None
+
+    def _fenced_out(self, fence: Fence | None, what: str, responses: list[Any]) -> FencedWriteError | None:
+        """The error when a failed transaction's leader-key compare is what failed (the fence is lost)."""
+        if fence is None or fence.key is None:
+            return None
+        leader_kvs = responses[2]
+        revision = leader_kvs[0][1].create_revision if leader_kvs else None
+        if revision == fence.term:
+            return None
+        reason = (f"etcd refused {what}: leader key {fence.key.decode()!r} is "
+                  f"{'gone' if revision is None else f'of term {revision}'}, not term {fence.term}")
+        fence.lose(reason)
+        return FencedWriteError(reason)
 
     @property
     def key_prefix(self) -> str:
@@ -152,6 +191,7 @@ class EtcdRuntimeStore:
         iid = record.instance_id
         rec_key, gen_key = self.record_key(iid).encode(), self.generation_key(iid).encode()
         value = encode_record(record)
+        fence = self._fence(f"put of instance {iid}")
 
         async def op(client: aetcd.Client) -> tuple[bool, list[Any]]:
             tx = client.transactions
@@ -160,38 +200,42 @@ class EtcdRuntimeStore:
             else:
                 compare = [tx.value(gen_key) == str(expected_generation).encode(), tx.version(rec_key) > 0]
             return await client.transaction(
-                compare=compare,
+                compare=compare + _fence_compare(tx, fence),
                 success=[tx.put(rec_key, value), tx.put(gen_key, str(record.generation).encode())],
-                failure=[tx.get(gen_key), tx.get(rec_key)],
+                failure=[tx.get(gen_key), tx.get(rec_key), *_fence_read(tx, fence)],
             )
 
         succeeded, responses = await self._conn.call(f"put (instance {iid})", rec_key.decode(), op, write=True)
         if not succeeded:
-            raise self._lost(iid, "put", expected_generation, responses)
+            raise self._fenced_out(fence, f"put of instance {iid}", responses) or \
+                self._lost(iid, "put", expected_generation, responses)
         logger.debug("instance %d: persisted generation %d (phase %s)", iid, record.generation, record.phase)
 
     async def delete(self, instance_id: int, expected_generation: int) -> None:
         check_expected(instance_id, expected_generation, allow_none=False)
         rec_key, gen_key = self.record_key(instance_id).encode(), self.generation_key(instance_id).encode()
+        fence = self._fence(f"delete of instance {instance_id}")
 
         async def op(client: aetcd.Client) -> tuple[bool, list[Any]]:
             tx = client.transactions
             # Exact keys only: a prefix delete of ".../instances/1" would also take instance 10.
             return await client.transaction(
-                compare=[tx.value(gen_key) == str(expected_generation).encode(), tx.version(rec_key) > 0],
+                compare=[tx.value(gen_key) == str(expected_generation).encode(), tx.version(rec_key) > 0,
+                         *_fence_compare(tx, fence)],
                 success=[tx.delete(rec_key), tx.delete(gen_key)],
-                failure=[tx.get(gen_key), tx.get(rec_key)],
+                failure=[tx.get(gen_key), tx.get(rec_key), *_fence_read(tx, fence)],
             )
 
         succeeded, responses = await self._conn.call(f"delete (instance {instance_id})", rec_key.decode(), op,
                                                      write=True)
         if not succeeded:
-            raise self._lost(instance_id, "delete", expected_generation, responses)
+            raise self._fenced_out(fence, f"delete of instance {instance_id}", responses) or \
+                self._lost(instance_id, "delete", expected_generation, responses)
         logger.debug("instance %d: deleted record at generation %d", instance_id, expected_generation)
 
     def _lost(self, instance_id: int, op: str, expected: int | None, responses: list[Any]) -> StoreError:
         """The error for a failed compare, from the failure branch's reads of both keys."""
-        gen_kvs, rec_kvs = responses
+        gen_kvs, rec_kvs = responses[0], responses[1]
         gen_key = self.generation_key(instance_id)
         actual = _parse_generation(gen_kvs[0][0], key=gen_key) if gen_kvs else None
         if (actual is None) != (not rec_kvs):
@@ -204,6 +248,15 @@ class EtcdRuntimeStore:
     async def close(self) -> None:
         """Closes every connection now; calls still running fail with StoreError. Idempotent."""
         await self._conn.close()
+
+
+def _fence_compare(tx: Any, fence: Fence | None) -> list[Any]:
+    """The write lands only while the leader key is the one this replica's term created."""
+    return [tx.create(fence.key) == fence.term] if fence is not None and fence.key is not None else []
+
+
+def _fence_read(tx: Any, fence: Fence | None) -> list[Any]:
+    return [tx.get(fence.key)] if fence is not None and fence.key is not None else []
 
 
 def _parse_generation(value: bytes, *, key: str) -> int:

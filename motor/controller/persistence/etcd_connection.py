@@ -84,6 +84,11 @@ class EtcdConnection:
         self._retiring: dict[asyncio.Task[None], aetcd.Client] = {}
         self._closed = False
 
+    @property
+    def timeout_sec(self) -> float:
+        """The bound of every call."""
+        return self._timeout_sec
+
     def _new_client(self, host: str, port: int) -> aetcd.Client:
         options = {"grpc.max_receive_message_length": _MAX_RECEIVE_BYTES}
         if self._tls is not None:
@@ -186,6 +191,33 @@ class EtcdConnection:
             # while the call ran) as CancelledError, which must not pass for a cancellation.
             raise StoreError(f"{what} of key {key!r} at etcd {endpoint}: connection closed during the call"
                              f"{unknown}") from None
+
+    async def watch_once(self, what: str, key: bytes, *, start_revision: int, wait_sec: float) -> object | None:
+        """The first change of `key` at or after `start_revision` (an aetcd Event), or None when none
+        came within `wait_sec`; failures are StoreError (and retire the client, as for `call`)."""
+        if self._closed:
+            raise StoreError(f"etcd store closed ({what} of key {key!r})")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_sec
+        client: aetcd.Client | None = None
+        endpoint: str | None = None
+        try:
+            client, endpoint = await asyncio.wait_for(self._connect(deadline, key.decode()), self._timeout_sec)
+            # aetcd bounds the wait itself; the outer bound covers a watch stream that never answers.
+            return await asyncio.wait_for(client.watch_once(key, timeout=wait_sec, start_revision=start_revision),
+                                          wait_sec + self._timeout_sec)
+        except aetcd.WatchTimeoutError:
+            return None
+        except StoreError:
+            raise
+        except TimeoutError:
+            if client is not None:
+                self._retire_client(client)
+            raise StoreError(f"{what} of key {key!r} at etcd {endpoint or '-'}: no answer") from None
+        except (aetcd.ClientError, grpc.RpcError, OSError) as exc:
+            if client is not None:
+                self._retire_client(client)
+            raise StoreError(f"{what} of key {key!r} at etcd {endpoint}: {_describe(exc, wait_sec)}") from exc
 
     async def close(self) -> None:
         """Closes every connection now; calls still running fail with StoreError. Idempotent."""

@@ -11,12 +11,13 @@ from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.runtime import (
     INTERRUPTED_PHASES,
     FtPhase,
+    FtRuntime,
     FtRuntimeStore,
 )
 from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
 from motor.controller.instances import InstanceRegistry
 from motor.controller.persistence.base import RuntimeStore
-from motor.controller.persistence.errors import StaleWriteError, StoreError
+from motor.controller.persistence.errors import FencedWriteError, StaleWriteError, StoreError
 from motor.controller.persistence.records import PersistedInstance
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,10 @@ class RuntimePersister:
         self._runtimes = runtimes
         self._registry = registry
         self._written: dict[int, int] = {}
+
+    def reset(self) -> None:
+        """Forgets what was written (a new leadership term restores everything again)."""
+        self._written.clear()
 
     async def persist(self, instance_id: int) -> None:
         """Writes the instance's record if its generation moved; StaleWriteError if another writer won."""
@@ -49,7 +54,7 @@ class RuntimePersister:
         )
         try:
             await self._store.put(record_to_write, expected)
-        except StaleWriteError:
+        except (StaleWriteError, FencedWriteError):
             raise
         except StoreError as exc:
             # A write that timed out may still have landed; re-read so the next CAS expects the truth.
@@ -96,3 +101,19 @@ class RuntimePersister:
         for instance_id in interrupted:
             await self.persist(instance_id)
         return interrupted
+
+
+async def read_only_view(store: RuntimeStore, scale_down_enabled: bool) -> list[FtRuntime]:
+    """What the store holds, as runtimes, without the restart rule and without writing anything: a
+    standby replica's status (what the leader persisted; never published by this replica)."""
+    runtimes = FtRuntimeStore(scale_down_enabled)
+    for item in await store.load_all():
+        phase = FtPhase(item.phase)
+        dead = item.dead_committed
+        if not scale_down_enabled:
+            phase, dead = FtPhase.DISABLED, ()
+        elif phase is FtPhase.DISABLED:
+            phase = FtPhase.NORMAL
+        runtimes.create(item.instance_id, item.original_dp_ranks, item.fallback_strategy or FALLBACK_RECONFIGURATION,
+                        phase=phase, generation=item.generation, dead_committed=dead)
+    return runtimes.all()

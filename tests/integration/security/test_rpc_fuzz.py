@@ -361,6 +361,7 @@ def _seeds() -> dict[str, Message]:
         "GetFaultToleranceStatus": c.GetFaultToleranceStatusRequest(instance_ids=[CTL_INSTANCE]),
         "WatchFaultToleranceStatus": c.WatchFaultToleranceStatusRequest(instance_ids=[CTL_INSTANCE]),
         "GetTimeline": c.GetTimelineRequest(instance_id=CTL_INSTANCE, limit=2),
+        "RequestPublication": c.RequestPublicationRequest(),
         "Refresh": co.RefreshRequest(event=co.REFRESH_EVENT_PAUSE, instances=[published], revision=2**40),
         "ListInstances": co.ListInstancesRequest(),
         "SendCanary": co.SendCanaryRequest(instance_id=CTL_INSTANCE, endpoint_ids=[0, 1], timeout_sec=1.0,

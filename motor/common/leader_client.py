@@ -1,0 +1,132 @@
+"""Calls to the Controller's leader among its replicas (NodeManagers, the Coordinator).
+
+A `LeaderFollowingClient` knows every Controller replica's address and sends each call to the one
+it believes leads. A standby answers UNAVAILABLE with the leader's address in trailing metadata
+(`LEADER_ADDRESS_METADATA`, empty while none is known); the client then switches to that address
+and sends the call again at once. A replica that does not answer (connection refused, or no answer
+within the deadline: a crashed or frozen leader) makes it try the next address. Each attempt has
+the caller's deadline and every address is tried at most once per call (a named leader once
+more), so one call is bounded by (replicas + 1) deadlines.
+
+When every replica was tried and one of them answered as a standby, the call fails with
+`LeaderUnavailable`: an election or a takeover is under way and the caller should hold what it
+sends rather than count a lost attempt. Any other failure is the last `grpc.aio.AioRpcError`.
+The leader term in the leader's answers (`LEADER_TERM_METADATA`) is kept in `term`; it changes
+when another leader took over, which callers use to register again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from gen.motor.v1 import controller_pb2_grpc
+from motor.common.config import ClientTlsConfig
+from motor.common.grpc_server import open_channel
+from motor.common.metadata import LEADER_ADDRESS_METADATA
+from motor.common.term_fence import term_of
+
+log = logging.getLogger(__name__)
+
+_FOLLOW_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class LeaderUnavailable(Exception):
+    """No Controller replica leads right now (a standby answered); the message says what was tried."""
+
+
+def leader_hint(metadata: Any) -> str | None:
+    """The leader address a standby named ("" when it knows none); None when no standby answered."""
+    for key, value in metadata or ():
+        if key == LEADER_ADDRESS_METADATA:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+class LeaderFollowingClient:
+    def __init__(self, addresses: Sequence[str], *, timeout_sec: float, tls: ClientTlsConfig | None = None,
+                 label: str = "controller client", on_term: Callable[[int], None] | None = None) -> None:
+        if not addresses:
+            raise ValueError("LeaderFollowingClient needs at least one Controller address")
+        self.addresses = list(dict.fromkeys(addresses))
+        self.timeout_sec = timeout_sec
+        self._tls = tls
+        self._label = label
+        self._on_term = on_term
+        self.address = self.addresses[0]
+        # The leader term of the last answer that carried one (0: none yet, or no election).
+        self.term = 0
+        self.switches = 0
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+
+    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
+        # Opened lazily inside the running event loop.
+        stub = self._stubs.get(address)
+        if stub is None:
+            self._channels[address] = open_channel(address, self._tls)
+            stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(self._channels[address])
+        return stub
+
+    def _next_untried(self, after: str, tried: set[str]) -> str | None:
+        order = self.addresses[self.addresses.index(after) + 1:] + self.addresses if after in self.addresses \
+            else self.addresses
+        return next((a for a in order if a not in tried), None)
+
+    def _switch(self, address: str, why: str) -> None:
+        if address != self.address:
+            log.info("%s: %s -> %s (%s)", self._label, self.address, address, why)
+            self.address = address
+            self.switches += 1
+
+    def _observe_term(self, term: int) -> None:
+        if term != self.term:
+            if self.term:
+                log.info("%s: leader term %d -> %d at %s", self._label, self.term, term, self.address)
+            self.term = term
+        if self._on_term is not None:
+            self._on_term(term)
+
+    async def call(self, rpc: str, request: Any) -> Any:
+        """Sends `request` to the leader's method `rpc` (a Controller method name, e.g. "Heartbeat")."""
+        tried: set[str] = set()
+        standby_said: list[str] = []
+        last: grpc.aio.AioRpcError | None = None
+        target = self.address
+        for _ in range(len(self.addresses) + 1):
+            call = getattr(self._stub(target), rpc)(request, timeout=self.timeout_sec)
+            try:
+                response = await call
+            except grpc.aio.AioRpcError as exc:
+                tried.add(target)
+                last = exc
+                if exc.code() not in _FOLLOW_CODES:
+                    raise
+                hint = leader_hint(exc.trailing_metadata())
+                if hint is not None:
+                    standby_said.append(f"{target} is a standby ({'leader ' + hint if hint else 'no leader known'})")
+                following = hint if hint and hint not in tried else None
+                nxt = following or self._next_untried(target, tried)
+                if nxt is None:
+                    break
+                self._switch(nxt, f"the replica's leader is {hint}" if following else
+                             f"{target} answered {exc.code().name}: {exc.details()}")
+                target = nxt
+                continue
+            term = term_of(await call.trailing_metadata())
+            if term:
+                self._observe_term(term)
+            return response
+        assert last is not None
+        if standby_said:
+            raise LeaderUnavailable(f"{rpc}: no Controller replica leads now: " + "; ".join(standby_said)
+                                    + f"; last answer {last.code().name}: {last.details()}") from last
+        raise last
+
+    async def close(self) -> None:
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            await channel.close(grace=None)
