@@ -624,24 +624,32 @@ class InferenceProxy:
                         if out is None:
                             return _StreamResult(out, failure=AttemptFailure(str(exc)))
                         return _StreamResult(out, fatal=f"endpoint {route.label}: {exc}")
+                    # The events of one upstream read go to the client in one write (one chunk, one send).
+                    pending: list[bytes] = []
                     for event in events:
                         kind, data = tracker.process(event)
                         if kind == EventKind.ERROR:
+                            if pending:
+                                await out.write(b"".join(pending))  # type: ignore[union-attr]
+                                started = True
                             return _StreamResult(out, failure=AttemptFailure(
                                 f"engine aborted the stream: {_event_error(event.doc)}"), started=started)
                         if kind == EventKind.DONE:
                             if out is None:
                                 out = await self._open_stream(request, resp, route, request_id)
                             if st.migrations:
-                                await out.write(tracker.marker(st.migrations, [*st.migrated_from, route.label]))
-                            await out.write(b"data: [DONE]\n\n")
+                                pending.append(tracker.marker(st.migrations, [*st.migrated_from, route.label]))
+                            pending.append(b"data: [DONE]\n\n")
+                            await out.write(b"".join(pending))
                             await out.write_eof()
                             return _StreamResult(out, done=True, started=True)
                         if data is None:
                             continue
                         if out is None:
                             out = await self._open_stream(request, resp, route, request_id)
-                        await out.write(data)
+                        pending.append(data)
+                    if pending:
+                        await out.write(pending[0] if len(pending) == 1 else b"".join(pending))  # type: ignore[union-attr]
                         started = True
         except UpstreamError as exc:
             reached = not isinstance(exc.__cause__, aiohttp.ClientConnectorError)

@@ -122,11 +122,14 @@ class SseEvent:
 
 
 def _parse_event(raw: bytes) -> SseEvent:
-    lines = raw.decode("utf-8", "replace").splitlines()
-    data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
-    if not data:
-        return SseEvent(raw, None)
-    text = "\n".join(data)
+    if raw.startswith(b"data: ") and raw.find(b"\n") == len(raw) - 2 and b"\r" not in raw:
+        text = raw[6:-2].decode("utf-8", "replace")  # the common one-line event, without the line split
+    else:
+        lines = raw.decode("utf-8", "replace").splitlines()
+        data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
+        if not data:
+            return SseEvent(raw, None)
+        text = "\n".join(data)
     doc: Any = None
     if text.startswith("{"):
         try:
@@ -181,6 +184,9 @@ class StreamTracker:
         return events
 
     def _boundary(self) -> tuple[int, int]:
+        if b"\r" not in self._buffer:  # LF-only framing, what engines send: one search
+            i = self._buffer.find(b"\n\n")
+            return (i, 2) if i >= 0 else (-1, 0)
         found = [(i, len(s)) for s in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := self._buffer.find(s)) >= 0]
         return min(found) if found else (-1, 0)
 

@@ -1,0 +1,318 @@
+"""Router benchmark: the Coordinator's OpenAI front against vllm-router (PyPI, Rust) on the same
+engines, side by side in one run.
+
+    .venv/bin/python -m benchmarks.router [--concurrency 1,16,64] [--duration-sec 8] [--repeats 2]
+                                          [--max-tokens 16] [--per-token-latency-sec 0.001] [--json out.json]
+
+Backends: one instance of --dp light fake engines (`motor.testing.fake_engine --group`, one helper
+process, OpenAI completions with toy tokens --per-token-latency-sec apart). Three targets, each
+driven by the same client (aiohttp, in a process of its own) with N concurrent streaming
+completions (`stream: true`, --max-tokens tokens each) for --duration-sec after a warm-up:
+
+* direct: the client spreads its requests over the engines itself (the baseline);
+* motor-coordinator: its serving view set by one Refresh ADD (what the Controller publishes), on
+  asyncio's event loop, and again as motor-coordinator+uvloop (`--event-loop uvloop`), a second
+  process on the same engines, so the two loops are compared in one run;
+* vllm-router: `vllm-router --worker-urls <engines> --policy round_robin` (installed on first use into
+  .tools/vllm-router-venv with pip; never in make test).
+
+Per target and concurrency: completed requests per second, time to first token and whole-request
+latency (p50, p99), and the added latency over direct (p50, p99). Targets are rotated for every
+repeat (direct, coordinator, router, then the next concurrency) so drifting machine load hits all
+three alike; the medians over repeats are reported. Targets printed beside the numbers: Coordinator
+throughput ≥ 0.8× vllm-router's at 16 and 64 streams, added p50 latency ≤ 2× vllm-router's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from benchmarks.timing import cpu_sec, median, pct
+from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from motor.common.ports import free_port, free_ports
+from motor.common.process import ManagedProcess, start_process
+from motor.launch.shutdown import exit_on_sigterm
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+ROUTER_VENV = ROOT / ".tools" / "vllm-router-venv"
+ROUTER_VERSION = "0.1.17"
+HOST = "127.0.0.1"
+ENGINE_HOST = "127.0.50.2"
+TARGET_THROUGHPUT_RATIO = 0.8
+TARGET_ADDED_P50_RATIO = 2.0
+
+
+def ensure_router(venv: Path = ROUTER_VENV) -> Path:
+    """The vllm-router console script, installed into its own venv on first use."""
+    exe = venv / "bin" / "vllm-router"
+    if exe.exists():
+        return exe
+    print(f"installing vllm-router=={ROUTER_VERSION} into {venv} (first use)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"vllm-router=={ROUTER_VERSION}"],
+                   check=True)
+    return exe
+
+
+def _wait_http(url: str, proc: ManagedProcess, timeout_sec: float, method: str = "GET", body: bytes | None = None) -> None:
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        if proc.returncode is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.returncode}:\n{proc.log_tail()}")
+        try:
+            req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{url} not 200 within {timeout_sec:g}s; {proc.name} log:\n{proc.log_tail()}")
+        time.sleep(0.2)
+
+
+class Backends:
+    def __init__(self, work: Path, dp: int, per_token_latency_sec: float) -> None:
+        self.work = work
+        self.dp = dp
+        self.per_token_latency_sec = per_token_latency_sec
+        self.procs: dict[str, ManagedProcess] = {}
+        self.engine_ports = free_ports(dp, ENGINE_HOST)
+        # Coordinator processes by target name → their event loop.
+        self.coordinators = {"motor-coordinator": "asyncio"}
+        if importlib.util.find_spec("uvloop") is not None:
+            self.coordinators["motor-coordinator+uvloop"] = "uvloop"
+        self.urls: dict[str, list[str]] = {"direct": self.engine_urls}
+
+    @property
+    def engine_urls(self) -> list[str]:
+        return [f"http://{ENGINE_HOST}:{p}" for p in self.engine_ports]
+
+    def start(self, with_router: bool) -> None:
+        ready = self.work / "engines.ready.json"
+        self.procs["engines"] = start_process(
+            [sys.executable, "-m", "motor.testing.fake_engine", "--group",
+             "--endpoints", ",".join(f"{ENGINE_HOST}:{p}" for p in self.engine_ports),
+             "--per-token-latency-sec", str(self.per_token_latency_sec), "--ready-file", str(ready)],
+            log_path=self.work / "engines.log", name="engines")
+        self.procs["engines"].wait_ready_file(ready, 60, required_keys=["ranks"])
+        for name, loop in self.coordinators.items():
+            cfg = self.work / f"{name}.config.json"
+            cfg.write_text(json.dumps({"server": {"host": HOST, "port": 0}, "http": {"host": HOST, "port": 0}}))
+            cready = self.work / f"{name}.ready.json"
+            coord = self.procs[name] = start_process(
+                [str(BIN / "motor-coordinator"), "--config", str(cfg), "--ready-file", str(cready), "--log-level",
+                 "INFO", "--event-loop", loop], log_path=self.work / f"{name}.log", name=name)
+            info = coord.wait_ready_file(cready, 60, required_keys=["grpc_port", "http_port"])
+            self.urls[name] = [f"http://{HOST}:{info['http_port']}"]
+            self._publish(info["grpc_port"])
+        if with_router:
+            exe = ensure_router()
+            port, metrics_port = free_port(HOST), free_port(HOST)
+            self.procs["vllm-router"] = start_process(
+                [str(exe), "--worker-urls", *self.engine_urls, "--policy", "round_robin", "--host", HOST,
+                 "--port", str(port), "--prometheus-port", str(metrics_port), "--prometheus-host", HOST],
+                log_path=self.work / "vllm-router.log", name="vllm-router")
+            self.urls["vllm-router"] = [f"http://{HOST}:{port}"]
+            body = json.dumps({"model": "motor-sim", "prompt": "warm", "max_tokens": 1}).encode()
+            _wait_http(f"{self.urls['vllm-router'][0]}/v1/completions", self.procs["vllm-router"], 120, "POST", body)
+
+    def _publish(self, grpc_port: int) -> None:
+        inst = common_pb2.Instance(id=1, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=self.dp)
+        for rank, port in enumerate(self.engine_ports):
+            inst.endpoints.add(id=rank, ip=ENGINE_HOST, business_port=port)
+        with grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel:
+            coordinator_pb2_grpc.CoordinatorStub(channel).Refresh(
+                coordinator_pb2.RefreshRequest(event=coordinator_pb2.REFRESH_EVENT_ADD, instances=[inst], revision=1),
+                timeout=10)
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop(grace_sec=5)
+
+
+# ---- the client (runs in a process of its own: python -m benchmarks.router --client ...) --------
+
+async def _client(urls: list[str], concurrency: int, duration_sec: float, warmup_sec: float, max_tokens: int) -> dict:
+    import aiohttp
+
+    results: list[tuple[float, float, float, bool]] = []  # start, first token, end, ok
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=60)
+    counter = 0
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        stop_at = time.perf_counter() + warmup_sec + duration_sec
+        measure_from = time.perf_counter() + warmup_sec
+
+        async def worker(n: int) -> None:
+            nonlocal counter
+            while time.perf_counter() < stop_at:
+                counter += 1
+                url = urls[counter % len(urls)]
+                body = {"model": "motor-sim", "prompt": f"stream {n} {counter}", "max_tokens": max_tokens,
+                        "stream": True}
+                t0 = time.perf_counter()
+                first = 0.0
+                ok = False
+                try:
+                    async with session.post(url + "/v1/completions", json=body) as resp:
+                        if resp.status == 200:
+                            async for line in resp.content:
+                                if not first and line.startswith(b"data: {"):
+                                    first = time.perf_counter()
+                                if line.startswith(b"data: [DONE]"):
+                                    ok = True
+                        else:
+                            await resp.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                t1 = time.perf_counter()
+                if t0 >= measure_from:
+                    results.append((t0, first or t1, t1, ok))
+
+        await asyncio.gather(*(worker(n) for n in range(concurrency)))
+    done = [r for r in results if r[3]]
+    window = (max(r[2] for r in done) - min(r[0] for r in done)) if done else float("nan")
+    return {"requests": len(results), "ok": len(done), "failed": len(results) - len(done),
+            "throughput_rps": len(done) / window if done else 0.0,
+            "latency_ms": [1000 * (r[2] - r[0]) for r in done], "ttft_ms": [1000 * (r[1] - r[0]) for r in done]}
+
+
+def run_client(urls: list[str], concurrency: int, duration_sec: float, warmup_sec: float, max_tokens: int,
+               work: Path) -> dict[str, Any]:
+    out = work / f"client-{random.getrandbits(32):08x}.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.router", "--client", json.dumps(urls), str(concurrency),
+                    str(duration_sec), str(warmup_sec), str(max_tokens), str(out)], check=True, cwd=ROOT)
+    doc = json.loads(out.read_text())
+    out.unlink()
+    return doc
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+def measure(backends: Backends, targets: list[str], concurrencies: list[int], repeats: int, duration_sec: float,
+            warmup_sec: float, max_tokens: int) -> dict[str, Any]:
+    urls = backends.urls
+    pids = {name: proc.pid for name, proc in backends.procs.items() if name != "engines"}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {t: {str(c): [] for c in concurrencies} for t in targets}
+    for rep in range(repeats):
+        for c in concurrencies:
+            order = targets[rep % len(targets):] + targets[:rep % len(targets)]
+            for target in order:
+                cpu0 = cpu_sec(pids[target]) if target in pids else 0.0
+                t0 = time.monotonic()
+                r = run_client(urls[target], c, duration_sec, warmup_sec, max_tokens, backends.work)
+                r["proxy_cpu_pct"] = (100 * (cpu_sec(pids[target]) - cpu0) / (time.monotonic() - t0)
+                                      if target in pids else 0.0)
+                raw[target][str(c)].append(r)
+                print(f"  repeat {rep + 1}/{repeats} {target:<24} {c:>3} streams: {r['throughput_rps']:7.1f} req/s, "
+                      f"p50 {pct(r['latency_ms'], 0.5):6.1f} ms, p99 {pct(r['latency_ms'], 0.99):6.1f} ms, "
+                      f"failed {r['failed']}", flush=True)
+    summary: dict[str, Any] = {}
+    for target in targets:
+        summary[target] = {}
+        for c in concurrencies:
+            runs = raw[target][str(c)]
+            summary[target][str(c)] = {
+                "throughput_rps": median(r["throughput_rps"] for r in runs),
+                "latency_p50_ms": median(pct(r["latency_ms"], 0.5) for r in runs),
+                "latency_p99_ms": median(pct(r["latency_ms"], 0.99) for r in runs),
+                "ttft_p50_ms": median(pct(r["ttft_ms"], 0.5) for r in runs),
+                "ttft_p99_ms": median(pct(r["ttft_ms"], 0.99) for r in runs),
+                "failed": sum(r["failed"] for r in runs),
+                "requests": sum(r["ok"] for r in runs),
+                "proxy_cpu_pct": median(r["proxy_cpu_pct"] for r in runs),
+            }
+    for target in targets:
+        for c in concurrencies:
+            row, base = summary[target][str(c)], summary["direct"][str(c)]
+            row["added_p50_ms"] = row["latency_p50_ms"] - base["latency_p50_ms"]
+            row["added_p99_ms"] = row["latency_p99_ms"] - base["latency_p99_ms"]
+            row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - base["ttft_p50_ms"]
+    return {"summary": summary, "raw": {t: {c: [{k: v for k, v in r.items() if not k.endswith("_ms")}
+                                                for r in runs] for c, runs in byc.items()} for t, byc in raw.items()}}
+
+
+def render(summary: dict[str, Any], concurrencies: list[int], max_tokens: int) -> str:
+    lines = ["", f"Streaming completions ({max_tokens} tokens) through each router; medians over repeats",
+             f"  {'target':<24} {'streams':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'TTFT p50':>9} "
+             f"{'added p50':>10} {'added p99':>10} {'proxy CPU %':>12} {'failed':>7}"]
+    for c in concurrencies:
+        for target, rows in summary.items():
+            r = rows[str(c)]
+            lines.append(f"  {target:<24} {c:>7} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} "
+                         f"{r['latency_p99_ms']:>8.2f} {r['ttft_p50_ms']:>9.2f} {r['added_p50_ms']:>10.2f} "
+                         f"{r['added_p99_ms']:>10.2f} {r['proxy_cpu_pct']:>12.0f} {r['failed']:>7}")
+    if "vllm-router" in summary:
+        for name in (t for t in summary if t.startswith("motor-coordinator")):
+            lines.append(f"  {name} against vllm-router (targets: throughput ≥ {TARGET_THROUGHPUT_RATIO:g}x at 16 "
+                         f"and 64 streams, added p50 ≤ {TARGET_ADDED_P50_RATIO:g}x):")
+            for c in concurrencies:
+                m, v = summary[name][str(c)], summary["vllm-router"][str(c)]
+                ratio = m["throughput_rps"] / v["throughput_rps"] if v["throughput_rps"] else float("nan")
+                added = m["added_p50_ms"] / v["added_p50_ms"] if v["added_p50_ms"] > 0 else float("nan")
+                lines.append(f"    {c:>3} streams: throughput {ratio:.2f}x, added p50 {m['added_p50_ms']:.2f} ms vs "
+                             f"{v['added_p50_ms']:.2f} ms ({added:.2f}x)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--client":
+        urls, c, d, w, mt, out = json.loads(argv[1]), int(argv[2]), float(argv[3]), float(argv[4]), int(argv[5]), argv[6]
+        Path(out).write_text(json.dumps(asyncio.run(_client(urls, c, d, w, mt))))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--duration-sec", type=float, default=8.0)
+    parser.add_argument("--warmup-sec", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--dp", type=int, default=4)
+    parser.add_argument("--per-token-latency-sec", type=float, default=0.001)
+    parser.add_argument("--no-router", action="store_true", help="skip vllm-router (Coordinator against direct only)")
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--json", type=Path, help="write every number here")
+    args = parser.parse_args(argv)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-router-"))
+    work.mkdir(parents=True, exist_ok=True)
+    concurrencies = [int(x) for x in args.concurrency.split(",")]
+    print(f"router benchmark: python {platform.python_version()}, {os.cpu_count()} CPUs; logs under {work}", flush=True)
+    started = time.monotonic()
+    backends = Backends(work, args.dp, args.per_token_latency_sec)
+    targets = ["direct", *backends.coordinators] + ([] if args.no_router else ["vllm-router"])
+    try:
+        backends.start(with_router=not args.no_router)
+        result = measure(backends, targets, concurrencies, args.repeats, args.duration_sec, args.warmup_sec,
+                         args.max_tokens)
+    finally:
+        backends.stop()
+    print(render(result["summary"], concurrencies, args.max_tokens))
+    print(f"\n(total run time {time.monotonic() - started:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps({**result, "argv": sys.argv[1:], "max_tokens": args.max_tokens,
+                                         "per_token_latency_sec": args.per_token_latency_sec}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    with exit_on_sigterm():
+        sys.exit(main())
