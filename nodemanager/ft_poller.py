@@ -119,6 +119,24 @@ def classify(entry: EngineStatusEntry) -> int:
     return HEALTHY_OBSERVATION
 
 
+_GOLDEN = 0.6180339887498949
+
+
+def poll_phase(endpoint_id: int) -> float:
+    """This rank's poll phase, a fraction of the period: ranks spread evenly over it (golden-ratio
+    sequence), on every pod alike, so a fault that every survivor shows at once (a failed collective)
+    is seen by the first of many staggered polls instead of one synchronised tick a period apart,
+    and an instance's reads never arrive in one burst (issue 19)."""
+    return (endpoint_id * _GOLDEN) % 1.0
+
+
+def next_phase_tick(after: float, interval_sec: float, phase: float) -> float:
+    """The first time later than `after` (the loop's monotonic clock, the same for every process of
+    the host) at `phase` of the period."""
+    tick = after - after % interval_sec + phase * interval_sec
+    return tick if tick > after else tick + interval_sec
+
+
 class EngineFtManager:
     def __init__(
         self,
@@ -179,6 +197,7 @@ class EngineFtManager:
     async def _loop(self, endpoint_id: int) -> None:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
+        first = True
         while True:
             try:
                 await self.poll_once(endpoint_id)
@@ -186,7 +205,11 @@ class EngineFtManager:
                 raise
             except Exception:  # noqa: BLE001 - a bug in one poll must not end polling
                 log.exception("instance=%d rank=%d FT status poll failed unexpectedly", self._instance, endpoint_id)
-            next_at += self._interval
+            if first:  # the first read at once, then on this rank's own phase of the period
+                next_at = next_phase_tick(next_at, self._interval, poll_phase(endpoint_id))
+                first = False
+            else:
+                next_at += self._interval
             now = loop.time()
             if next_at < now:  # overran (a hung engine): skip the missed ticks, keep the rate
                 next_at = now + self._interval - ((now - next_at) % self._interval)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -10,3 +11,17 @@ def shorten(value: Any, limit: int = 80) -> str:
     without echoing an arbitrarily large body."""
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Ranks as compact ranges, e.g. [0, 2-7, 9] (bounded log lines at any DP size)."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return "[" + ", ".join(out) + "]"

@@ -54,16 +54,18 @@ class FaultManager:
 
     def report_software(
         self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
-        diagnosing_at_sec: float = 0.0,
+        diagnosing_at_sec: float = 0.0, *, quiet: bool = False,
     ) -> str:
-        """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError."""
+        """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError.
+        `quiet`: logged at DEBUG (the snapshot puller logs one summary line per read instead)."""
         runtime = self.deps.runtimes.get(instance_id)
         evidence = self.intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
                                                self.deps.clock.wall(), self.deps.clock.monotonic(),
                                                diagnosing_at_sec)
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
-        log.info("instance=%d rank=%d evidence=%s detail=%s", instance_id, endpoint_id, kind, detail)
+        log.log(logging.DEBUG if quiet else logging.INFO, "instance=%d rank=%d evidence=%s detail=%s", instance_id,
+                endpoint_id, kind, detail)
         self.notify()
         return f"rank {endpoint_id} {evidence.health}"
 

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 
 from gen.motor.v1 import common_pb2
+from motor.common.text import rank_ranges
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
@@ -42,8 +43,8 @@ _HEALTH = {EvidenceKind.UNHEALTHY: Health.UNHEALTHY, EvidenceKind.DEAD: Health.D
 _PROBES_PER_INTERVAL = 4
 _FULL_EVERY = 5
 
-# (instance_id, endpoint_id, kind, detail, observed_at_sec) → what was done, as FaultManager.report_software.
-Report = Callable[[int, int, EvidenceKind, str, float], str]
+# (instance_id, endpoint_id, kind, detail, observed_at_sec, quiet=) → what was done, as FaultManager.report_software.
+Report = Callable[..., str]
 
 
 class SnapshotPuller:
@@ -145,23 +146,10 @@ class SnapshotPuller:
             known = evidence.get(entry.id)
             if kind is None or (known is not None and known.health is _HEALTH[kind]):
                 continue
-            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall)
+            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall, quiet=True)
             found.setdefault(str(kind), []).append(entry.id)
         if found:
             asked = sum(len(r) for r in targets.values())
             log.info("instance=%d snapshot pull of %d ranks: %s", instance_id, asked,
                      "; ".join(f"{kind} {rank_ranges(ranks)}" for kind, ranks in sorted(found.items())))
 
-
-def rank_ranges(ranks: list[int]) -> str:
-    """Ranks as compact ranges, e.g. [0, 2-7, 9] (bounded log lines at any DP size)."""
-    out: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return "[" + ", ".join(out) + "]"

@@ -820,3 +820,16 @@ async def test_one_nodemanager_fails_finalize_commit_while_the_other_committed()
     rt = core.runtimes.get(7)
     assert rt.phase is FtPhase.NORMAL and rt.dead_committed == frozenset()
     assert not cluster.retired.get("127.0.0.2:1") and coord.view == {7: [0, 1, 2, 3]}
+
+
+async def test_survivors_healthy_after_apply_are_not_read_again() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.engines[3].recover_after_polls = 3  # ranks 0 and 2 are healthy at the second poll, 3 later
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    after_apply = cluster.calls[max(i for i, c in enumerate(cluster.calls) if c[0] == "apply") + 1:]
+    reads = [r for c in after_apply if c[0] == "status" for r in c[2]]
+    assert reads.count(3) > reads.count(0) and reads.count(0) == reads.count(2) == 2, reads

@@ -97,6 +97,6 @@ async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank()
 
 
 def test_rank_ranges_are_compact() -> None:
-    from motor.controller.fault_tolerance.snapshot_pull import rank_ranges
+    from motor.common.text import rank_ranges
     assert rank_ranges([5, 0, 2, 3, 4, 7, 9, 8]) == "[0, 2-5, 7-9]"
     assert rank_ranges([]) == "[]"

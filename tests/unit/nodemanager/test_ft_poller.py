@@ -94,3 +94,15 @@ async def test_a_verdict_after_diagnosing_carries_when_diagnosing_was_first_seen
     first, recovered, second = reports
     assert 0 < first.diagnosing_observed_at_unix_sec <= first.observed_at_unix_sec
     assert recovered.kind == RECOVERED and second.diagnosing_observed_at_unix_sec == 0.0
+
+
+def test_poll_phases_spread_ranks_over_the_period_and_ticks_follow_them() -> None:
+    from nodemanager.ft_poller import next_phase_tick, poll_phase
+
+    phases = sorted(poll_phase(r) for r in range(8))
+    assert all(0.0 <= p < 1.0 for p in phases)
+    assert max(b - a for a, b in zip(phases, phases[1:], strict=False)) < 0.25, "no two neighbours a quarter apart"
+    assert next_phase_tick(10.2, 1.0, 0.5) == 10.5
+    assert next_phase_tick(10.7, 1.0, 0.5) == 11.5
+    assert next_phase_tick(10.5, 1.0, 0.5) == 11.5, "strictly later"
+    assert next_phase_tick(3.0, 2.0, 0.25) == 4.5

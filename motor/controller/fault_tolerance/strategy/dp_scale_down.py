@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from gen.motor.v1 import common_pb2
+from motor.common.text import rank_ranges
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.engine_states import (
     Verdict,
@@ -182,14 +183,14 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _query(self, plan: RoundPlan) -> dict[int, common_pb2.EngineFtStatus]:
-        entries = await self.calls.status(plan)
+    async def _query(self, plan: RoundPlan, skip: frozenset[int] = frozenset()) -> dict[int, common_pb2.EngineFtStatus]:
+        entries = await self.calls.status(plan, skip)
         self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
         for entry in entries:
             statuses[entry.id] = entry
             self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
-        missing = sorted(set(plan.routable_survivors) - set(statuses))
+        missing = sorted(set(plan.routable_survivors) - skip - set(statuses))
         if missing:
             raise RoundFailed(f"status has no entry for survivors {missing}")
         self.deps.changed(self.instance_id)
@@ -204,7 +205,7 @@ class DpScaleDownStrategy(Strategy):
         skew = max(sent.values()) - min(sent.values())
         self.txn.note("apply_skew", self.deps.clock.wall(), f"applies sent within {skew * 1000:.1f} ms",
                       skew_sec=skew, endpoint_ids=sorted(sent))
-        self._log(logging.INFO, "apply skew %.3fs over survivors %s", skew, sorted(sent))
+        self._log(logging.INFO, "apply skew %.3fs over survivors %s", skew, rank_ranges(list(sent)))
 
     async def _renew_guards_if_due(self) -> None:
         """Renews the guard every third of its lease while the round runs (issue 13: a round slower
@@ -230,22 +231,29 @@ class DpScaleDownStrategy(Strategy):
         return await self._poll(plan, apply_readiness, goal="apply-ready", on_wait=waiting)
 
     async def _await_recovered(self, plan: RoundPlan) -> None:
-        await self._poll(plan, recovery_state, goal="healthy after apply")
+        # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
+        # voted yes, so later polls read only the ones still rebuilding (issue 19: at DP=256 each
+        # full read is ~75 ms of NodeManager and engine work).
+        await self._poll(plan, recovery_state, goal="healthy after apply", done_stays_done=True)
 
     async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict], *, goal: str,
-                    on_wait: Callable[[list[int]], None] | None = None) -> RoundPlan:
+                    on_wait: Callable[[list[int]], None] | None = None, done_stays_done: bool = False) -> RoundPlan:
         """Polls the survivors until `judge` says every one is done (or ready), within the execution
         deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
         says so): each absorption removes a survivor, so the loop ends after at most len(survivors)
-        absorptions plus the polls that fit before the deadline."""
+        absorptions plus the polls that fit before the deadline. With `done_stays_done` a survivor
+        judged done is not read again."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
         polls = 0
+        done: set[int] = set()
         while True:
             self._check_stop()
             await self._renew_guards_if_due()
-            statuses = await self._query(plan)
+            statuses = await self._query(plan, frozenset(done))
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
+            if done_stays_done:
+                done.update(r for r, v in verdicts.items() if v is Verdict.DONE)
             # Only ranks not already removed: each absorption shrinks the survivors, which bounds the loop.
             dead = sorted(r for r, v in verdicts.items() if v is Verdict.DEAD and r not in self._round_dead)
             if dead:
@@ -279,7 +287,7 @@ class DpScaleDownStrategy(Strategy):
         runtime = deps.runtimes.get(self.instance_id)
         if deps.config.fault_tolerance_config.enable_dp_scale_up:
             await self._stop_emptied_pods(plan)
-        self.set_phase(FtPhase.SCALED_DOWN_RUNNING, f"alive={runtime.alive_dp_ranks}")
+        self.set_phase(FtPhase.SCALED_DOWN_RUNNING, f"alive={rank_ranges(runtime.alive_dp_ranks)}")
         await self._persist(must=False)
         await self.publish()
         await self.note_reinference()

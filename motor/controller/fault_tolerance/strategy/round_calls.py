@@ -77,20 +77,23 @@ class RoundCalls:
             {"lease_sec": lease_sec, "detail": "renew"},
         )) for a in addresses)
 
-    async def status(self, plan: RoundPlan) -> list[common_pb2.EngineFtStatus]:
+    async def status(self, plan: RoundPlan, skip: frozenset[int] = frozenset()) -> list[common_pb2.EngineFtStatus]:
+        """The status of every survivor of the plan but those in `skip`, one call per pod that has any."""
         calls = []
+        asked: dict[str, tuple[int, ...]] = {}
         for pod in plan.pods:
-            if not pod.status_targets:
+            targets = tuple(t for t in pod.status_targets if t not in skip)
+            if not targets:
                 continue
+            asked[pod.node_manager_address] = targets
             client = self._nodemanagers.get(pod.node_manager_address)
             calls.append((pod.node_manager_address, self._timed(
                 "status", pod.node_manager_address,
-                lambda c=client, ids=pod.status_targets: c.status(self._instance_id, self._request_id, ids),
-                {"endpoint_ids": list(pod.status_targets)},
+                lambda c=client, ids=targets: c.status(self._instance_id, self._request_id, ids),
+                {"endpoint_ids": list(targets)},
                 lambda entries: {"engine_statuses": list(entries)},
             )))
         by_pod = await self._gather(calls)
-        asked = {pod.node_manager_address: pod.status_targets for pod in plan.pods}
         for address, entries in by_pod.items():
             ids = [e.id for e in entries]
             # RFC §4.1 identity contract, checked here too: an entry we did not ask this pod for (or
