@@ -57,6 +57,8 @@ class SnapshotPuller:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.pulls = 0
         self.reads = 0  # rank statuses read, over every pull
+        # (instance, rank) → when a pull first saw the engine diagnosing, told with its verdict.
+        self._diagnosing: dict[tuple[int, int], float] = {}
 
     @property
     def interval_sec(self) -> float:
@@ -142,11 +144,16 @@ class SnapshotPuller:
         wall = self._deps.clock.wall()
         found: dict[str, list[int]] = {}
         for entry in (e for entries in answers for e in entries):
+            if entry.status == common_pb2.ENGINE_HEALTH_DIAGNOSING:
+                self._diagnosing.setdefault((instance_id, entry.id), wall)
+                continue
             kind = _KIND.get(entry.status)
             known = evidence.get(entry.id)
             if kind is None or (known is not None and known.health is _HEALTH[kind]):
                 continue
-            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall, quiet=True)
+            diagnosing_at = self._diagnosing.pop((instance_id, entry.id), 0.0)
+            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall,
+                         diagnosing_at, quiet=True)
             found.setdefault(str(kind), []).append(entry.id)
         if found:
             asked = sum(len(r) for r in targets.values())

@@ -100,3 +100,22 @@ def test_rank_ranges_are_compact() -> None:
     from motor.common.text import rank_ranges
     assert rank_ranges([5, 0, 2, 3, 4, 7, 9, 8]) == "[0, 2-5, 7-9]"
     assert rank_ranges([]) == "[]"
+
+
+async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, DIAGNOSING)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.faults.puller.pulls >= 2, "pulls while diagnosing")
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "verdicts pulled")
+    assert all(core.faults.evidence(7)[r].diagnosing_at_sec > 0 for r in (0, 2, 3))
+    await core.faults.close()
