@@ -32,8 +32,9 @@ from typing import Any
 import grpc
 import psutil
 
-from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
 from motor.common.process import ManagedProcess, start_process
+from motor.common.text import rank_ranges
 from motor.launch.shutdown import sigterm_deferred
 
 log = logging.getLogger(__name__)
@@ -313,6 +314,23 @@ class Fleet:
         self._post(f"{self.engine_url(iid, rank)}/fake/inject", {"fault": fault})
         return at
 
+    def runtimes_brief(self, iids: list[int]) -> dict[int, dict[str, Any]]:
+        """phase, alive_dp_ranks, serving_published, last_error of each instance, in one gRPC
+        GetFaultToleranceStatus (far lighter on the Controller than the JSON page: a benchmark that
+        polls must not be what it measures)."""
+        try:
+            with grpc.insecure_channel(self.controller_address) as channel:
+                resp = controller_pb2_grpc.ControllerStub(channel).GetFaultToleranceStatus(
+                    controller_pb2.GetFaultToleranceStatusRequest(instance_ids=iids), timeout=10)
+        except grpc.RpcError:
+            return {}
+        phase = controller_pb2.DESCRIPTOR.enum_types_by_name["FtPhase"]
+        return {r.instance_id: {"instance_id": r.instance_id, "alive_dp_ranks": list(r.alive_dp_ranks),
+                                "phase": phase.values_by_number[r.phase].name.removeprefix("FT_PHASE_"),
+                                "serving_published": r.serving_published,
+                                "last_error": r.last_error if r.HasField("last_error") else None}
+                for r in resp.instances}
+
     def wait_until(self, iids: list[int], predicate, timeout_sec: float, what: str,
                    poll_sec: float = 0.1) -> dict[int, dict[str, Any]]:
         deadline = time.monotonic() + timeout_sec
@@ -321,17 +339,17 @@ class Fleet:
         last: dict[int, Any] = {}
         while pending:
             self._check_alive()
+            brief = self.runtimes_brief(sorted(pending))
             for iid in sorted(pending):
-                rt = self.runtime(iid)
-                last[iid] = rt
+                rt = last[iid] = brief.get(iid)
                 if rt is not None and predicate(rt):
                     done[iid] = rt
                     pending.discard(iid)
             if not pending:
                 break
             if time.monotonic() >= deadline:
-                sample = {i: last.get(i) and {k: last[i].get(k) for k in ("phase", "alive_dp_ranks",
-                                                                           "serving_published", "last_error")}
+                sample = {i: last.get(i) and {**{k: last[i].get(k) for k in ("phase", "serving_published", "last_error")},
+                                              "alive_dp_ranks": rank_ranges(last[i]["alive_dp_ranks"])}
                           for i in sorted(pending)[:3]}
                 raise TimeoutError(f"{what} not reached within {timeout_sec:g}s for instances {sorted(pending)}: "
                                    f"{json.dumps(sample)}")

@@ -294,7 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-router-"))
     work.mkdir(parents=True, exist_ok=True)
     concurrencies = [int(x) for x in args.concurrency.split(",")]
-    print(f"router benchmark: python {platform.python_version()}, {os.cpu_count()} CPUs; logs under {work}", flush=True)
+    load0 = os.getloadavg()
+    print(f"router benchmark: python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load0[0]:.1f}; "
+          f"logs under {work}", flush=True)
     started = time.monotonic()
     backends = Backends(work, args.dp, args.per_token_latency_sec)
     targets = ["direct", *backends.coordinators] + ([] if args.no_router else ["vllm-router"])
@@ -305,10 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         backends.stop()
     print(render(result["summary"], concurrencies, args.max_tokens))
-    print(f"\n(total run time {time.monotonic() - started:.0f} s)")
+    load = os.getloadavg()
+    print(f"\n(total run time {time.monotonic() - started:.0f} s; load average at the start {load0[0]:.1f}, at the "
+          f"end {load[0]:.1f} on {os.cpu_count()} CPUs: other work on the machine shows here)")
     if args.json:
         args.json.write_text(json.dumps({**result, "argv": sys.argv[1:], "max_tokens": args.max_tokens,
-                                         "per_token_latency_sec": args.per_token_latency_sec}, indent=1))
+                                         "per_token_latency_sec": args.per_token_latency_sec,
+                                         "load_average": {"start": load0, "end": load}}, indent=1))
         print(f"wrote {args.json}")
     return 0
 

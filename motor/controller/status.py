@@ -150,6 +150,16 @@ class RuntimeBroadcaster:
             queue.put_nowait(instance_id)
 
 
+async def _render_off_loop(protos: list[Message], assemble: Callable[[list[dict[str, Any]]], dict[str, Any]]
+                           ) -> web.Response:
+    """JSON of messages the loop already copied, rendered in a worker thread: a page of thousands of
+    engine statuses (tens of ms) then holds the event loop only in GIL slices, so heartbeats and
+    rounds are not queued behind it (issue 19)."""
+    def render() -> str:
+        return json.dumps(assemble([message_json(p) for p in protos]))
+    return web.Response(text=await asyncio.to_thread(render), content_type="application/json")
+
+
 def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
                registry: CollectorRegistry | None = None, leadership=None) -> web.Application:
     """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N (and, given
@@ -177,15 +187,12 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
 
     async def status(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
-        runtimes = [message_json(runtime_proto(r)) for r in get_runtimes() if wanted is None or r.instance_id == wanted]
-        if wanted is not None and not runtimes:
+        protos = [runtime_proto(r) for r in get_runtimes() if wanted is None or r.instance_id == wanted]
+        if wanted is not None and not protos:
             raise _not_found(wanted)
-        body: dict[str, Any] = {"instances": runtimes}
-        if leadership is not None:
-            body["leadership"] = leadership()
-        if not scale_down_enabled:
-            body = {"phase": "DISABLED", **body}
-        return web.json_response(body)
+        head: dict[str, Any] = {"phase": "DISABLED"} if not scale_down_enabled else {}
+        tail: dict[str, Any] = {"leadership": leadership()} if leadership is not None else {}
+        return await _render_off_loop(protos, lambda docs: {**head, "instances": docs, **tail})
 
     async def timeline(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
@@ -193,8 +200,12 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
             raise web.HTTPBadRequest(text=json.dumps({"detail": "instance_id is required"}), content_type="application/json")
         if not any(r.instance_id == wanted for r in get_runtimes()):
             raise _not_found(wanted)
-        return web.json_response({"instance_id": wanted,
-                                  "transactions": [message_json(t.proto) for t in get_timeline(wanted)]})
+        protos = []
+        for t in get_timeline(wanted):  # copies: a running round goes on adding to its own
+            copy = type(t.proto)()
+            copy.CopyFrom(t.proto)
+            protos.append(copy)
+        return await _render_off_loop(protos, lambda docs: {"instance_id": wanted, "transactions": docs})
 
     # GET pages only: a request body has no use here.
     app = web.Application(client_max_size=STATUS_MAX_BODY_BYTES)
