@@ -8,6 +8,10 @@ within the deadline: a crashed or frozen leader) makes it try the next address. 
 the caller's deadline and every address is tried at most once per call (a named leader once
 more), so one call is bounded by (replicas + 1) deadlines.
 
+A replica that did not answer is skipped for a moment (`_DOWN_SEC`), even when a standby still
+names it (its lease has not expired yet), so calls do not bounce between a dead leader and the
+standby while the takeover runs.
+
 When every replica was tried and one of them answered as a standby, the call fails with
 `LeaderUnavailable`: an election or a takeover is under way and the caller should hold what it
 sends rather than count a lost attempt. Any other failure is the last `grpc.aio.AioRpcError`.
@@ -18,6 +22,7 @@ when another leader took over, which callers use to register again.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +37,8 @@ from motor.common.term_fence import term_of
 log = logging.getLogger(__name__)
 
 _FOLLOW_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# How long a replica that did not answer is left out of the next calls' choices.
+_DOWN_SEC = 2.0
 
 
 class LeaderUnavailable(Exception):
@@ -62,6 +69,8 @@ class LeaderFollowingClient:
         self.switches = 0
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        # Replicas that did not answer, until when they are left out (monotonic time).
+        self._down_until: dict[str, float] = {}
 
     def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
         # Opened lazily inside the running event loop.
@@ -71,10 +80,13 @@ class LeaderFollowingClient:
             stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(self._channels[address])
         return stub
 
+    def _usable(self, address: str, tried: set[str]) -> bool:
+        return address not in tried and self._down_until.get(address, 0.0) <= time.monotonic()
+
     def _next_untried(self, after: str, tried: set[str]) -> str | None:
         order = self.addresses[self.addresses.index(after) + 1:] + self.addresses if after in self.addresses \
             else self.addresses
-        return next((a for a in order if a not in tried), None)
+        return next((a for a in order if self._usable(a, tried)), None)
 
     def _switch(self, address: str, why: str) -> None:
         if address != self.address:
@@ -108,7 +120,9 @@ class LeaderFollowingClient:
                 hint = leader_hint(exc.trailing_metadata())
                 if hint is not None:
                     standby_said.append(f"{target} is a standby ({'leader ' + hint if hint else 'no leader known'})")
-                following = hint if hint and hint not in tried else None
+                else:
+                    self._down_until[target] = time.monotonic() + _DOWN_SEC
+                following = hint if hint and self._usable(hint, tried) else None
                 nxt = following or self._next_untried(target, tried)
                 if nxt is None:
                     break
@@ -116,6 +130,7 @@ class LeaderFollowingClient:
                              f"{target} answered {exc.code().name}: {exc.details()}")
                 target = nxt
                 continue
+            self._down_until.pop(target, None)
             term = term_of(await call.trailing_metadata())
             if term:
                 self._observe_term(term)

@@ -77,7 +77,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                 "this controller has no coordinator_address: it publishes nothing")
         ids = await self.core.publish_all()
         if ids is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
+            # ABORTED, not UNAVAILABLE: this replica leads; a caller must not look for another one.
+            await context.abort(grpc.StatusCode.ABORTED,
                                 f"the SET to the Coordinator at {self.core.pusher.target} failed; retry")
         return controller_pb2.RequestPublicationResponse(instance_ids=ids, term=self.core.leadership.term)
 
