@@ -72,7 +72,9 @@ class EventPusher:
 
     async def learn(self) -> dict[int, tuple[int, ...]]:
         """Takes what the Coordinator routes to now as published (a new leader, so that its first drain
-        withdraws exactly that view); PublishError when the Coordinator does not answer."""
+        withdraws exactly that view), and its revision as the floor of the next ones (the previous
+        leader's clock may have been ahead of this one's); PublishError when the Coordinator does not
+        answer."""
         if self._client is None:
             return {}
         async with self._lock:
@@ -82,6 +84,7 @@ class EventPusher:
                 raise PublishError(str(exc)) from None
             self._published = {p.instance.id: tuple(sorted(e.id for e in p.instance.endpoints))
                                for p in resp.instances}
+            self._revision = max(self._revision, resp.revision)
             return dict(self._published)
 
     def _next_revision(self) -> int:
