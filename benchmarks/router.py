@@ -12,7 +12,8 @@ completions (`stream: true`, --max-tokens tokens each) for --duration-sec after 
 * direct: the client spreads its requests over the engines itself (the baseline);
 * motor-coordinator: its serving view set by one Refresh ADD (what the Controller publishes), on
   asyncio's event loop, and again as motor-coordinator+uvloop (`--event-loop uvloop`), a second
-  process on the same engines, so the two loops are compared in one run;
+  process on the same engines, so the two loops are compared in one run, and once more with
+  re-inference off (motor-coordinator-no-migration: no stream tracking) to show what it costs;
 * vllm-router: `vllm-router --worker-urls <engines> --policy round_robin` (installed on first use into
   .tools/vllm-router-venv with pip; never in make test).
 
@@ -95,10 +96,13 @@ class Backends:
         self.per_token_latency_sec = per_token_latency_sec
         self.procs: dict[str, ManagedProcess] = {}
         self.engine_ports = free_ports(dp, ENGINE_HOST)
-        # Coordinator processes by target name → their event loop.
-        self.coordinators = {"motor-coordinator": "asyncio"}
+        # Coordinator processes by target name → (event loop, config).
+        base = {"server": {"host": HOST, "port": 0}, "http": {"host": HOST, "port": 0}}
+        self.coordinators: dict[str, tuple[str, dict[str, Any]]] = {"motor-coordinator": ("asyncio", base)}
         if importlib.util.find_spec("uvloop") is not None:
-            self.coordinators["motor-coordinator+uvloop"] = "uvloop"
+            self.coordinators["motor-coordinator+uvloop"] = ("uvloop", base)
+        # What re-inference's stream tracking (every event parsed, for a continuation) costs.
+        self.coordinators["motor-coordinator-no-migration"] = ("asyncio", {**base, "migration": {"enabled": False}})
         self.urls: dict[str, list[str]] = {"direct": self.engine_urls}
 
     @property
@@ -113,9 +117,9 @@ class Backends:
              "--per-token-latency-sec", str(self.per_token_latency_sec), "--ready-file", str(ready)],
             log_path=self.work / "engines.log", name="engines")
         self.procs["engines"].wait_ready_file(ready, 60, required_keys=["ranks"])
-        for name, loop in self.coordinators.items():
+        for name, (loop, config) in self.coordinators.items():
             cfg = self.work / f"{name}.config.json"
-            cfg.write_text(json.dumps({"server": {"host": HOST, "port": 0}, "http": {"host": HOST, "port": 0}}))
+            cfg.write_text(json.dumps(config))
             cready = self.work / f"{name}.ready.json"
             coord = self.procs[name] = start_process(
                 [str(BIN / "motor-coordinator"), "--config", str(cfg), "--ready-file", str(cready), "--log-level",
@@ -222,7 +226,7 @@ def measure(backends: Backends, targets: list[str], concurrencies: list[int], re
                 r["proxy_cpu_pct"] = (100 * (cpu_sec(pids[target]) - cpu0) / (time.monotonic() - t0)
                                       if target in pids else 0.0)
                 raw[target][str(c)].append(r)
-                print(f"  repeat {rep + 1}/{repeats} {target:<24} {c:>3} streams: {r['throughput_rps']:7.1f} req/s, "
+                print(f"  repeat {rep + 1}/{repeats} {target:<30} {c:>3} streams: {r['throughput_rps']:7.1f} req/s, "
                       f"p50 {pct(r['latency_ms'], 0.5):6.1f} ms, p99 {pct(r['latency_ms'], 0.99):6.1f} ms, "
                       f"failed {r['failed']}", flush=True)
     summary: dict[str, Any] = {}
@@ -252,12 +256,12 @@ def measure(backends: Backends, targets: list[str], concurrencies: list[int], re
 
 def render(summary: dict[str, Any], concurrencies: list[int], max_tokens: int) -> str:
     lines = ["", f"Streaming completions ({max_tokens} tokens) through each router; medians over repeats",
-             f"  {'target':<24} {'streams':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'TTFT p50':>9} "
+             f"  {'target':<30} {'streams':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'TTFT p50':>9} "
              f"{'added p50':>10} {'added p99':>10} {'proxy CPU %':>12} {'failed':>7}"]
     for c in concurrencies:
         for target, rows in summary.items():
             r = rows[str(c)]
-            lines.append(f"  {target:<24} {c:>7} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} "
+            lines.append(f"  {target:<30} {c:>7} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} "
                          f"{r['latency_p99_ms']:>8.2f} {r['ttft_p50_ms']:>9.2f} {r['added_p50_ms']:>10.2f} "
                          f"{r['added_p99_ms']:>10.2f} {r['proxy_cpu_pct']:>12.0f} {r['failed']:>7}")
     if "vllm-router" in summary:
