@@ -113,6 +113,8 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
             victim = n + 1
             before = len(fleet.timeline(1))
             mark = fleet.journal_length(1)
+            groups = _process_groups(fleet)
+            cpu0 = {k: sum(cpu_sec(p) for p in v) for k, v in groups.items()}
             fault_sec = fleet.inject(1, victim, "executor_death")
             alive.remove(victim)
             removed.add(victim)
@@ -122,8 +124,9 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
             if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
                                    f"{txn['outcome']}")
+            cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
             _, events = fleet.journal(1, mark)
-            r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed)}
+            r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed), "cpu_ms": cpu}
             out.append(r)
             print(f"  DP={dp:<4} round {n + 1:>2}/{rounds} rank {victim:>2}: fault→published "
                   f"{1000 * r['fault_to_published_sec']:7.1f} ms, Controller-added {1000 * r['controller_added_sec']:6.1f} ms "
@@ -220,7 +223,7 @@ class Probes:
 
 
 def _process_groups(fleet: Fleet) -> dict[str, list[int]]:
-    return {"controller": [fleet.controller.pid], "nodemanager hosts": [p.pid for p in fleet.nm_procs],  # type: ignore[union-attr]
+    return {"controller": [fleet.controller.pid], "nodemanagers": [p.pid for p in fleet.nm_procs],  # type: ignore[union-attr]
             "fake engines": [p.pid for p in fleet.engines.values()], "coordinator": [fleet.coordinator.pid]}  # type: ignore[union-attr]
 
 
@@ -228,7 +231,7 @@ def measure_steady(fleet: Fleet, window_sec: float, warmup_sec: float) -> dict[s
     time.sleep(warmup_sec)
     pid = fleet.controller.pid  # type: ignore[union-attr]
     proc = psutil.Process(pid)
-    others = {"nodemanager hosts": [p.pid for p in fleet.nm_procs], "fake engines": [p.pid for p in fleet.engines.values()],
+    others = {"nodemanagers": [p.pid for p in fleet.nm_procs], "fake engines": [p.pid for p in fleet.engines.values()],
               "coordinator": [fleet.coordinator.pid]}  # type: ignore[union-attr]
     cpu0, others0, logs0, t0 = cpu_sec(pid), {k: sum(cpu_sec(p) for p in v) for k, v in others.items()}, \
         fleet.log_bytes(), time.monotonic()
@@ -371,6 +374,11 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
         cell2 = _cell(row, "{:.1f}")
         lines.append(f"  {d['dp']:>4} {cell2('snapshot_to_decision_sec', 23)} {cell2('decision_to_last_checkin_sec', 23)} "
                      f"{cell2('healthy_to_published_sec', 18)} {cell2('controller_call_critical_path_sec', 19)}")
+    lines.append("  CPU per round, fault to published (ms, median; the NodeManagers' and engines' share is what a real "
+                 "fleet spreads over its hosts):")
+    for d in dps:
+        groups = list(d["rounds"][0]["cpu_ms"])
+        lines.append(f"  {d['dp']:>4} " + ", ".join(f"{g} {median(r['cpu_ms'][g] for r in d['rounds']):.0f}" for g in groups))
     if "growth_p95" in s:
         lines.append(f"  growth of Controller-added from DP={dps[0]['dp']} to DP={dps[-1]['dp']}: p95 "
                      f"{s['growth_p95']:.2f}x, median {s['growth_median']:.2f}x (target ≤ {TARGET_GROWTH:g}x)")
