@@ -332,10 +332,10 @@ class ControllerConfig(_Model):
     # the cap, at most this many attempts in all; then the instance waits (RECONFIGURING, last_error
     # says so) until one of its pods registers again.
     reconfiguration_max_attempts: Annotated[int, Field(ge=1, le=1000)] = 5
+    reconfiguration_max_backoff_sec: PositiveSec = 300.0
     # While an instance has fault evidence but no complete snapshot, the Controller reads every
     # active rank's status itself this often (not waiting for the NodeManagers' 1 Hz polls); 0: off.
     snapshot_pull_interval_sec: Annotated[float, Field(ge=0.0, le=10.0)] = 0.2
-    reconfiguration_max_backoff_sec: PositiveSec = 300.0
 
     @field_validator("coordinator_address")
     @classmethod

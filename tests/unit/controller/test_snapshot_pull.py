@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import DEAD, UNHEALTHY, assemble, make_config, make_core, two_pods
+from controller_fakes import DEAD, UNHEALTHY, assemble, make_core, two_pods
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 
 DIAGNOSING = 4
+
+
+async def pulling_core(interval_sec: float):
+    """Two pods, assembled, with snapshot pulls every `interval_sec`."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": interval_sec})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    return cluster, core
 
 
 async def wait_for(predicate, what: str, bound_sec: float = 60.0) -> None:
@@ -24,11 +34,7 @@ async def wait_for(predicate, what: str, bound_sec: float = 60.0) -> None:
 
 
 async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
-    cluster = two_pods()
-    core, _ = make_core(cluster, config=make_config())
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, core = await pulling_core(0.01)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
     await core.faults.evaluate_all()  # incomplete: waits, and starts pulling
@@ -40,11 +46,7 @@ async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
 
 
 async def test_diagnosing_and_healthy_answers_are_no_news_and_pulls_stop_with_the_window() -> None:
-    cluster = two_pods()
-    core, _ = make_core(cluster)
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, core = await pulling_core(0.01)
     cluster.set(1, DEAD)
     cluster.set(2, DIAGNOSING)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
@@ -61,11 +63,7 @@ async def test_diagnosing_and_healthy_answers_are_no_news_and_pulls_stop_with_th
 
 
 async def test_pulls_are_off_with_interval_zero() -> None:
-    cluster = two_pods()
-    core, _ = make_core(cluster)
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.0})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, core = await pulling_core(0.0)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
     await core.faults.evaluate_all()
     await asyncio.sleep(0.05)
@@ -73,11 +71,7 @@ async def test_pulls_are_off_with_interval_zero() -> None:
 
 
 async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank() -> None:
-    cluster = two_pods()
-    core, _ = make_core(cluster)
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.02})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, core = await pulling_core(0.02)
     cluster.set(1, DEAD)
     for r in (0, 2, 3):
         cluster.set(r, DIAGNOSING)
@@ -103,11 +97,7 @@ def test_rank_ranges_are_compact() -> None:
 
 
 async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing() -> None:
-    cluster = two_pods()
-    core, _ = make_core(cluster)
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, core = await pulling_core(0.01)
     cluster.set(1, DEAD)
     for r in (0, 2, 3):
         cluster.set(r, DIAGNOSING)
