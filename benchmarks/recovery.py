@@ -310,10 +310,10 @@ def summarize(scale: dict[str, list[dict[str, Any]]], reconf: dict[str, list[dic
     labels = list(scale)
     trials = ", ".join(f"{len(r)}" for r in scale.values())
     lines = ["", f"DP scale-down stage latencies, executor death of rank 1 at DP=4 ({trials} trials; ms, median / p95)",
-             f"  {'stage':<44}" + "".join(f"{'diagnosing ' + label + ' s':>24}" for label in labels)]
+             f"  {'stage':<62}" + "".join(f"{'diagnosing ' + label + ' s':>24}" for label in labels)]
     for a, b in (*STAGES, ("fault", "published")):
         name = "fault -> published (total)" if (a, b) == ("fault", "published") else f"{a} -> {b}"
-        lines.append(f"  {name:<44}" + "".join(f"{_ms(scale[label], a, b):>13.1f} / {_ms(scale[label], a, b, 0.95):>8.1f}"
+        lines.append(f"  {name:<62}" + "".join(f"{_ms(scale[label], a, b):>13.1f} / {_ms(scale[label], a, b, 0.95):>8.1f}"
                                                 for label in labels))
     lines.append("  where the time goes (median / p95 ms):")
     split = {
@@ -328,7 +328,7 @@ def summarize(scale: dict[str, list[dict[str, Any]]], reconf: dict[str, list[dic
         for label in labels:
             values = [1000 * fn(r) for r in scale[label]]
             cells.append(f"{statistics.median(values):>13.1f} / {_pct(values, 0.95):>8.1f}")
-        lines.append(f"    {name:<42}" + "".join(cells))
+        lines.append(f"    {name:<60}" + "".join(cells))
     lines.append(f"  (engine-bound: {ENGINE_TIMEOUTS}; the Controller cannot decide before the engines do)")
     for label in labels:
         med = _ms(scale[label], "fault", "published") / 1000
