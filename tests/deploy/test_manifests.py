@@ -159,10 +159,13 @@ def test_etcd_members(kustomization: str, members: int) -> None:
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
-def test_one_controller_until_leader_election(kustomization: str) -> None:
+def test_two_controllers_elect_a_leader_and_advertise_their_pod_ip(kustomization: str) -> None:
     controller = find(render(kustomization), "Deployment", "motor-controller")
-    assert controller["spec"]["replicas"] == 1 and controller["spec"]["strategy"]["type"] == "Recreate"
-    assert "leader election" in (K8S / "base/controller.yaml").read_text()
+    assert controller["spec"]["replicas"] == 2
+    container = controller["spec"]["template"]["spec"]["containers"][0]
+    assert "leader_election.advertise_address=$(POD_IP):50051" in container["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert env["POD_IP"] == "status.podIP" and env["POD_NAME"] == "metadata.name"
 
 
 # -- containers: probes, requests, security, scraping -------------------------------------------
