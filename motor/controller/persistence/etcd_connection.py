@@ -83,6 +83,8 @@ class EtcdConnection:
         # Failed clients still closing (after a grace for calls running on them).
         self._retiring: dict[asyncio.Task[None], aetcd.Client] = {}
         self._closed = False
+        # Calls between their start and their outcome (tests wait on it instead of on time).
+        self.in_flight = 0
 
     @property
     def timeout_sec(self) -> float:
@@ -165,6 +167,7 @@ class EtcdConnection:
             client, endpoint = await self._connect(deadline, key)
             return await op(client)
 
+        self.in_flight += 1
         try:
             return await asyncio.wait_for(run(), self._timeout_sec)
         except StoreError:
@@ -191,6 +194,8 @@ class EtcdConnection:
             # while the call ran) as CancelledError, which must not pass for a cancellation.
             raise StoreError(f"{what} of key {key!r} at etcd {endpoint}: connection closed during the call"
                              f"{unknown}") from None
+        finally:
+            self.in_flight -= 1
 
     async def watch_once(self, what: str, key: bytes, *, start_revision: int, wait_sec: float) -> object | None:
         """The first change of `key` at or after `start_revision` (an aetcd Event), or None when none
