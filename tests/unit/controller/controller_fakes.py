@@ -4,6 +4,7 @@ so the strategy and FaultManager logic can be exercised with a manual clock. The
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,6 +62,8 @@ class FakeCluster:
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
     status_polls: int = 0
+    # (wait_while, settle_sec) of every status call: the long poll the round asked for.
+    status_settles: list[tuple[frozenset[tuple[int, int]], float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -103,9 +106,11 @@ class FakeNodeManagerClient:
             if holder == request_id else now + lease_sec
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
-    async def status(self, instance_id, request_id, endpoint_ids):
+    async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0):
+        # Answers at once, as a NodeManager that does not long-poll: the round's own backoff paces it.
         c = self.cluster
         c.status_polls += 1
+        c.status_settles.append((frozenset(wait_while), settle_sec))
         if c.on_status is not None:
             c.on_status(c.status_polls)
         c.calls.append(("status", self.address, tuple(endpoint_ids)))
@@ -298,3 +303,12 @@ def heartbeat_all(core: ControllerCore, cluster: FakeCluster, instance_id: int =
         alive = [r for r in ranks if r not in committed and r not in dead]
         core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip=address.split(":")[0], instance_id=instance_id,
                                                        alive_endpoint_ids=alive, seq=seq))
+
+
+async def settle(core: ControllerCore, instance_id: int = 7) -> None:
+    """Lets the running strategy of the instance end (bounded by loop turns, not time)."""
+    for _ in range(300):
+        if core.faults.running(instance_id) is None:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("strategy still running")

@@ -3,9 +3,7 @@ the runtime broadcasts, so they agree with the timeline page; valid exposition f
 
 from __future__ import annotations
 
-import asyncio
-
-from controller_fakes import FakeCoordinator, assemble, make_core, two_pods
+from controller_fakes import FakeCoordinator, assemble, make_core, settle, two_pods
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,14 +25,6 @@ def report(core, rank: int, kind: int) -> None:
         pod_ip="127.0.0.2", instance_id=7, endpoint_id=rank, kind=kind, evidence="test",
         observed_at_unix_sec=core.clock.wall()), EvidenceKind(controller_pb2.SoftwareFaultKind.Name(kind)
                                                               .removeprefix("SOFTWARE_FAULT_KIND_")))
-
-
-async def settle(core) -> None:
-    for _ in range(300):
-        if core.faults.running(7) is None:
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("strategy still running")
 
 
 async def scale_down_rank1(core, cluster, clock) -> None:

@@ -12,6 +12,7 @@ from controller_fakes import (
     heartbeat_all,
     make_config,
     make_core,
+    settle,
     two_pods,
 )
 
@@ -29,12 +30,14 @@ def card(node: str, npu: str, level: int = L5, code: str = "80E18402", t: float 
                          source="test")
 
 
-async def settle(core) -> None:
-    for _ in range(300):
-        if core.faults.running(7) is None:
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("strategy still running")
+async def reconfiguration_cause(core) -> int:
+    """Evaluates, lets the strategy end; the last transaction is a whole-instance reconfiguration:
+    its decision's fallback cause."""
+    await core.faults.evaluate_all()
+    await settle(core)
+    txn = core.timelines.transactions(7)[-1]
+    assert txn.strategy == "instance_reconfiguration"
+    return next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION).fallback_cause
 
 
 def report_complete_snapshot(core, dead: set[int]) -> None:
@@ -77,14 +80,9 @@ async def test_hardware_first_without_ft_perception_reconfigures_after_the_windo
     assert core.faults.running(7) is None
     clock.advance(1.0)
     heartbeat_all(core, cluster)
-    await core.faults.evaluate_all()
-    await settle(core)
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
     names = [c[0] for c in cluster.calls]
     assert "apply" not in names and names.count("start_engines") == 2
-    txn = core.timelines.transactions(7)[-1]
-    assert txn.strategy == "instance_reconfiguration"
-    decision = next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION)
-    assert decision.fallback_cause == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
 
 
 async def test_snapshot_without_the_hardware_rank_is_not_a_match() -> None:
@@ -227,12 +225,7 @@ async def test_hardware_first_then_all_unhealthy_waits_for_the_collection_timeou
     assert core.faults.running(7) is None and not core.timelines.transactions(7)
     clock.advance(core.config.fault_tolerance_config.software_status_collection_timeout_sec)
     heartbeat_all(core, cluster)
-    await core.faults.evaluate_all()
-    await settle(core)
-    txn = core.timelines.transactions(7)[-1]
-    assert txn.strategy == "instance_reconfiguration"
-    decision = next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION)
-    assert decision.fallback_cause == controller_pb2.FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT
 
 
 async def test_hardware_first_then_incomplete_snapshot_with_its_dead_waits_for_the_survivors() -> None:
