@@ -33,12 +33,18 @@ def test_policy_one_canary_at_a_time_never_the_same_survivor_twice() -> None:
     assert next_candidates(with_evidence={1}, probed=[], **{**base, "routable": {1, 3}}) == [3], "headless skipped"
 
 
-async def test_dead_rank_with_healthy_survivors_gets_a_canary_then_scales_down() -> None:
+async def probing_core():
+    """An assembled two-pod instance with the idle-fault probe on and fast snapshot pulls."""
     cluster, coordinator = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, config=make_config(idle_fault_probe=True), coordinator=coordinator)
     core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
     core.deps.config = core.config
     await assemble(core, cluster)
+    return cluster, coordinator, core
+
+
+async def test_dead_rank_with_healthy_survivors_gets_a_canary_then_scales_down() -> None:
+    cluster, coordinator, core = await probing_core()
     answered: list[int] = []
 
     def canary(instance_id: int, endpoint_ids: list[int]) -> coordinator_pb2.SendCanaryResponse:
@@ -101,11 +107,7 @@ async def test_off_by_default_and_a_served_canary_stops_probing() -> None:
 
 
 async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_are_recorded() -> None:
-    cluster, coordinator = two_pods(), FakeCoordinator()
-    core, _ = make_core(cluster, config=make_config(idle_fault_probe=True), coordinator=coordinator)
-    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
-    core.deps.config = core.config
-    await assemble(core, cluster)
+    cluster, coordinator, core = await probing_core()
 
     def canary(instance_id: int, endpoint_ids: list[int]) -> coordinator_pb2.SendCanaryResponse:
         # Rank 0 (the store master) is dead: only the canaried survivor notices.

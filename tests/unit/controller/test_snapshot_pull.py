@@ -62,6 +62,17 @@ async def test_diagnosing_and_healthy_answers_are_no_news_and_pulls_stop_with_th
     await core.faults.close()
 
 
+async def rank1_dead_survivors_diagnosing(interval_sec: float):
+    """Rank 1 reported DEAD (evidence), ranks 0, 2 and 3 diagnosing; evaluated once."""
+    cluster, core = await pulling_core(interval_sec)
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, DIAGNOSING)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    await core.faults.evaluate_all()
+    return cluster, core
+
+
 async def test_pulls_are_off_with_interval_zero() -> None:
     cluster, core = await pulling_core(0.0)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
@@ -71,12 +82,7 @@ async def test_pulls_are_off_with_interval_zero() -> None:
 
 
 async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank() -> None:
-    cluster, core = await pulling_core(0.02)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, DIAGNOSING)
-    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
-    await core.faults.evaluate_all()
+    cluster, core = await rank1_dead_survivors_diagnosing(0.02)
     await wait_for(lambda: core.faults.puller.pulls >= 6, "a full read and probes")
     reads = [ids for _, _, ids in cluster.named("status")]
     assert all(1 not in ids for ids in reads), "the rank with DEAD evidence is never read"
@@ -97,12 +103,7 @@ def test_rank_ranges_are_compact() -> None:
 
 
 async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing() -> None:
-    cluster, core = await pulling_core(0.01)
-    cluster.set(1, DEAD)
-    for r in (0, 2, 3):
-        cluster.set(r, DIAGNOSING)
-    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
-    await core.faults.evaluate_all()
+    cluster, core = await rank1_dead_survivors_diagnosing(0.01)
     await wait_for(lambda: core.faults.puller.pulls >= 2, "pulls while diagnosing")
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
