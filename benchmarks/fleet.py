@@ -30,16 +30,16 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import psutil
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
-from motor.common.process import ManagedProcess, start_process
+from motor.common.config import set_dotted
+from motor.common.process import ManagedProcess, signal_group, start_process
 from motor.common.text import rank_ranges
+from motor.launch.cluster import descendant_pids, spawn_service
 from motor.launch.shutdown import sigterm_deferred
 
 log = logging.getLogger(__name__)
 
-BIN = Path(sys.executable).parent
 ENGINE_PORT_BASE = 18000
 STORE_PORT_BASE = 21000
 
@@ -80,14 +80,6 @@ class FleetSpec:
         return self.pod_ip(instance_id, self.pod_of(rank)), ENGINE_PORT_BASE + rank % self.ranks_per_pod
 
 
-def _set_dotted(cfg: dict[str, Any], key: str, value: Any) -> None:
-    node = cfg
-    *parents, last = key.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-
-
 @dataclass
 class NodeManagerRef:
     instance_id: int
@@ -114,12 +106,7 @@ class Fleet:
     # ---- start -----------------------------------------------------------------------------------
     def _service(self, name: str, script: str, config: dict[str, Any], keys: list[str],
                  timeout_sec: float = 60.0) -> tuple[ManagedProcess, dict[str, Any]]:
-        cfg_path = self.run_dir / f"{name}.config.json"
-        cfg_path.write_text(json.dumps(config, indent=1))
-        ready = self.run_dir / f"{name}.ready.json"
-        ready.unlink(missing_ok=True)
-        proc = start_process([str(BIN / script), "--config", str(cfg_path), "--ready-file", str(ready),
-                              "--log-level", self.spec.log_level], log_path=self.run_dir / f"{name}.log", name=name)
+        proc, _, ready = spawn_service(self.run_dir, name, script, config, ["--log-level", self.spec.log_level])
         return proc, proc.wait_ready_file(ready, timeout_sec, required_keys=keys)
 
     def start(self, ready_timeout_sec: float = 300.0) -> Fleet:
@@ -145,7 +132,7 @@ class Fleet:
             "heartbeat_interval_sec": spec.heartbeat_interval_sec,
         }
         for key, value in spec.controller_overrides.items():
-            _set_dotted(ctl, key, value)
+            set_dotted(ctl, key, value)
         self.controller, self.controller_info = self._service("controller", "motor-controller", ctl,
                                                               ["grpc_port", "http_port"])
         for iid in spec.instance_ids():
@@ -208,13 +195,8 @@ class Fleet:
     def _start_nm_processes(self, configs: list[dict[str, Any]], timeout_sec: float) -> None:
         pending = []
         for cfg in configs:
-            name = f"nodemanager-{cfg['pod_ip']}"
-            cfg_path = self.run_dir / f"{name}.config.json"
-            cfg_path.write_text(json.dumps(cfg, indent=1))
-            ready = self.run_dir / f"{name}.ready.json"
-            ready.unlink(missing_ok=True)
-            proc = start_process([str(BIN / "motor-nodemanager"), "--config", str(cfg_path), "--ready-file", str(ready),
-                                  "--log-level", self.spec.log_level], log_path=self.run_dir / f"{name}.log", name=name)
+            proc, _, ready = spawn_service(self.run_dir, f"nodemanager-{cfg['pod_ip']}", "motor-nodemanager", cfg,
+                                           ["--log-level", self.spec.log_level])
             self.nm_procs.append(proc)
             pending.append((cfg, proc, ready))
         for cfg, proc, ready in pending:
@@ -374,10 +356,7 @@ class Fleet:
 
     def _collect_descendants(self) -> None:
         for proc in self.nm_procs:
-            try:
-                self._descendants.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-            except psutil.Error:
-                pass
+            self._descendants.update(descendant_pids(proc.pid))
 
     def log_bytes(self) -> dict[str, int]:
         """Bytes in each service's log now (the Controller, the Coordinator, NodeManagers summed)."""
@@ -394,20 +373,14 @@ class Fleet:
         with sigterm_deferred():
             self._collect_descendants()
             for proc in self.processes():  # every process starts stopping at once; then each is waited for
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                signal_group(proc.pid, signal.SIGTERM)
             for proc in reversed(self.processes()):
                 try:
                     proc.stop(grace_sec=15)
                 except Exception as exc:  # noqa: BLE001 - tear the rest down
                     log.warning("stopping %s failed: %s", proc.name, exc)
             for pid in sorted(self._descendants):
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                signal_group(pid, signal.SIGKILL)
 
     def __enter__(self) -> Fleet:
         return self.start()

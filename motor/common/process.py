@@ -132,7 +132,8 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """``sig`` to process group ``pgid``; a group that is gone (or not ours) is left alone."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -156,18 +157,20 @@ def stop_process_group(pid: int, *, grace_sec: float = 5.0, popen: subprocess.Po
         members = _group_members(pid)
         return members is not None and pid not in members
 
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_sec
-    while time.monotonic() < deadline:
-        if leader_gone() and not group_alive(pid):
-            return
-        time.sleep(_POLL_SEC)
-    _signal_group(pid, signal.SIGKILL)
-    deadline = time.monotonic() + _KILL_WAIT_SEC
-    while time.monotonic() < deadline:
-        if leader_gone() and not group_alive(pid):
-            return
-        time.sleep(_POLL_SEC)
+    def gone_within(sec: float) -> bool:
+        deadline = time.monotonic() + sec
+        while time.monotonic() < deadline:
+            if leader_gone() and not group_alive(pid):
+                return True
+            time.sleep(_POLL_SEC)
+        return False
+
+    signal_group(pid, signal.SIGTERM)
+    if gone_within(grace_sec):
+        return
+    signal_group(pid, signal.SIGKILL)
+    if gone_within(_KILL_WAIT_SEC):
+        return
     raise ProcessError(f"process group {pid} still alive {_KILL_WAIT_SEC:g}s after SIGKILL")
 
 
@@ -286,7 +289,7 @@ class ManagedProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole group now (a crash, as seen from outside)."""
-        _signal_group(self.pid, signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
         self.wait_exit(_KILL_WAIT_SEC)
 
 

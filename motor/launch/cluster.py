@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from motor.common.config import ClientTlsConfig, set_dotted
 from motor.common.grpc_server import open_sync_channel
 from motor.common.pki import ETCD, DevPki, create_dev_pki
 from motor.common.ports import free_port, port_free
-from motor.common.process import ManagedProcess, start_process
+from motor.common.process import ManagedProcess, signal_group, start_process
 from motor.common.security import Role, http_client_context
 from motor.launch.etcd import EtcdServer, EtcdTls, start_etcd
 from motor.launch.load import LoadGenerator
@@ -138,6 +139,37 @@ def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
     raise RuntimeError(f"no block of {dp_size} free ports below 32768 on {ip} after {attempts} tries")
 
 
+def spawn_service(run_dir: Path, name: str, script: str, config: dict[str, Any],
+                  extra_args: Sequence[str] = ()) -> tuple[ManagedProcess, Path, Path]:
+    """Starts the Motor service `script` on <name>.config.json (written from `config`), logging to
+    <name>.log; returns (process, config path, ready file). The ready file is removed first, so one
+    left by an earlier run is never taken for this process's."""
+    config_path = run_dir / f"{name}.config.json"
+    config_path.write_text(json.dumps(config, indent=2))
+    ready = run_dir / f"{name}.ready.json"
+    ready.unlink(missing_ok=True)
+    argv = [str(BIN / script), "--config", str(config_path), "--ready-file", str(ready), *extra_args]
+    return start_process(argv, log_path=run_dir / f"{name}.log", name=name), config_path, ready
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Every process below `pid` (the engines a NodeManager started, and theirs); [] once it is gone."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _sigkill_engine(pid: int) -> None:
+    # An engine leads its own process group, the processes it forked do not: the group takes the
+    # former with everything in it, the pid the latter.
+    signal_group(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class LocalCluster:
     def __init__(self, spec: ClusterSpec, run_dir: Path) -> None:
         self.spec = spec
@@ -194,15 +226,29 @@ class LocalCluster:
 
     def _start_service(self, name: str, script: str, config: dict[str, Any], ready_keys: list[str],
                        timeout_sec: float = 60.0) -> ServiceProc:
-        config_path = self.run_dir / f"{name}.config.json"
-        config_path.write_text(json.dumps(config, indent=2))
-        ready = self.run_dir / f"{name}.ready.json"
-        ready.unlink(missing_ok=True)
-        argv = [str(BIN / script), "--config", str(config_path), "--ready-file", str(ready)]
-        proc = start_process(argv, log_path=self.run_dir / f"{name}.log", name=name)
+        proc, config_path, ready = spawn_service(self.run_dir, name, script, config)
         info = proc.wait_ready_file(ready, timeout_sec, required_keys=ready_keys)
         log.info("%s ready: %s", name, info)
-        return ServiceProc(name, proc, info, config_path, argv)
+        return ServiceProc(name, proc, info, config_path, proc.argv)
+
+    def _relaunch(self, svc: ServiceProc, timeout_sec: float, ports: dict[str, str],
+                  **settings: Any) -> ServiceProc:
+        """Stops `svc` and runs its command line again on its own ports (`ports`: config section →
+        ready-file key of the port it bound), with top-level `settings` changed; the new ServiceProc.
+
+        Peers know a service by address, so it keeps its ports; its argv is reused as it is (a
+        subclass may have started it another way than `spawn_service`)."""
+        svc.proc.stop(grace_sec=5)
+        ready = self.run_dir / f"{svc.name}.ready.json"
+        ready.unlink(missing_ok=True)
+        cfg = json.loads(svc.config_path.read_text())
+        for section, key in ports.items():
+            cfg[section]["port"] = svc.info[key]
+        cfg.update(settings)
+        svc.config_path.write_text(json.dumps(cfg, indent=2))
+        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
+        info = proc.wait_ready_file(ready, timeout_sec, required_keys=list(ports.values()))
+        return ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
 
     def start(self, ready_timeout_sec: float = 180.0) -> LocalCluster:
         """Starts every process and waits until the instance serves; once per LocalCluster (a second
@@ -509,11 +555,7 @@ class LocalCluster:
 
     def _collect_engine_pids(self) -> None:
         for svc in self.nodemanagers.values():
-            try:
-                for child in psutil.Process(svc.proc.pid).children(recursive=True):
-                    self._engine_pids.add(child.pid)
-            except psutil.Error:
-                pass
+            self._engine_pids.update(descendant_pids(svc.proc.pid))
 
     # ---- act ---------------------------------------------------------------------------------
 
@@ -550,52 +592,25 @@ class LocalCluster:
         assert svc is not None
         index = self.controllers.index(svc)
         self.thaw_controller(svc)
-        svc.proc.stop(grace_sec=5)
-        ready = self.run_dir / f"{svc.name}.ready.json"
-        ready.unlink(missing_ok=True)
-        # Same config and ports would race the old socket; the NodeManagers know the controller by
-        # address, so the restarted one keeps it.
-        cfg = json.loads(svc.config_path.read_text())
-        cfg["server"]["port"] = svc.info["grpc_port"]
-        cfg["status_http"]["port"] = svc.info["http_port"]
-        svc.config_path.write_text(json.dumps(cfg, indent=2))
-        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
-        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "http_port"])
-        self.controllers[index] = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        self.controllers[index] = self._relaunch(svc, timeout_sec, {"server": "grpc_port", "status_http": "http_port"})
         return self.controllers[index]
 
     def kill_nodemanager(self, pod_ip: str) -> list[int]:
         """SIGKILL a pod: its NodeManager and every engine it runs (as a node or container loss would);
         returns the engine pids killed."""
         svc = self.nodemanagers[pod_ip]
-        try:
-            engines = [p.pid for p in psutil.Process(svc.proc.pid).children(recursive=True)]
-        except psutil.Error:
-            engines = []
+        engines = descendant_pids(svc.proc.pid)
         svc.expected_exit = True
         svc.proc.kill()
         for pid in engines:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _sigkill_engine(pid)
         return engines
 
     def restart_nodemanager(self, pod_ip: str, timeout_sec: float = 180.0) -> ServiceProc:
         """Starts a pod's NodeManager again on its own gRPC and metrics ports (the Controller knows it
         by address); it launches its engines anew and registers."""
-        svc = self.nodemanagers[pod_ip]
-        svc.proc.stop(grace_sec=5)
-        ready = self.run_dir / f"{svc.name}.ready.json"
-        ready.unlink(missing_ok=True)
-        cfg = json.loads(svc.config_path.read_text())
-        cfg["server"]["port"] = svc.info["grpc_port"]
-        cfg["metrics_http"]["port"] = svc.info["metrics_port"]
-        svc.config_path.write_text(json.dumps(cfg, indent=2))
-        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
-        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "metrics_port"])
-        self.nodemanagers[pod_ip] = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        self.nodemanagers[pod_ip] = self._relaunch(self.nodemanagers[pod_ip], timeout_sec,
+                                                   {"server": "grpc_port", "metrics_http": "metrics_port"})
         return self.nodemanagers[pod_ip]
 
     def _own_etcd(self) -> EtcdServer:
@@ -623,19 +638,9 @@ class LocalCluster:
     def restart_coordinator(self, timeout_sec: float = 60.0) -> ServiceProc:
         """Starts the Coordinator again on its ports, knowing every Controller replica: it asks their
         leader for the serving view (a SET) as soon as it serves."""
-        svc = self.coordinator
-        assert svc is not None
-        svc.proc.stop(grace_sec=5)
-        ready = self.run_dir / f"{svc.name}.ready.json"
-        ready.unlink(missing_ok=True)
-        cfg = json.loads(svc.config_path.read_text())
-        cfg["server"]["port"] = svc.info["grpc_port"]
-        cfg["http"]["port"] = svc.info["http_port"]
-        cfg["controller_addresses"] = self.controller_addresses
-        svc.config_path.write_text(json.dumps(cfg, indent=2))
-        proc = start_process(svc.argv, log_path=self.run_dir / f"{svc.name}.log", name=svc.name)
-        info = proc.wait_ready_file(ready, timeout_sec, required_keys=["grpc_port", "http_port"])
-        self.coordinator = ServiceProc(svc.name, proc, info, svc.config_path, svc.argv)
+        assert self.coordinator is not None
+        self.coordinator = self._relaunch(self.coordinator, timeout_sec, {"server": "grpc_port", "http": "http_port"},
+                                          controller_addresses=self.controller_addresses)
         return self.coordinator
 
     def engine_url(self, rank: int) -> str:
@@ -684,14 +689,7 @@ class LocalCluster:
                 except Exception as exc:  # noqa: BLE001 - keep tearing the rest down
                     log.warning("stopping %s failed: %s", svc.name, exc)
             for pid in sorted(self._engine_pids):
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _sigkill_engine(pid)
             if self.etcd is not None:
                 try:
                     self.etcd.stop()
