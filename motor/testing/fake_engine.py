@@ -79,11 +79,28 @@ class RankState:
                                               "fault_info", "last_ft_request_id", "hang_sec")}
 
 
+async def _health(_: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _exit_now(request: web.Request) -> web.Response:
+    code = int((await request.json()).get("code", 1))
+    # Later, so the answer still goes out.
+    asyncio.get_running_loop().call_later(0.05, os._exit, code)
+    return web.json_response({"exiting": code})
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """Set by SIGTERM or SIGINT, so the listeners are cleaned up rather than killed."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 def build_app(state: RankState, prefix: str) -> web.Application:
     app = web.Application()
-
-    async def health(_: web.Request) -> web.Response:
-        return web.Response(status=200)
 
     async def status(_: web.Request) -> web.Response:
         state.status_requests += 1
@@ -149,18 +166,13 @@ def build_app(state: RankState, prefix: str) -> web.Application:
         return web.json_response({"rank": state.rank, "status_requests": state.status_requests,
                                   "applies": len(state.applies)})
 
-    async def exit_now(request: web.Request) -> web.Response:
-        code = int((await request.json()).get("code", 1))
-        asyncio.get_running_loop().call_later(0.05, os._exit, code)
-        return web.json_response({"exiting": code})
-
-    app.router.add_get("/health", health)
+    app.router.add_get("/health", _health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post("/fake/control", control)
     app.router.add_get("/fake/applies", applies)
     app.router.add_get("/fake/stats", stats)
-    app.router.add_post("/fake/exit", exit_now)
+    app.router.add_post("/fake/exit", _exit_now)
     return app
 
 
@@ -187,9 +199,6 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     """One rank of a simulated group: FT API from the group, OpenAI completions while it serves."""
     app = web.Application()
     rank_header = {"X-Motor-DP-Rank": str(rank)}
-
-    async def health(_: web.Request) -> web.Response:
-        return web.Response(status=200)
 
     async def status(_: web.Request) -> web.Response:
         return web.json_response({"schema_version": 1, "total_engines": 1, "engines": [group.ranks[rank].entry()]})
@@ -292,18 +301,13 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await generate(request, chat=True)
 
-    async def exit_now(request: web.Request) -> web.Response:
-        code = int((await request.json()).get("code", 1))
-        asyncio.get_running_loop().call_later(0.05, os._exit, code)
-        return web.json_response({"exiting": code})
-
-    app.router.add_get("/health", health)
+    app.router.add_get("/health", _health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post("/fake/inject", inject)
     app.router.add_get("/fake/journal", journal)
     app.router.add_get("/fake/group", describe)
-    app.router.add_post("/fake/exit", exit_now)
+    app.router.add_post("/fake/exit", _exit_now)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -313,10 +317,7 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
 async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix: str, *, model: str,
                       diagnosing_sec: float, rebuild_sec: float, checkin_sec: float, detect_sec: float,
                       per_token_latency_sec: float, ready_file: str | None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     group = FakeDpGroup(ranks, diagnosing_sec=diagnosing_sec, rebuild_sec=rebuild_sec, checkin_sec=checkin_sec,
                         detect_sec=detect_sec)
     runners: dict[int, web.AppRunner] = {}
@@ -352,10 +353,7 @@ async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix
 
 
 async def serve(host: str, ports: list[int], ranks: list[int], prefix: str, status_mode: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     runners = []
     try:
         for port, rank in zip(ports, ranks):
