@@ -102,15 +102,23 @@ class SecurityConfig(_Model):
         return self
 
 
-def _check_security_exclusive(security: SecurityConfig | None, server: ServerConfig,
-                              client_tls: ClientTlsConfig | None) -> None:
-    """`security` derives server.tls and client_tls; both at once would be two truths."""
-    if security is None:
-        return
-    if server.tls is not None:
+def _security_exclusive(config: Any) -> Any:
+    """A service's model validator: `security` derives server.tls and client_tls (where the service
+    has one); both at once would be two truths."""
+    if config.security is None:
+        return config
+    if config.server.tls is not None:
         raise ValueError("security and server.tls are exclusive: security sets the server's mTLS")
-    if client_tls is not None:
+    if getattr(config, "client_tls", None) is not None:
         raise ValueError("security and client_tls are exclusive: security sets the client's mTLS")
+    return config
+
+
+def _host_ports(value: str | list[str] | None) -> str | list[str] | None:
+    """A field validator: every address given (one, a list, or none) is host:port."""
+    for item in [value] if isinstance(value, str) else value or []:
+        parse_host_port(item)
+    return value
 
 
 # The gRPC default; every Motor request fits far below it (bounded lists and strings).
@@ -226,12 +234,7 @@ class StoreConfig(_Model):
     # block's CA, certificate and key.
     tls: ClientTlsConfig | None = None
 
-    @field_validator("etcd_endpoints")
-    @classmethod
-    def _check_endpoints(cls, value: list[str]) -> list[str]:
-        for item in value:
-            parse_host_port(item)
-        return value
+    _check_endpoints = field_validator("etcd_endpoints")(_host_ports)
 
     @field_validator("key_prefix")
     @classmethod
@@ -291,12 +294,7 @@ class LeaderElectionConfig(_Model):
     # A standby's read-only view of the persisted runtime is reloaded this often.
     standby_refresh_interval_sec: PositiveSec = 1.0
 
-    @field_validator("advertise_address")
-    @classmethod
-    def _check_advertise(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_host_port(value)
-        return value
+    _check_advertise = field_validator("advertise_address")(_host_ports)
 
     @field_validator("replica_id")
     @classmethod
@@ -337,17 +335,8 @@ class ControllerConfig(_Model):
     # active rank's status itself this often (not waiting for the NodeManagers' 1 Hz polls); 0: off.
     snapshot_pull_interval_sec: Annotated[float, Field(ge=0.0, le=10.0)] = 0.2
 
-    @field_validator("coordinator_address")
-    @classmethod
-    def _check_coordinator(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_host_port(value)
-        return value
-
-    @model_validator(mode="after")
-    def _check_security(self) -> ControllerConfig:
-        _check_security_exclusive(self.security, self.server, self.client_tls)
-        return self
+    _check_coordinator = field_validator("coordinator_address")(_host_ports)
+    _check_security = model_validator(mode="after")(_security_exclusive)
 
     @model_validator(mode="after")
     def _check_election(self) -> ControllerConfig:
@@ -431,17 +420,8 @@ class CoordinatorConfig(_Model):
             raise ValueError("management_key is blank; omit it to leave management open")
         return value
 
-    @field_validator("controller_addresses")
-    @classmethod
-    def _check_controllers(cls, value: list[str]) -> list[str]:
-        for item in value:
-            parse_host_port(item)
-        return value
-
-    @model_validator(mode="after")
-    def _check_security(self) -> CoordinatorConfig:
-        _check_security_exclusive(self.security, self.server, None)
-        return self
+    _check_controllers = field_validator("controller_addresses")(_host_ports)
+    _check_security = model_validator(mode="after")(_security_exclusive)
 
     @model_validator(mode="after")
     def _check_upstream_timeouts(self) -> CoordinatorConfig:
@@ -573,18 +553,7 @@ class NodeManagerConfig(_Model):
             raise ValueError(f"{value!r} is not an IP address") from None
         return value
 
-    @field_validator("controller_address")
-    @classmethod
-    def _check_controller(cls, value: str) -> str:
-        parse_host_port(value)
-        return value
-
-    @field_validator("controller_addresses")
-    @classmethod
-    def _check_controllers(cls, value: list[str]) -> list[str]:
-        for item in value:
-            parse_host_port(item)
-        return value
+    _check_controllers = field_validator("controller_address", "controller_addresses")(_host_ports)
 
     @property
     def controller_targets(self) -> list[str]:
@@ -621,10 +590,7 @@ class NodeManagerConfig(_Model):
                 )
         return value
 
-    @model_validator(mode="after")
-    def _check_security(self) -> NodeManagerConfig:
-        _check_security_exclusive(self.security, self.server, self.client_tls)
-        return self
+    _check_security = model_validator(mode="after")(_security_exclusive)
 
     @model_validator(mode="after")
     def _check_topology(self) -> NodeManagerConfig:
