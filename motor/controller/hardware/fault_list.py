@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from motor.controller.hardware import levels
-from motor.controller.hardware.formats import VOLCANO_NODE_FAULT_TYPE, is_number
+from motor.controller.hardware.formats import VOLCANO_NODE_FAULT_TYPE, fault_time_ms
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 
 # Field order in which the level is read; the documentation recommends fault_handling.
@@ -134,11 +134,11 @@ def _parse_time_map(value: Any, where: str) -> tuple[list[int], list[int], set[s
             problems.append(f"{item_where}: key is not one fault code; ignored")
             continue
         codes.add(normalized[0])
-        fault_time = item.get("fault_time")
-        if is_number(fault_time) and fault_time >= 0:
-            times.append(int(fault_time))
-        elif fault_time is not None:
-            problems.append(f"{item_where}: fault_time={fault_time!r} is not milliseconds since the epoch")
+        when_ms, problem = fault_time_ms(item.get("fault_time"), item_where)
+        if when_ms is not None:
+            times.append(when_ms)
+        elif problem:
+            problems.append(problem)
         level_name = item.get("fault_level")
         if isinstance(level_name, str) and level_name:
             level = levels.level_from_name(level_name)

@@ -102,3 +102,13 @@ def document_kind(name: str) -> tuple[str, str] | None:
 def is_number(value: Any) -> bool:
     """JSON numbers only: a bool is an int to Python but never a time or a count here."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fault_time_ms(value: Any, where: str) -> tuple[int | None, str]:
+    """The fault_time of a fault_time_and_level_map item (device cards and switch alike) →
+    (milliseconds since the epoch, or None when absent or bad; the problem, or "")."""
+    if is_number(value) and value >= 0:
+        return int(value), ""
+    if value is None:
+        return None, ""
+    return None, f"{where}: fault_time={value!r} is not milliseconds since the epoch"

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from motor.controller.hardware import levels
-from motor.controller.hardware.formats import FAULT_TYPE_SWITCH, is_number
+from motor.controller.hardware.formats import FAULT_TYPE_SWITCH, fault_time_ms, is_number
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 
 SWITCH_NODE_STATUSES = frozenset({"Healthy", "SubHealthy", "PreSeparate", "UnHealthy"})
@@ -145,11 +145,11 @@ def _time_map(value: Any, where: str) -> tuple[list[int], list[int], list[str]]:
         if not isinstance(item, Mapping):
             problems.append(f"{item_where} is not an object; ignored")
             continue
-        fault_time = item.get("fault_time")
-        if is_number(fault_time) and fault_time >= 0:
-            times.append(int(fault_time))
-        elif fault_time is not None:
-            problems.append(f"{item_where}: fault_time={fault_time!r} is not milliseconds since the epoch")
+        when_ms, problem = fault_time_ms(item.get("fault_time"), item_where)
+        if when_ms is not None:
+            times.append(when_ms)
+        elif problem:
+            problems.append(problem)
         name = item.get("fault_level")
         if isinstance(name, str) and name.strip():
             level = levels.level_from_name(name)
