@@ -15,6 +15,7 @@ Modules:
   ports        free_port(s) on an address and port_free, the one check that a port can be bound
   text         shorten: bounded rendering of untrusted values for errors and logs
   metrics_http the `GET /metrics` route (Prometheus text format) and a listener of its own
+  http_site    start_site: an aiohttp app bound to a host:port, a failed bind named
   security     the one `security` switch (mTLS everywhere), roles from certificate SAN URIs
                spiffe://motor/<role>, SSL contexts of the HTTP pages, the plaintext log line
   authz        the role table of every gRPC method, the shared server interceptor and the HTTP

@@ -17,6 +17,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from motor.common.http_site import start_site
+
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
@@ -57,16 +59,9 @@ class MetricsListener:
         app = web.Application(middlewares=self._middlewares, client_max_size=64 * 1024)
         add_metrics_route(app, self._registry)
         runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl_context)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(f"{self._what}: cannot bind the metrics listener to {self._host}:{self._port}: "
-                          f"{exc.strerror or exc}") from None
+        self.port = await start_site(runner, self._host, self._port, self._ssl_context, who=self._what,
+                                     listener="the metrics listener")
         self._runner = runner
-        self.port = int(runner.addresses[0][1])
         log.info("%s metrics on %s://%s:%d%s", self._what, "https" if self._ssl_context else "http", self._host,
                  self.port, METRICS_PATH)
         return self.port

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from motor.common.config import HttpListenConfig
+from motor.common.http_site import start_site
 from motor.common.metrics_http import add_metrics_route
 from motor.coordinator.proxy import InferenceProxy, openai_error
 from motor.coordinator.routing import RoutingTable, TableSnapshot
@@ -114,16 +115,9 @@ class HttpFront:
     async def start(self) -> int:
         runner = web.AppRunner(self._app, access_log=None, handler_cancellation=True,
                                shutdown_timeout=self._shutdown_timeout_sec)
-        await runner.setup()
-        site = web.TCPSite(runner, self._config.host, self._config.port, ssl_context=self._ssl_context)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(f"coordinator: cannot bind HTTP server to {self._config.host}:{self._config.port}: "
-                          f"{exc.strerror or exc}") from None
+        self.port = await start_site(runner, self._config.host, self._config.port, self._ssl_context,
+                                     who="coordinator", listener="HTTP server")
         self._runner = runner
-        self.port = int(runner.addresses[0][1])
         log.info("coordinator HTTP serving on %s://%s:%d", "https" if self._ssl_context else "http",
                  self._config.host, self.port)
         return self.port
