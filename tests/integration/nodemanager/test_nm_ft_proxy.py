@@ -200,7 +200,8 @@ async def test_guard_renew_conflict_expiry_and_finalize(controller: FakeControll
         # Stale finalize: another id never releases r1's guard.
         err = await rpc_error(ft.Finalize(nm.FinalizeRequest(instance_id=INSTANCE, request_id="r0", commit=False), timeout=5))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "stale finalize" in err.details()
-        await asyncio.sleep(1.6)  # r1's lease expires
+        await async_wait_for(lambda: n.agent.guard.live_holder() is None, 10, "r1's lease expired")
+        assert (await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)).guard_request_id == ""
         g = await ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id="r2", lease_sec=10), timeout=5)
         assert g.request_id == "r2" and not g.renewed
         err = await rpc_error(ft.Finalize(nm.FinalizeRequest(instance_id=INSTANCE, request_id="r1", commit=True,

@@ -5,6 +5,7 @@ StopPod, the all-dead exit frozen by a guard, registration retried until the Con
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -135,13 +136,21 @@ async def test_engine_not_ready_in_time_is_stopped_and_reported(controller: Fake
         assert n.agent.supervisor.slot(0).pid == 0
 
 
-async def test_registration_is_retried_until_the_controller_answers(tmp_path: Path) -> None:
+async def test_registration_is_retried_until_the_controller_answers(tmp_path: Path, caplog) -> None:
     port = free_port("127.0.0.1")
     fc = FakeController(proxy_enabled=True, heartbeat_interval_sec=0.2)
     fc.refuse_registrations = 1
+    caplog.set_level(logging.WARNING, logger="nodemanager.controller_link")
+
+    def failed_registrations() -> int:
+        return sum("register attempt" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+
     try:
         async with running_nm(nm_config(f"127.0.0.1:{port}", tmp_path)) as n:
-            await asyncio.sleep(1.0)  # the Controller is down: the NodeManager keeps serving and retrying
+            # The Controller is down: the NodeManager keeps retrying (no counter of failed attempts is
+            # exposed, so its warnings are counted) and keeps serving meanwhile.
+            await async_wait_for(lambda: failed_registrations() >= 3, 10, "3 failed registration attempts")
+            assert n.agent.link.registrations == 0
             described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
             assert all(e.running for e in described.engines)
             fc.start(port=port)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,7 +192,10 @@ def test_engine_kill_is_reported_once(pod: SimPod) -> None:
     got = wait_for(lambda: pod.controller.reports_of(0, K.SOFTWARE_FAULT_KIND_ENGINE_DEAD), 5, "ENGINE_DEAD")
     assert f"engine process {pid} exited with signal SIGKILL" in got[0].evidence
     wait_for(lambda: pod.alive() == [], 5, "no alive rank in the heartbeat")
-    time.sleep(1.5)
+    # Several more supervision cycles with the engine dead (heartbeats 0.3 s apart), none re-reporting.
+    mark = len(pod.controller.heartbeats)
+    wait_for(lambda: len(pod.controller.heartbeats_since(mark)) >= 4, 10, "4 more heartbeats without rank 0")
+    assert all(list(h.alive_endpoint_ids) == [] for h in pod.controller.heartbeats_since(mark))
     assert len(pod.controller.reports_of(0, K.SOFTWARE_FAULT_KIND_ENGINE_DEAD)) == 1
     assert not pod.describe().engines[0].running
 
