@@ -195,12 +195,16 @@ def test_slow_rebuild(clients: list[SimClient]) -> None:
     assert clients[0].inject("clear").body["injections"]["slow_rebuild_sec"] == 0.0
 
 
-def test_store_host_dies_while_idle_then_scale_down_to_one_rank(clients: list[SimClient]) -> None:
+def test_store_host_dies_while_idle_then_scale_down_to_one_rank(cluster: SimCluster, clients: list[SimClient]) -> None:
     # A response is sent before the wave's closing all-reduce: wait until the wave is over.
     wait_until(lambda: not any(c.admin_state()["wave"]["active"] for c in clients), 10, what="no wave active")
     assert clients[0].inject("executor_death").status == 200  # rank 0 hosts the DP store
     wait_entry(clients[0], lambda e: e["status"] == "dead", "rank 0 dead")
-    time.sleep(2.0)  # idle: rank 1's store polls fail, which must not make it unhealthy
+    # Idle: rank 1's store polls fail, which must not make it unhealthy. The executor counts them only
+    # in its log (no status field), so the wait is for its warning about the first failed poll.
+    log = cluster.ranks[1].proc.log_path
+    wait_until(lambda: "polls failed), staying healthy" in log.read_text(errors="replace"), 20,
+               what="rank 1's warning about a failed idle store poll")
     assert clients[1].entry() == {"id": 1, "status": "healthy"}
     assert clients[1].complete("wake up", 2).status == 503
     e1 = wait_entry(clients[1], lambda e: e["status"] == "unhealthy", "rank 1 unhealthy")
@@ -219,7 +223,11 @@ def test_stall_next_apply(clients: list[SimClient]) -> None:
     assert clients[1].inject("stall_next_apply").status == 200
     assert clients[1].inject("unhealthy", reason="test setup").status == 200
     assert clients[1].apply("retry", "retry-4").status == 202
-    time.sleep(RECOVERY_TIMEOUT_SEC + 1.0)  # a stalled apply is not ended by the recovery timeout
+    wait_entry(clients[1], lambda e: e.get("ft_state") == "recovering" and e.get("last_ft_request_id") == "retry-4",
+               "rank 1 recovering for retry-4")
+    # Kept sleep: the check is that the recovery timeout does NOT end a stalled apply, and nothing
+    # shows that timeout passing; once past it (and a margin), the recovery must still be running.
+    time.sleep(RECOVERY_TIMEOUT_SEC + 1.0)
     e1 = clients[1].entry()
     assert e1["ft_state"] == "recovering" and e1["last_ft_request_id"] == "retry-4"
     # Another request id while one recovery runs leaves the running one in charge of status.

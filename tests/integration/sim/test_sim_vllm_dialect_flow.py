@@ -6,14 +6,11 @@ idle ranks keep stepping, so a later death is seen without traffic; the lowest a
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import pytest
 from sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
 
 from motor.common.ports import free_port
-from motor.sim.client import SimClient
+from motor.sim.client import SimClient, wait_until
 from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import expected_completion
 
@@ -23,18 +20,9 @@ NEW_STORE: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    c = start_group(tmp_path_factory.mktemp("sim-vllm-flow"),
-                    ["--diagnosing-sec", "2.5", "--scale-down-checkin-sec", "5", "--idle-step-interval-sec", "0.1"])
-    try:
-        yield c
-    finally:
-        c.stop(grace_sec=5)
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: SimCluster) -> list[SimClient]:
-    return [cluster.client(r) for r in range(len(HOSTS))]
+def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster:
+    args = ["--diagnosing-sec", "2.5", "--scale-down-checkin-sec", "5", "--idle-step-interval-sec", "0.1"]
+    return stop_at_end(start_group(tmp_path_factory.mktemp("sim-vllm-flow"), args))
 
 
 def assert_serves(client: SimClient) -> None:
@@ -82,7 +70,10 @@ def test_removing_the_lowest_alive_rank_needs_a_new_address(clients: list[SimCli
 
 
 def test_after_the_commit_an_idle_death_is_seen_without_traffic(clients: list[SimClient]) -> None:
-    time.sleep(1.0)  # no traffic from here on
+    # No traffic from here on: no request in flight, the survivors stepping idle (the commit's keep-stepping).
+    wait_until(lambda: all(s["in_flight_requests"] == 0 and s["wave"]["active"]
+                           for s in (clients[r].admin_state() for r in (1, 2, 3))), 10,
+               what="no request in flight, every survivor stepping")
     assert all(clients[r].entry()["status"] == "healthy" for r in (1, 2, 3))
     assert clients[3].inject("executor_death").status == 200
     entries, seen = watch_ranks(clients, (1, 2), status_is("unhealthy"), "survivors unhealthy")

@@ -4,10 +4,8 @@ retry leaves the survivors unhealthy); one survivor voting no makes every surviv
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
+from sim_vllm_helpers import start_group, status_is, watch, watch_ranks
 
 from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
@@ -19,17 +17,8 @@ SURVIVORS = (0, 1, 2)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    c = start_group(tmp_path_factory.mktemp("sim-vllm-vote"), ["--scale-down-checkin-sec", "2"])
-    try:
-        yield c
-    finally:
-        c.stop(grace_sec=5)
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: SimCluster) -> list[SimClient]:
-    return [cluster.client(r) for r in range(len(HOSTS))]
+def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster:
+    return stop_at_end(start_group(tmp_path_factory.mktemp("sim-vllm-vote"), ["--scale-down-checkin-sec", "2"]))
 
 
 def test_a_missing_check_in_fails_the_round_and_a_failed_retry_stays_unhealthy(clients: list[SimClient]) -> None:
