@@ -26,6 +26,7 @@ from deploy_helpers import IMAGE_TEST, K8S, REPO
 from image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
 from motor.common.config import NodeManagerConfig, build_config
 from motor.launch.cluster import ClusterSpec
+from motor.testing.fake_controller import wait_for
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -112,11 +113,13 @@ def test_containerized_cluster_scale_down_round(podman: Podman, run_dir: Path, c
 
         load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=120).start()
         try:
-            time.sleep(1.5)
+            wait_for(lambda: load.counts()["succeeded"] >= 8, 60.0, "8 completions under load")
             result["injection"] = cluster.inject(1, "executor_death")
             injected_at = time.time()  # when the admin route answered, as the e2e artifacts record it
             rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
-            time.sleep(1.0)
+            serving_at = time.time()  # after the survivors' publication, so `after` below holds these
+            wait_for(lambda: len([r for r in load.snapshot() if r.started_sec > serving_at]) >= load.concurrency,
+                     60.0, "requests answered after the round")
         finally:
             load.stop()
         assert rt["phase"] == "SCALED_DOWN_RUNNING" and rt["dead_committed"] == [1] and rt["can_serve"], rt
