@@ -13,6 +13,7 @@ runs the plaintext ones only.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from motor.cli.motorctl import run as motorctl
 from motor.launch.cluster import ClusterSpec, LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +96,39 @@ def artifacts(run_dir: Path) -> Iterator[Artifacts]:
         yield arts
     finally:
         arts.save()
+
+
+@pytest.fixture
+def hw_fault(artifacts: Artifacts):
+    """hw_fault(*motorctl argv) → motorctl's answer; the command and answer go to the injections."""
+    def run(*argv: str) -> str:
+        out = io.StringIO()
+        assert motorctl(list(argv), out=out) == 0
+        answer = out.getvalue().strip()
+        artifacts.data["injections"].append({"at_unix_sec": time.time(), "command": "motorctl " + " ".join(argv),
+                                             "answer": answer})
+        return answer
+    return run
+
+
+@pytest.fixture
+def configmap_dir(run_dir: Path) -> Path:
+    """The directory of mounted MindCluster ConfigMaps the Controller watches (`hardware_overrides`)."""
+    folder = run_dir / "configmaps"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def hardware_overrides(configmap_dir: Path) -> dict[str, Any]:
+    """Controller overrides for the hardware rows: the ConfigMap directory source polled every 0.3 s,
+    no Kubernetes, and an FT collection long enough that only the hardware path decides."""
+    return {
+        "hardware_monitor.configmap_dir": str(configmap_dir),
+        "hardware_monitor.poll_interval_sec": 0.3,
+        "hardware_monitor.kubernetes": "off",
+        "fault_tolerance_config.software_status_collection_timeout_sec": 30.0,
+    }
 
 
 @pytest.fixture

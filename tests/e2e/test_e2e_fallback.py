@@ -4,14 +4,15 @@ reconfiguration with every original rank serving again, and never retries an app
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
+from watch import counter
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
 from motor.launch.load import trigger_traffic
+from motor.testing.fake_controller import wait_for
+
 
 def fallback_cause(txn: dict) -> str:
     return next(e["fallback_cause"] for e in txn["events"] if e["event_kind"] == "DECISION")
@@ -50,7 +51,8 @@ def _infer_all_ranks(cluster, artifacts) -> None:
 def test_idle_death_no_transaction_then_reconfiguration(start_cluster, artifacts) -> None:
     cluster = start_cluster(controller_overrides=FAST)
     artifacts.injection(cluster, 1, "executor_death")
-    time.sleep(3.0)
+    # The Controller got rank 1's report (the only fault of an idle cluster) before anything is judged.
+    wait_for(lambda: counter(cluster, "motor_fault_reports_total") >= 1, 30.0, "rank 1's fault report at the Controller")
     rt = cluster.runtime()
     # Survivors stay HEALTHY without traffic: no complete U+D, so no round, no DEL, no apply.
     assert rt["phase"] == "NORMAL" and rt["dead_committed"] == []

@@ -5,47 +5,30 @@ node-<pod ip>."""
 
 from __future__ import annotations
 
-import io
 import time
 
 import pytest
+from watch import counter, decision, wait_hardware_taken
 
-from motor.cli.motorctl import run as motorctl
 from motor.launch.load import trigger_traffic
-
-def decision(txn: dict) -> dict:
-    return next(e for e in txn["events"] if e["event_kind"] == "DECISION")
-
 
 pytestmark = pytest.mark.timeout(240)
 
-
-def _hardware_cluster(start_cluster, run_dir):
-    cm_dir = run_dir / "configmaps"
-    cm_dir.mkdir(exist_ok=True)
-    cluster = start_cluster(controller_overrides={
-        "hardware_monitor.configmap_dir": str(cm_dir),
-        "hardware_monitor.poll_interval_sec": 0.3,
-        "hardware_monitor.kubernetes": "off",
-        "fault_tolerance_config.software_status_collection_timeout_sec": 30.0,
-    })
-    return cluster, cm_dir
+WINDOW_SEC = 1.0
 
 
-def _hw_fault(artifacts, *argv: str) -> str:
-    out = io.StringIO()
-    assert motorctl(list(argv), out=out) == 0
-    answer = out.getvalue().strip()
-    artifacts.data["injections"].append({"at_unix_sec": time.time(), "command": "motorctl " + " ".join(argv),
-                                         "answer": answer})
-    return answer
+@pytest.fixture
+def hardware_cluster(start_cluster, hardware_overrides):
+    def start(**overrides):
+        return start_cluster(controller_overrides={**hardware_overrides, **overrides})
+    return start
 
 
-def test_hardware_first_then_ft_perception_scales_down(start_cluster, artifacts, run_dir) -> None:
-    cluster, cm_dir = _hardware_cluster(start_cluster, run_dir)
+def test_hardware_first_then_ft_perception_scales_down(hardware_cluster, artifacts, hw_fault, configmap_dir) -> None:
+    cluster = hardware_cluster()
     # Rank 1 is the second card of pod 127.0.0.2.
-    _hw_fault(artifacts, "hw-fault", "node-127.0.0.2", "Ascend910-1", "--level", "L5", "--configmap-dir", str(cm_dir))
-    time.sleep(0.8)  # the directory source picks it up and opens the 5 s window
+    hw_fault("hw-fault", "node-127.0.0.2", "Ascend910-1", "--level", "L5", "--configmap-dir", str(configmap_dir))
+    wait_hardware_taken(cluster, "L5")  # the directory source picked it up and opened the 5 s window
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     rt = cluster.wait_serving(60.0, alive=[0, 2, 3])
@@ -61,9 +44,9 @@ def test_hardware_first_then_ft_perception_scales_down(start_cluster, artifacts,
     assert chosen["name"] == "scale_down" and chosen["ranks"] == [1] and chosen["hardware_ranks"] == [1]
 
 
-def test_hardware_first_without_ft_perception_reconfigures(start_cluster, artifacts, run_dir) -> None:
-    cluster, _ = _hardware_cluster(start_cluster, run_dir)
-    answer = _hw_fault(artifacts, "--controller", cluster.controller_address, "hw-fault", "node-127.0.0.3",
+def test_hardware_first_without_ft_perception_reconfigures(hardware_cluster, artifacts, hw_fault) -> None:
+    cluster = hardware_cluster()
+    answer = hw_fault("--controller", cluster.controller_address, "hw-fault", "node-127.0.0.3",
                        "Ascend910-0", "--level", "L6")
     assert "waiting up to 5s" in answer
     rt = cluster.wait_until(
@@ -76,24 +59,29 @@ def test_hardware_first_without_ft_perception_reconfigures(start_cluster, artifa
     assert rt["alive_dp_ranks"] == [0, 1, 2, 3]
 
 
-def test_hardware_fault_on_a_scaled_down_rank_is_handled(start_cluster, artifacts, run_dir) -> None:
-    cluster, _ = _hardware_cluster(start_cluster, run_dir)
+def test_hardware_fault_on_a_scaled_down_rank_is_handled(hardware_cluster, artifacts, hw_fault) -> None:
+    # A short correlation window: the wait below only has to outlast it.
+    cluster = hardware_cluster(**{"fault_tolerance_config.hardware_ft_correlation_window_sec": WINDOW_SEC})
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     cluster.wait_serving(60.0, alive=[0, 2, 3])
-    answer = _hw_fault(artifacts, "--controller", cluster.controller_address, "hw-fault", "node-127.0.0.2",
-                       "Ascend910-1", "--level", "L5")
-    assert "already committed dead, handled" in answer
-    time.sleep(6.0)  # past the correlation window: still nothing happens
+    answer = hw_fault("--controller", cluster.controller_address, "hw-fault", "node-127.0.0.2",
+                      "Ascend910-1", "--level", "L5")
+    assert "already committed dead, handled" in answer  # taken, and no correlation window opened for it
+    assert counter(cluster, "motor_hardware_faults_total", level="L5", mapped="true") == 1
+    # Kept sleep: the check is that nothing happens later, and nothing signals "a window would have
+    # ended now" (no window was opened). One window and a margin, so a window that did open would
+    # have run out into a reconfiguration.
+    time.sleep(WINDOW_SEC + 0.5)
     data = artifacts.collect(cluster)
     assert [t["strategy"] for t in data["controller_timeline"]] == ["dp_scale_down"]
     assert data["runtime"]["phase"] == "SCALED_DOWN_RUNNING" and data["runtime"]["alive_dp_ranks"] == [0, 2, 3]
 
 
-def test_unmappable_hardware_fault_takes_the_original_strategy(start_cluster, artifacts, run_dir) -> None:
-    cluster, _ = _hardware_cluster(start_cluster, run_dir)
-    answer = _hw_fault(artifacts, "--controller", cluster.controller_address, "hw-fault", "node-127.0.0.2",
-                       "davinci-x", "--level", "L6")
+def test_unmappable_hardware_fault_takes_the_original_strategy(hardware_cluster, artifacts, hw_fault) -> None:
+    cluster = hardware_cluster()
+    answer = hw_fault("--controller", cluster.controller_address, "hw-fault", "node-127.0.0.2",
+                      "davinci-x", "--level", "L6")
     assert "UNKNOWN_CARD_FORMAT" in answer
     cluster.wait_until(
         lambda rt: any(t["strategy"] == "instance_reconfiguration" for t in cluster.timeline()), 30.0, "reconfiguration")

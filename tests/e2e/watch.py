@@ -1,13 +1,34 @@
-"""What the Controller's WatchFaultToleranceStatus stream showed during a test (a background reader):
-used where a value is transient, e.g. a last_error that a successful fallback clears again."""
+"""What the services showed during a test: the Controller's WatchFaultToleranceStatus stream (a
+background reader, where a value is transient, e.g. a last_error that a successful fallback clears
+again), a counter of a service's /metrics now (to wait for work by count: a periodic SET, a hardware
+fault taken), and a transaction's decision."""
 
 from __future__ import annotations
 
 import threading
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.testing.fake_controller import wait_for
+
+
+def counter(cluster, name: str, service: str = "controller", **labels: str) -> float:
+    """Sum of the `name` samples (e.g. motor_publications_total) whose labels include `labels`."""
+    return sum(s.value for f in text_string_to_metric_families(cluster.scrape(service)) for s in f.samples
+               if s.name == name and set(labels.items()) <= set(s.labels.items()))
+
+
+def wait_hardware_taken(cluster, level: str, at_least: int = 1, timeout_sec: float = 10.0) -> None:
+    """The Controller took (and mapped to ranks) `at_least` hardware faults of `level` in all."""
+    wait_for(lambda: counter(cluster, "motor_hardware_faults_total", level=level, mapped="true") >= at_least,
+             timeout_sec, f"{at_least} mapped {level} hardware fault(s) taken by the Controller")
+
+
+def decision(txn: dict) -> dict:
+    """The DECISION event of a timeline transaction (its JSON)."""
+    return next(e for e in txn["events"] if e["event_kind"] == "DECISION")
 
 
 class LastErrors:
