@@ -8,10 +8,12 @@ import time
 
 import grpc
 import pytest
+from watch import counter
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
 from motor.launch.load import trigger_traffic
+from motor.testing.fake_controller import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -25,6 +27,17 @@ def _infer(cluster, artifacts, expect_ranks) -> None:
         {"status": r.status, "rank": r.rank, "error": r.error} for r in results)
     assert all(r.ok for r in results), [r.error for r in results]
     assert {r.rank for r in results} <= set(expect_ranks)
+
+
+def _wait_flowing(load, n: int = 8) -> None:
+    """Traffic flows: `n` completions went through (so the survivors' collectives see a death)."""
+    wait_for(lambda: load.counts()["succeeded"] >= n, 60.0, f"{n} completions under load")
+
+
+def _wait_served_after(load, since_unix_sec: float, n: int) -> None:
+    """`n` requests that started after `since_unix_sec` (e.g. the recovery) have been answered."""
+    wait_for(lambda: len([r for r in load.snapshot() if r.started_sec > since_unix_sec]) >= n, 60.0,
+             f"{n} requests answered after the recovery")
 
 
 def _applies(txn) -> list[dict]:
@@ -58,10 +71,10 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     cluster = start_cluster()
     load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=120).start()
     try:
-        time.sleep(1.5)
+        _wait_flowing(load)
         artifacts.injection(cluster, 1, "executor_death")
         rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
-        time.sleep(1.0)
+        _wait_served_after(load, time.time(), n=load.concurrency)  # traffic on the survivors
     finally:
         load.stop()
     data = artifacts.collect(cluster)
@@ -103,7 +116,9 @@ def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> No
     # Pod 127.0.0.2 is emptied but scale-up is off: kept (缩卡不缩 Pod).
     assert not data["pod_stops"]
     assert cluster.nodemanagers["127.0.0.2"].proc.running
-    time.sleep(3.5)  # at least one periodic SET
+    sets = counter(cluster, "motor_publications_total", event="SET")
+    wait_for(lambda: counter(cluster, "motor_publications_total", event="SET") > sets, 30.0,
+             "a periodic SET after the second round")
     assert cluster.published() == {1: [2, 3]}
     counts = load.counts()
     artifacts.record("load", counts)
@@ -121,7 +136,7 @@ def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_
         artifacts.injection(cluster, 0, "executor_death")
         artifacts.injection(cluster, 1, "executor_death")
         rt = cluster.wait_serving(ROUND_SEC, alive=[2, 3])
-        time.sleep(2.0)
+        _wait_served_after(load, time.time(), n=2 * load.concurrency)  # traffic on the survivors
     finally:
         load.stop()
     data = artifacts.collect(cluster)
