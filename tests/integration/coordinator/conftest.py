@@ -5,6 +5,8 @@ See coordinator_helpers.py for the engine layout.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,3 +99,19 @@ async def coordinator(start_coordinator: CoordinatorFactory) -> CoordinatorHandl
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         yield session
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Iterator[SimCluster]:
+    """A fresh 1-rank group serving MODEL_A on 127.0.0.4 (instance 3 in the tests), for one test to
+    break; resumed (a test may have SIGSTOPped it) and stopped by pid after it."""
+    cluster = SimCluster.start(tmp_path / "victim", 1, hosts=["127.0.0.4"], cwd=REPO_ROOT, ready_timeout_sec=90,
+                               extra_args=[*SIM_ARGS, "--model", MODEL_A])
+    try:
+        yield cluster
+    finally:
+        try:
+            os.kill(cluster.ranks[0].proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        cluster.stop(grace_sec=5)

@@ -19,8 +19,10 @@ from typing import Any
 import aiohttp
 import grpc
 from multidict import CIMultiDict
+
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from motor.coordinator.main import CoordinatorService
+from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 
 MODEL_A = "motor-sim"
@@ -167,3 +169,8 @@ def chat(content: str = "hello", max_tokens: int = 6, model: str | None = MODEL_
 
 
 CoordinatorFactory = Callable[..., Awaitable[CoordinatorHandle]]
+
+
+def victim_client(victim: SimCluster) -> SimClient:
+    """A client of the `victim` group's only rank."""
+    return SimClient(victim.ranks[0].url, timeout_sec=5)

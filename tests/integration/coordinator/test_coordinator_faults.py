@@ -11,14 +11,12 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import pytest
 from coordinator_helpers import (
     ADD,
     MODEL_A,
-    SIM_ARGS,
     CoordinatorFactory,
     Engines,
     chat,
@@ -26,30 +24,15 @@ from coordinator_helpers import (
     instance_proto,
     post_json,
     post_stream,
+    victim_client,
 )
 
 from gen.motor.v1 import common_pb2
-from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.timeout(90)
 
 VICTIM = "3/0"
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def victim(tmp_path: Path) -> Iterator[SimCluster]:
-    cluster = SimCluster.start(tmp_path / "victim", 1, hosts=["127.0.0.4"], cwd=REPO_ROOT, ready_timeout_sec=90,
-                               extra_args=[*SIM_ARGS, "--model", MODEL_A])
-    try:
-        yield cluster
-    finally:
-        cluster.stop(grace_sec=5)
-
-
-def victim_client(victim: SimCluster) -> SimClient:
-    return SimClient(victim.ranks[0].url, timeout_sec=5)
 
 
 def retried_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

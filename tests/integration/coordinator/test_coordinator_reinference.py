@@ -14,8 +14,7 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -24,7 +23,6 @@ from coordinator_helpers import (
     ADD,
     DEL,
     MODEL_A,
-    SIM_ARGS,
     CoordinatorFactory,
     CoordinatorHandle,
     Engines,
@@ -34,38 +32,23 @@ from coordinator_helpers import (
     instance_proto,
     post_json,
     post_stream,
+    victim_client,
 )
 
 from gen.motor.v1 import coordinator_pb2
-from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import decode, expected_chat_completion, expected_completion
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 TOKENS = 60  # 1.2 s at 0.02 s per token: the fault lands mid-stream
-
-
-@pytest.fixture
-def victim(tmp_path: Path) -> Iterator[SimCluster]:
-    cluster = SimCluster.start(tmp_path / "victim", 1, hosts=["127.0.0.4"], cwd=REPO_ROOT, ready_timeout_sec=90,
-                               extra_args=[*SIM_ARGS, "--model", MODEL_A])
-    try:
-        yield cluster
-    finally:
-        try:
-            os.kill(cluster.ranks[0].proc.pid, signal.SIGCONT)  # a test may have stopped it
-        except ProcessLookupError:
-            pass
-        cluster.stop(grace_sec=5)
 
 
 Breaker = Callable[[], Awaitable[None]]
 
 
 def breakers(c: CoordinatorHandle, engines: Engines, victim: SimCluster) -> dict[str, Breaker]:
-    client = SimClient(victim.ranks[0].url, timeout_sec=5)
+    client = victim_client(victim)
 
     async def unhealthy() -> None:
         assert (await asyncio.to_thread(client.inject, "unhealthy", reason="re-inference test")).status == 200
@@ -172,7 +155,7 @@ async def test_non_streamed_request_is_sent_again_after_its_engine_died(
 ) -> None:
     c = await start_coordinator(hold_when_unavailable_sec=10.0)
     await c.refresh(ADD, [instance_proto(3, victim, MODEL_A)])
-    client = SimClient(victim.ranks[0].url, timeout_sec=5)
+    client = victim_client(victim)
 
     async def break_when_running() -> None:
         for _ in range(500):
@@ -199,7 +182,7 @@ async def test_held_after_the_fault_then_a_clear_error_when_nothing_serves(
 ) -> None:
     c = await start_coordinator(hold_when_unavailable_sec=0.5)
     await c.refresh(ADD, [instance_proto(3, victim, MODEL_A)])
-    client = SimClient(victim.ranks[0].url, timeout_sec=5)
+    client = victim_client(victim)
     seen = 0
 
     async def on_event(_event: Any) -> None:
@@ -249,7 +232,7 @@ async def test_canary_goes_to_the_first_published_endpoint_and_reports_the_engin
         assert info.value.code().name == code, info.value  # type: ignore[attr-defined]
     # A faulted engine answers the canary with its error.
     await c.refresh(ADD, [instance_proto(3, victim, MODEL_A)])
-    client = SimClient(victim.ranks[0].url, timeout_sec=5)
+    client = victim_client(victim)
     assert client.inject("unhealthy", reason="canary test").status == 200
     answer = await c.stub.SendCanary(coordinator_pb2.SendCanaryRequest(
         instance_id=3, endpoint_ids=[0], timeout_sec=5), timeout=10)
