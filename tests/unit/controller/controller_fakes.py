@@ -62,8 +62,6 @@ class FakeCluster:
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
     status_polls: int = 0
-    # (wait_while, settle_sec) of every status call: the long poll the round asked for.
-    status_settles: list[tuple[frozenset[tuple[int, int]], float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -106,11 +104,9 @@ class FakeNodeManagerClient:
             if holder == request_id else now + lease_sec
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
-    async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0):
-        # Answers at once, as a NodeManager that does not long-poll: the round's own backoff paces it.
+    async def status(self, instance_id, request_id, endpoint_ids):
         c = self.cluster
         c.status_polls += 1
-        c.status_settles.append((frozenset(wait_while), settle_sec))
         if c.on_status is not None:
             c.on_status(c.status_polls)
         c.calls.append(("status", self.address, tuple(endpoint_ids)))
