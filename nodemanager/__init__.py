@@ -26,6 +26,7 @@ Modules:
   pod_state          proxy switch and retired endpoints
   endpoints          local endpoints and the id checks every RPC applies
   ft_proxy           guard/status/apply/finalize as plain functions
+  settle             the Status long poll: the (status, ft_state) pairs to wait out, re-read cadence
   ft_service         motor.v1.NodeManagerFaultTolerance servicer
   lifecycle_service  motor.v1.NodeManager servicer
   errors, rpc        typed refusals and their one mapping to gRPC status codes

@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gen.motor.v1 import node_manager_pb2
@@ -47,6 +48,13 @@ from nodemanager.errors import (
 from nodemanager.guard import ForwardedApplies, GuardGrant, GuardState, check_request_id
 from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
+from nodemanager.settle import (
+    SETTLE_SHARE_OF_DEADLINE,
+    EngineStatePair,
+    check_settle,
+    engine_state,
+    reread_delay_sec,
+)
 from nodemanager.supervisor import ProcessSupervisor
 
 log = logging.getLogger("nodemanager.ft_proxy")
@@ -123,11 +131,33 @@ class FtProxy:
 
     # -- status -----------------------------------------------------------------------------
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
-                     timeout_sec: float | None = None) -> list[EngineStatusEntry]:
+                     timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
+                     settle_sec: float = 0.0) -> list[EngineStatusEntry]:
+        """One read of each engine; with `wait_while` and `settle_sec` a long poll: the engines whose
+        (status, ft_state) is one of `wait_while` are read again (nodemanager.settle's cadence) until
+        none is or the bound passes (issue 19: the Controller learns that survivors settled within one
+        re-read, with one call per pod instead of one per poll)."""
         self._require_enabled()
         check_instance(instance_id, self._instance)
         ids = self._routable_ids(endpoint_ids)
+        waits = check_settle(wait_while, settle_sec)
+        started = time.monotonic()
+        settle_until = started + (min(settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
+                                  if timeout_sec is not None else settle_sec)
+        entries = dict(zip(ids, await self._read_all(ids, request_id, timeout_sec), strict=True))
+        rereads = 0
+        while waits:
+            pending = [i for i, e in entries.items() if engine_state(e) in waits]
+            delay = reread_delay_sec(rereads)
+            if not pending or time.monotonic() + delay >= settle_until:
+                break
+            await asyncio.sleep(delay)
+            rereads += 1
+            left = None if timeout_sec is None else max(0.01, timeout_sec - (time.monotonic() - started))
+            entries.update(zip(pending, await self._read_all(pending, request_id, left), strict=True))
+        return [entries[i] for i in ids]
 
+    async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
         async def read(i: int) -> EngineStatusEntry:
             addr = self._supervisor.address(i)
             if addr is None:

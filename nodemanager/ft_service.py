@@ -42,7 +42,9 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     async def Status(self, request: node_manager_pb2.StatusRequest, context: grpc.aio.ServicerContext
                      ) -> node_manager_pb2.StatusResponse:
         entries = await self._proxy.status(request.instance_id, list(request.endpoint_ids), request.request_id,
-                                           engine_timeout(context))
+                                           engine_timeout(context),
+                                           wait_while=[(w.status, w.ft_state) for w in request.wait_while],
+                                           settle_sec=request.settle_sec)
         return node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in entries])
 
     @rpc_method("Apply")

@@ -36,14 +36,26 @@ class GuardResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ("instance_id", "endpoint_ids", "request_id")
+    __slots__ = ("instance_id", "endpoint_ids", "request_id", "wait_while", "settle_sec")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WHILE_FIELD_NUMBER: _ClassVar[int]
+    SETTLE_SEC_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
     request_id: str
-    def __init__(self, instance_id: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    wait_while: _containers.RepeatedCompositeFieldContainer[EngineState]
+    settle_sec: float
+    def __init__(self, instance_id: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., wait_while: _Optional[_Iterable[_Union[EngineState, _Mapping]]] = ..., settle_sec: _Optional[float] = ...) -> None: ...
+
+class EngineState(_message.Message):
+    __slots__ = ("status", "ft_state")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    FT_STATE_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.EngineHealth
+    ft_state: _common_pb2.FtState
+    def __init__(self, status: _Optional[_Union[_common_pb2.EngineHealth, str]] = ..., ft_state: _Optional[_Union[_common_pb2.FtState, str]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("engines",)

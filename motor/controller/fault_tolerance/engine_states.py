@@ -32,6 +32,20 @@ def poll_delay_sec(polls_done: int, poll_interval_sec: float) -> float:
     return min(poll_interval_sec, FIRST_POLL_DELAY_SEC * (2**min(polls_done, 16)))
 
 
+# The (status, ft_state) pairs a survivor is waited out in: the verdicts below say WAIT on exactly
+# these, and the round's status long poll (StatusRequest.wait_while) waits them out at the NodeManager.
+APPLY_WAIT_STATES: frozenset[tuple[int, int]] = frozenset({
+    (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED),
+    (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
+    (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
+})
+RECOVERY_WAIT_STATES: frozenset[tuple[int, int]] = frozenset({
+    (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED),
+    (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_UNSPECIFIED),
+    (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
+})
+
+
 def apply_readiness(s: common_pb2.EngineFtStatus) -> Verdict:
     """Before apply: DONE (apply-ready) only on (unhealthy, -); WAIT on (healthy, -), diagnosing and
     (unhealthy, recovering); DEAD is absorbed by the caller; anything else fails the round."""
@@ -39,11 +53,7 @@ def apply_readiness(s: common_pb2.EngineFtStatus) -> Verdict:
         return Verdict.DEAD
     if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
         return Verdict.DONE
-    if (s.status, s.ft_state) in (
-        (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED),
-        (_HEALTH.ENGINE_HEALTH_HEALTHY, _FT.FT_STATE_UNSPECIFIED),
-        (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
-    ):
+    if (s.status, s.ft_state) in APPLY_WAIT_STATES:
         return Verdict.WAIT
     return Verdict.FAIL
 
@@ -54,9 +64,7 @@ def recovery_state(s: common_pb2.EngineFtStatus) -> Verdict:
     full restart required" —, (healthy, recovering), unknown) fails the round."""
     if s.status == _HEALTH.ENGINE_HEALTH_HEALTHY and s.ft_state == _FT.FT_STATE_UNSPECIFIED:
         return Verdict.DONE
-    if (s.status, s.ft_state) == (_HEALTH.ENGINE_HEALTH_DIAGNOSING, _FT.FT_STATE_UNSPECIFIED):
-        return Verdict.WAIT
-    if s.status == _HEALTH.ENGINE_HEALTH_UNHEALTHY and s.ft_state in (_FT.FT_STATE_UNSPECIFIED, _FT.FT_STATE_RECOVERING):
+    if (s.status, s.ft_state) in RECOVERY_WAIT_STATES:
         return Verdict.WAIT
     return Verdict.FAIL
 

@@ -62,6 +62,11 @@ class FakeCluster:
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
     status_polls: int = 0
+    # (wait_while, settle_sec, clock at the call) of every status call: the long poll the round asked for.
+    status_settles: list[tuple[frozenset[tuple[int, int]], float, float]] = field(default_factory=list)
+    # Hold a status answer for settle_sec (on the manual clock) while an engine asked for is in a
+    # wait_while state, as a long-polling NodeManager whose engines do not settle in that time.
+    long_poll: bool = False
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -104,9 +109,11 @@ class FakeNodeManagerClient:
             if holder == request_id else now + lease_sec
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
-    async def status(self, instance_id, request_id, endpoint_ids):
+    async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0):
+        # Answers at once unless long_poll, as a NodeManager that does not long-poll: the round's backoff paces it.
         c = self.cluster
         c.status_polls += 1
+        c.status_settles.append((frozenset(wait_while), settle_sec, c.clock.monotonic() if c.clock else 0.0))
         if c.on_status is not None:
             c.on_status(c.status_polls)
         c.calls.append(("status", self.address, tuple(endpoint_ids)))
@@ -123,6 +130,8 @@ class FakeNodeManagerClient:
                     eng.polls_since_apply = -1
             out.append(eng.proto())
         out += [c.engines[r].proto() for r in c.extra_status.get(self.address, [])]
+        if c.long_poll and settle_sec > 0 and any((e.status, e.ft_state) in wait_while for e in out):
+            await c.clock.sleep(settle_sec)
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0):

@@ -833,3 +833,35 @@ async def test_survivors_healthy_after_apply_are_not_read_again() -> None:
     after_apply = cluster.calls[max(i for i, c in enumerate(cluster.calls) if c[0] == "apply") + 1:]
     reads = [r for c in after_apply if c[0] == "status" for r in c[2]]
     assert reads.count(3) > reads.count(0) and reads.count(0) == reads.count(2) == 2, reads
+
+
+@pytest.mark.parametrize("long_poll", [True, False])
+async def test_status_polls_are_long_polls_that_wait_out_what_the_verdicts_call_wait(long_poll: bool) -> None:
+    """Before apply the NodeManagers are asked to wait out the apply-ready WAIT states, after it the
+    recovery WAIT states, for poll_interval_sec (issue 19). A NodeManager that held its answer is
+    asked again at once; one that answered at once (no long poll) gets the backoff delay first."""
+    from motor.controller.fault_tolerance.engine_states import APPLY_WAIT_STATES, RECOVERY_WAIT_STATES
+
+    cluster = two_pods()
+    cluster.long_poll = long_poll
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.engines[3].recover_after_polls = 3
+    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert outcome.succeeded, outcome.detail
+    statuses = [i for i, c in enumerate(cluster.calls) if c[0] == "status"]
+    first_apply = min(i for i, c in enumerate(cluster.calls) if c[0] == "apply")
+    before = sum(1 for i in statuses if i < first_apply)
+    asked = cluster.status_settles
+    assert [w for w, _, _ in asked[:before]] == [APPLY_WAIT_STATES] * before
+    assert [w for w, _, _ in asked[before:]] == [RECOVERY_WAIT_STATES] * (len(asked) - before)
+    assert {s for _, s, _ in asked} == {1.0}  # poll_interval_sec, well inside the 30 s deadline
+    # After apply rank 3 is the one still rebuilding; the spacing of the polls that read it, on the manual clock:
+    at = [t for i, (_, _, t) in zip(statuses[before:], asked[before:], strict=True) if 3 in cluster.calls[i][2]]
+    gaps = [round(b - a, 6) for a, b in zip(at, at[1:], strict=False)]
+    assert gaps, asked
+    if long_poll:
+        assert gaps == [1.0] * len(gaps)  # the hold, and nothing added
+    else:
+        assert gaps == [round(0.05 * 2**n, 6) for n in range(len(gaps))]  # the backoff after each immediate answer

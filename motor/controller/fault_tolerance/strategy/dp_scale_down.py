@@ -22,6 +22,8 @@ from gen.motor.v1 import common_pb2
 from motor.common.text import rank_ranges
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.engine_states import (
+    APPLY_WAIT_STATES,
+    RECOVERY_WAIT_STATES,
     Verdict,
     apply_readiness,
     poll_delay_sec,
@@ -183,8 +185,10 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _query(self, plan: RoundPlan, skip: frozenset[int] = frozenset()) -> dict[int, common_pb2.EngineFtStatus]:
-        entries = await self.calls.status(plan, skip)
+    async def _query(self, plan: RoundPlan, skip: frozenset[int] = frozenset(),
+                     wait_while: frozenset[tuple[int, int]] = frozenset(), settle_sec: float = 0.0
+                     ) -> dict[int, common_pb2.EngineFtStatus]:
+        entries = await self.calls.status(plan, skip, wait_while, settle_sec)
         self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
         for entry in entries:
@@ -228,21 +232,28 @@ class DpScaleDownStrategy(Strategy):
             if self.deps.runtimes.get(self.instance_id).phase is FtPhase.DECIDING:
                 self.set_phase(FtPhase.WAITING_ENGINE_FAULT, f"waiting for survivors {ranks}")
 
-        return await self._poll(plan, apply_readiness, goal="apply-ready", on_wait=waiting)
+        return await self._poll(plan, apply_readiness, APPLY_WAIT_STATES, goal="apply-ready", on_wait=waiting)
 
     async def _await_recovered(self, plan: RoundPlan) -> None:
         # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
         # voted yes, so later polls read only the ones still rebuilding (issue 19: at DP=256 each
         # full read is ~75 ms of NodeManager and engine work).
-        await self._poll(plan, recovery_state, goal="healthy after apply", done_stays_done=True)
+        await self._poll(plan, recovery_state, RECOVERY_WAIT_STATES, goal="healthy after apply", done_stays_done=True)
 
-    async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict], *, goal: str,
+    async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict],
+                    wait_states: frozenset[tuple[int, int]], *, goal: str,
                     on_wait: Callable[[list[int]], None] | None = None, done_stays_done: bool = False) -> RoundPlan:
         """Polls the survivors until `judge` says every one is done (or ready), within the execution
         deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
         says so): each absorption removes a survivor, so the loop ends after at most len(survivors)
         absorptions plus the polls that fit before the deadline. With `done_stays_done` a survivor
-        judged done is not read again."""
+        judged done is not read again.
+
+        Each poll is a long poll: the NodeManagers wait out `wait_states` (the pairs `judge` calls WAIT)
+        for up to poll_interval_sec and answer as soon as their engines settled (issue 19: no poll is
+        spent before a rebuild can have finished, and a settled survivor is seen within one re-read).
+        A poll answered sooner than the backoff delay (a NodeManager that does not long-poll) is
+        followed by the rest of the delay, so the cadence never falls below today's."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
         polls = 0
@@ -250,7 +261,9 @@ class DpScaleDownStrategy(Strategy):
         while True:
             self._check_stop()
             await self._renew_guards_if_due()
-            statuses = await self._query(plan, frozenset(done))
+            asked_mono_sec = self.deps.clock.monotonic()
+            settle_sec = max(0.0, min(sd.poll_interval_sec, deadline - asked_mono_sec))
+            statuses = await self._query(plan, frozenset(done), wait_states, settle_sec)
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
             if done_stays_done:
                 done.update(r for r, v in verdicts.items() if v is Verdict.DONE)
@@ -279,7 +292,10 @@ class DpScaleDownStrategy(Strategy):
                     f"survivors {waiting} not {goal} within {sd.execution_deadline_sec:g}s: "
                     + ", ".join(f"rank {r} {status_text(statuses[r])}" for r in waiting)
                 )
-            await self.deps.clock.sleep(min(poll_delay_sec(polls, sd.poll_interval_sec), remaining))
+            answered_in_sec = self.deps.clock.monotonic() - asked_mono_sec
+            delay = poll_delay_sec(polls, sd.poll_interval_sec) - answered_in_sec
+            if delay > 0:
+                await self.deps.clock.sleep(min(delay, remaining))
             polls += 1
 
     async def _after_commit(self, plan: RoundPlan) -> Outcome:

@@ -77,8 +77,11 @@ class RoundCalls:
             {"lease_sec": lease_sec, "detail": "renew"},
         )) for a in addresses)
 
-    async def status(self, plan: RoundPlan, skip: frozenset[int] = frozenset()) -> list[common_pb2.EngineFtStatus]:
-        """The status of every survivor of the plan but those in `skip`, one call per pod that has any."""
+    async def status(self, plan: RoundPlan, skip: frozenset[int] = frozenset(),
+                     wait_while: frozenset[tuple[int, int]] = frozenset(), settle_sec: float = 0.0
+                     ) -> list[common_pb2.EngineFtStatus]:
+        """The status of every survivor of the plan but those in `skip`, one call per pod that has any
+        (a long poll with `wait_while` and `settle_sec`: NodeManagerClient.status)."""
         calls = []
         asked: dict[str, tuple[int, ...]] = {}
         for pod in plan.pods:
@@ -89,7 +92,7 @@ class RoundCalls:
             client = self._nodemanagers.get(pod.node_manager_address)
             calls.append((pod.node_manager_address, self._timed(
                 "status", pod.node_manager_address,
-                lambda c=client, ids=targets: c.status(self._instance_id, self._request_id, ids),
+                lambda c=client, ids=targets: c.status(self._instance_id, self._request_id, ids, wait_while, settle_sec),
                 {"endpoint_ids": list(targets)},
                 lambda entries: {"engine_statuses": list(entries)},
             )))

@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Endpoint, EngineFtStatus, Pod } from "./common_pb.js";
+import type { Endpoint, EngineFtStatus, EngineHealth, FtState, Pod } from "./common_pb.js";
 import { file_motor_v1_common } from "./common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/node_manager.proto.
  */
 export const file_motor_v1_node_manager: GenFile = /*@__PURE__*/
-  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxIkoKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAyJRCg1HdWFyZFJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSGwoTbGVhc2VfcmVtYWluaW5nX3NlYxgCIAEoARIPCgdyZW5ld2VkGAMgASgIIk4KDVN0YXR1c1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSFAoMZW5kcG9pbnRfaWRzGAIgAygFEhIKCnJlcXVlc3RfaWQYAyABKAkiOwoOU3RhdHVzUmVzcG9uc2USKQoHZW5naW5lcxgBIAMoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzItgBCgxBcHBseVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIqCgtpbnN0cnVjdGlvbhgDIAEoDjIVLm1vdG9yLnYxLkluc3RydWN0aW9uEhgKEHJlbW92ZWRfZHBfcmFua3MYBCADKAUSFAoMZHBfbWFzdGVyX2lwGAUgASgJEhYKDmRwX21hc3Rlcl9yYW5rGAYgASgFEhQKDGVuZHBvaW50X2lkcxgHIAMoBRIVCg1kcF9zdG9yZV9wb3J0GAggASgFIsABChFFbmdpbmVBcHBseVJlc3VsdBITCgtlbmRwb2ludF9pZBgBIAEoBRIQCghhY2NlcHRlZBgCIAEoCBITCgtodHRwX3N0YXR1cxgDIAEoBRIZChFlbmdpbmVfcmVxdWVzdF9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHJlcXVlc3RfYm9keRgGIAEoCRITCgtlbGFwc2VkX3NlYxgHIAEoARIYChBzZW50X2F0X3VuaXhfc2VjGAggASgBImYKDUFwcGx5UmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSLAoHcmVzdWx0cxgCIAMoCzIbLm1vdG9yLnYxLkVuZ2luZUFwcGx5UmVzdWx0EhUKDWRwX3N0b3JlX3BvcnQYAyABKAUiXwoPRmluYWxpemVSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSDgoGY29tbWl0GAMgASgIEhMKC3JldGlyZWRfaWRzGAQgAygFIj8KEEZpbmFsaXplUmVzcG9uc2USEwoLcmV0aXJlZF9pZHMYASADKAUSFgoOZ3VhcmRfcmVsZWFzZWQYAiABKAgiggEKE1N0YXJ0RW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxkcF9tYXN0ZXJfaXAYAyABKAkSFgoOZHBfbWFzdGVyX3BvcnQYBCABKAUSFAoMZW5kcG9pbnRfaWRzGAUgAygFIj0KFFN0YXJ0RW5naW5lc1Jlc3BvbnNlEiUKCWVuZHBvaW50cxgBIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50ImYKElN0b3BFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhEKCWdyYWNlX3NlYxgDIAEoARIUCgxlbmRwb2ludF9pZHMYBCADKAUiKgoTU3RvcEVuZ2luZXNSZXNwb25zZRITCgtzdG9wcGVkX2lkcxgBIAMoBSKCAQoWUmVsYXVuY2hFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGRwX21hc3Rlcl9pcBgDIAEoCRIWCg5kcF9tYXN0ZXJfcG9ydBgEIAEoBRIRCglncmFjZV9zZWMYBSABKAEiQAoXUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USJQoJZW5kcG9pbnRzGAEgAygLMhIubW90b3IudjEuRW5kcG9pbnQiNAoOU3RvcFBvZFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiIwoPU3RvcFBvZFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIIhQKEkRlc2NyaWJlUG9kUmVxdWVzdCJ3Cg1FbmdpbmVQcm9jZXNzEiQKCGVuZHBvaW50GAEgASgLMhIubW90b3IudjEuRW5kcG9pbnQSCwoDcGlkGAIgASgFEg8KB3J1bm5pbmcYAyABKAgSEQoJZXhpdF9jb2RlGAQgASgFEg8KB3JldGlyZWQYBSABKAgiwQEKE0Rlc2NyaWJlUG9kUmVzcG9uc2USGgoDcG9kGAEgASgLMg0ubW90b3IudjEuUG9kEhMKC2luc3RhbmNlX2lkGAIgASgDEigKB2VuZ2luZXMYAyADKAsyFy5tb3Rvci52MS5FbmdpbmVQcm9jZXNzEhgKEGZ0X3Byb3h5X2VuYWJsZWQYBCABKAgSGAoQZ3VhcmRfcmVxdWVzdF9pZBgFIAEoCRIbChNndWFyZF9yZW1haW5pbmdfc2VjGAYgASgBKkYKC0luc3RydWN0aW9uEhsKF0lOU1RSVUNUSU9OX1VOU1BFQ0lGSUVEEAASGgoWSU5TVFJVQ1RJT05fU0NBTEVfRE9XThABMo8CChlOb2RlTWFuYWdlckZhdWx0VG9sZXJhbmNlEjgKBUd1YXJkEhYubW90b3IudjEuR3VhcmRSZXF1ZXN0GhcubW90b3IudjEuR3VhcmRSZXNwb25zZRI7CgZTdGF0dXMSFy5tb3Rvci52MS5TdGF0dXNSZXF1ZXN0GhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USOAoFQXBwbHkSFi5tb3Rvci52MS5BcHBseVJlcXVlc3QaFy5tb3Rvci52MS5BcHBseVJlc3BvbnNlEkEKCEZpbmFsaXplEhkubW90b3IudjEuRmluYWxpemVSZXF1ZXN0GhoubW90b3IudjEuRmluYWxpemVSZXNwb25zZTKMAwoLTm9kZU1hbmFnZXISTQoMU3RhcnRFbmdpbmVzEh0ubW90b3IudjEuU3RhcnRFbmdpbmVzUmVxdWVzdBoeLm1vdG9yLnYxLlN0YXJ0RW5naW5lc1Jlc3BvbnNlEkoKC1N0b3BFbmdpbmVzEhwubW90b3IudjEuU3RvcEVuZ2luZXNSZXF1ZXN0Gh0ubW90b3IudjEuU3RvcEVuZ2luZXNSZXNwb25zZRJWCg9SZWxhdW5jaEVuZ2luZXMSIC5tb3Rvci52MS5SZWxhdW5jaEVuZ2luZXNSZXF1ZXN0GiEubW90b3IudjEuUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USPgoHU3RvcFBvZBIYLm1vdG9yLnYxLlN0b3BQb2RSZXF1ZXN0GhkubW90b3IudjEuU3RvcFBvZFJlc3BvbnNlEkoKC0Rlc2NyaWJlUG9kEhwubW90b3IudjEuRGVzY3JpYmVQb2RSZXF1ZXN0Gh0ubW90b3IudjEuRGVzY3JpYmVQb2RSZXNwb25zZWIGcHJvdG8z", [file_motor_v1_common]);
+  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxIkoKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAyJRCg1HdWFyZFJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSGwoTbGVhc2VfcmVtYWluaW5nX3NlYxgCIAEoARIPCgdyZW5ld2VkGAMgASgIIo0BCg1TdGF0dXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhQKDGVuZHBvaW50X2lkcxgCIAMoBRISCgpyZXF1ZXN0X2lkGAMgASgJEikKCndhaXRfd2hpbGUYBCADKAsyFS5tb3Rvci52MS5FbmdpbmVTdGF0ZRISCgpzZXR0bGVfc2VjGAUgASgBIloKC0VuZ2luZVN0YXRlEiYKBnN0YXR1cxgBIAEoDjIWLm1vdG9yLnYxLkVuZ2luZUhlYWx0aBIjCghmdF9zdGF0ZRgCIAEoDjIRLm1vdG9yLnYxLkZ0U3RhdGUiOwoOU3RhdHVzUmVzcG9uc2USKQoHZW5naW5lcxgBIAMoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzItgBCgxBcHBseVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIqCgtpbnN0cnVjdGlvbhgDIAEoDjIVLm1vdG9yLnYxLkluc3RydWN0aW9uEhgKEHJlbW92ZWRfZHBfcmFua3MYBCADKAUSFAoMZHBfbWFzdGVyX2lwGAUgASgJEhYKDmRwX21hc3Rlcl9yYW5rGAYgASgFEhQKDGVuZHBvaW50X2lkcxgHIAMoBRIVCg1kcF9zdG9yZV9wb3J0GAggASgFIsABChFFbmdpbmVBcHBseVJlc3VsdBITCgtlbmRwb2ludF9pZBgBIAEoBRIQCghhY2NlcHRlZBgCIAEoCBITCgtodHRwX3N0YXR1cxgDIAEoBRIZChFlbmdpbmVfcmVxdWVzdF9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHJlcXVlc3RfYm9keRgGIAEoCRITCgtlbGFwc2VkX3NlYxgHIAEoARIYChBzZW50X2F0X3VuaXhfc2VjGAggASgBImYKDUFwcGx5UmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSLAoHcmVzdWx0cxgCIAMoCzIbLm1vdG9yLnYxLkVuZ2luZUFwcGx5UmVzdWx0EhUKDWRwX3N0b3JlX3BvcnQYAyABKAUiXwoPRmluYWxpemVSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSDgoGY29tbWl0GAMgASgIEhMKC3JldGlyZWRfaWRzGAQgAygFIj8KEEZpbmFsaXplUmVzcG9uc2USEwoLcmV0aXJlZF9pZHMYASADKAUSFgoOZ3VhcmRfcmVsZWFzZWQYAiABKAgiggEKE1N0YXJ0RW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxkcF9tYXN0ZXJfaXAYAyABKAkSFgoOZHBfbWFzdGVyX3BvcnQYBCABKAUSFAoMZW5kcG9pbnRfaWRzGAUgAygFIj0KFFN0YXJ0RW5naW5lc1Jlc3BvbnNlEiUKCWVuZHBvaW50cxgBIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50ImYKElN0b3BFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhEKCWdyYWNlX3NlYxgDIAEoARIUCgxlbmRwb2ludF9pZHMYBCADKAUiKgoTU3RvcEVuZ2luZXNSZXNwb25zZRITCgtzdG9wcGVkX2lkcxgBIAMoBSKCAQoWUmVsYXVuY2hFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGRwX21hc3Rlcl9pcBgDIAEoCRIWCg5kcF9tYXN0ZXJfcG9ydBgEIAEoBRIRCglncmFjZV9zZWMYBSABKAEiQAoXUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USJQoJZW5kcG9pbnRzGAEgAygLMhIubW90b3IudjEuRW5kcG9pbnQiNAoOU3RvcFBvZFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiIwoPU3RvcFBvZFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIIhQKEkRlc2NyaWJlUG9kUmVxdWVzdCJ3Cg1FbmdpbmVQcm9jZXNzEiQKCGVuZHBvaW50GAEgASgLMhIubW90b3IudjEuRW5kcG9pbnQSCwoDcGlkGAIgASgFEg8KB3J1bm5pbmcYAyABKAgSEQoJZXhpdF9jb2RlGAQgASgFEg8KB3JldGlyZWQYBSABKAgiwQEKE0Rlc2NyaWJlUG9kUmVzcG9uc2USGgoDcG9kGAEgASgLMg0ubW90b3IudjEuUG9kEhMKC2luc3RhbmNlX2lkGAIgASgDEigKB2VuZ2luZXMYAyADKAsyFy5tb3Rvci52MS5FbmdpbmVQcm9jZXNzEhgKEGZ0X3Byb3h5X2VuYWJsZWQYBCABKAgSGAoQZ3VhcmRfcmVxdWVzdF9pZBgFIAEoCRIbChNndWFyZF9yZW1haW5pbmdfc2VjGAYgASgBKkYKC0luc3RydWN0aW9uEhsKF0lOU1RSVUNUSU9OX1VOU1BFQ0lGSUVEEAASGgoWSU5TVFJVQ1RJT05fU0NBTEVfRE9XThABMo8CChlOb2RlTWFuYWdlckZhdWx0VG9sZXJhbmNlEjgKBUd1YXJkEhYubW90b3IudjEuR3VhcmRSZXF1ZXN0GhcubW90b3IudjEuR3VhcmRSZXNwb25zZRI7CgZTdGF0dXMSFy5tb3Rvci52MS5TdGF0dXNSZXF1ZXN0GhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USOAoFQXBwbHkSFi5tb3Rvci52MS5BcHBseVJlcXVlc3QaFy5tb3Rvci52MS5BcHBseVJlc3BvbnNlEkEKCEZpbmFsaXplEhkubW90b3IudjEuRmluYWxpemVSZXF1ZXN0GhoubW90b3IudjEuRmluYWxpemVSZXNwb25zZTKMAwoLTm9kZU1hbmFnZXISTQoMU3RhcnRFbmdpbmVzEh0ubW90b3IudjEuU3RhcnRFbmdpbmVzUmVxdWVzdBoeLm1vdG9yLnYxLlN0YXJ0RW5naW5lc1Jlc3BvbnNlEkoKC1N0b3BFbmdpbmVzEhwubW90b3IudjEuU3RvcEVuZ2luZXNSZXF1ZXN0Gh0ubW90b3IudjEuU3RvcEVuZ2luZXNSZXNwb25zZRJWCg9SZWxhdW5jaEVuZ2luZXMSIC5tb3Rvci52MS5SZWxhdW5jaEVuZ2luZXNSZXF1ZXN0GiEubW90b3IudjEuUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USPgoHU3RvcFBvZBIYLm1vdG9yLnYxLlN0b3BQb2RSZXF1ZXN0GhkubW90b3IudjEuU3RvcFBvZFJlc3BvbnNlEkoKC0Rlc2NyaWJlUG9kEhwubW90b3IudjEuRGVzY3JpYmVQb2RSZXF1ZXN0Gh0ubW90b3IudjEuRGVzY3JpYmVQb2RSZXNwb25zZWIGcHJvdG8z", [file_motor_v1_common]);
 
 /**
  * Guard request.
@@ -110,6 +110,22 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
    * @generated from field: string request_id = 3;
    */
   requestId: string;
+
+  /**
+   * Long poll: while a requested engine's (status, ft_state) is one of these, the NodeManager reads
+   * that engine again (every few tens of milliseconds) until none is or `settle_sec` has passed, and
+   * then answers with the latest reads. Empty: one read of each engine.
+   *
+   * @generated from field: repeated motor.v1.EngineState wait_while = 4;
+   */
+  waitWhile: EngineState[];
+
+  /**
+   * Bound of the long poll in seconds, [0, 60]; the call's deadline bounds it too. 0: one read.
+   *
+   * @generated from field: double settle_sec = 5;
+   */
+  settleSec: number;
 };
 
 /**
@@ -118,6 +134,34 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
   messageDesc(file_motor_v1_node_manager, 2);
+
+/**
+ * An engine's (status, ft_state) pair, as the Controller judges a survivor by it.
+ *
+ * @generated from message motor.v1.EngineState
+ */
+export type EngineState = Message<"motor.v1.EngineState"> & {
+  /**
+   * Health; ENGINE_HEALTH_UNSPECIFIED is refused.
+   *
+   * @generated from field: motor.v1.EngineHealth status = 1;
+   */
+  status: EngineHealth;
+
+  /**
+   * Recovery state; FT_STATE_UNSPECIFIED means the engine sent no ft_state (vLLM's dialect).
+   *
+   * @generated from field: motor.v1.FtState ft_state = 2;
+   */
+  ftState: FtState;
+};
+
+/**
+ * Describes the message motor.v1.EngineState.
+ * Use `create(EngineStateSchema)` to create a new message.
+ */
+export const EngineStateSchema: GenMessage<EngineState> = /*@__PURE__*/
+  messageDesc(file_motor_v1_node_manager, 3);
 
 /**
  * Status response: one entry per requested endpoint, in request order.
@@ -138,7 +182,7 @@ export type StatusResponse = Message<"motor.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 3);
+  messageDesc(file_motor_v1_node_manager, 4);
 
 /**
  * Apply request.
@@ -209,7 +253,7 @@ export type ApplyRequest = Message<"motor.v1.ApplyRequest"> & {
  * Use `create(ApplyRequestSchema)` to create a new message.
  */
 export const ApplyRequestSchema: GenMessage<ApplyRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 4);
+  messageDesc(file_motor_v1_node_manager, 5);
 
 /**
  * Outcome of forwarding the instruction to one engine.
@@ -280,7 +324,7 @@ export type EngineApplyResult = Message<"motor.v1.EngineApplyResult"> & {
  * Use `create(EngineApplyResultSchema)` to create a new message.
  */
 export const EngineApplyResultSchema: GenMessage<EngineApplyResult> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 5);
+  messageDesc(file_motor_v1_node_manager, 6);
 
 /**
  * Apply response.
@@ -315,7 +359,7 @@ export type ApplyResponse = Message<"motor.v1.ApplyResponse"> & {
  * Use `create(ApplyResponseSchema)` to create a new message.
  */
 export const ApplyResponseSchema: GenMessage<ApplyResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 6);
+  messageDesc(file_motor_v1_node_manager, 7);
 
 /**
  * Finalize request.
@@ -357,7 +401,7 @@ export type FinalizeRequest = Message<"motor.v1.FinalizeRequest"> & {
  * Use `create(FinalizeRequestSchema)` to create a new message.
  */
 export const FinalizeRequestSchema: GenMessage<FinalizeRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 7);
+  messageDesc(file_motor_v1_node_manager, 8);
 
 /**
  * Finalize response.
@@ -385,7 +429,7 @@ export type FinalizeResponse = Message<"motor.v1.FinalizeResponse"> & {
  * Use `create(FinalizeResponseSchema)` to create a new message.
  */
 export const FinalizeResponseSchema: GenMessage<FinalizeResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 8);
+  messageDesc(file_motor_v1_node_manager, 9);
 
 /**
  * StartEngines request.
@@ -434,7 +478,7 @@ export type StartEnginesRequest = Message<"motor.v1.StartEnginesRequest"> & {
  * Use `create(StartEnginesRequestSchema)` to create a new message.
  */
 export const StartEnginesRequestSchema: GenMessage<StartEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 9);
+  messageDesc(file_motor_v1_node_manager, 10);
 
 /**
  * StartEngines response.
@@ -455,7 +499,7 @@ export type StartEnginesResponse = Message<"motor.v1.StartEnginesResponse"> & {
  * Use `create(StartEnginesResponseSchema)` to create a new message.
  */
 export const StartEnginesResponseSchema: GenMessage<StartEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 10);
+  messageDesc(file_motor_v1_node_manager, 11);
 
 /**
  * StopEngines request.
@@ -497,7 +541,7 @@ export type StopEnginesRequest = Message<"motor.v1.StopEnginesRequest"> & {
  * Use `create(StopEnginesRequestSchema)` to create a new message.
  */
 export const StopEnginesRequestSchema: GenMessage<StopEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 11);
+  messageDesc(file_motor_v1_node_manager, 12);
 
 /**
  * StopEngines response.
@@ -518,7 +562,7 @@ export type StopEnginesResponse = Message<"motor.v1.StopEnginesResponse"> & {
  * Use `create(StopEnginesResponseSchema)` to create a new message.
  */
 export const StopEnginesResponseSchema: GenMessage<StopEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 12);
+  messageDesc(file_motor_v1_node_manager, 13);
 
 /**
  * RelaunchEngines request.
@@ -567,7 +611,7 @@ export type RelaunchEnginesRequest = Message<"motor.v1.RelaunchEnginesRequest"> 
  * Use `create(RelaunchEnginesRequestSchema)` to create a new message.
  */
 export const RelaunchEnginesRequestSchema: GenMessage<RelaunchEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 13);
+  messageDesc(file_motor_v1_node_manager, 14);
 
 /**
  * RelaunchEngines response.
@@ -588,7 +632,7 @@ export type RelaunchEnginesResponse = Message<"motor.v1.RelaunchEnginesResponse"
  * Use `create(RelaunchEnginesResponseSchema)` to create a new message.
  */
 export const RelaunchEnginesResponseSchema: GenMessage<RelaunchEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 14);
+  messageDesc(file_motor_v1_node_manager, 15);
 
 /**
  * StopPod request.
@@ -616,7 +660,7 @@ export type StopPodRequest = Message<"motor.v1.StopPodRequest"> & {
  * Use `create(StopPodRequestSchema)` to create a new message.
  */
 export const StopPodRequestSchema: GenMessage<StopPodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 15);
+  messageDesc(file_motor_v1_node_manager, 16);
 
 /**
  * StopPod response.
@@ -637,7 +681,7 @@ export type StopPodResponse = Message<"motor.v1.StopPodResponse"> & {
  * Use `create(StopPodResponseSchema)` to create a new message.
  */
 export const StopPodResponseSchema: GenMessage<StopPodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 16);
+  messageDesc(file_motor_v1_node_manager, 17);
 
 /**
  * DescribePod request.
@@ -652,7 +696,7 @@ export type DescribePodRequest = Message<"motor.v1.DescribePodRequest"> & {
  * Use `create(DescribePodRequestSchema)` to create a new message.
  */
 export const DescribePodRequestSchema: GenMessage<DescribePodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 17);
+  messageDesc(file_motor_v1_node_manager, 18);
 
 /**
  * State of one local engine process.
@@ -701,7 +745,7 @@ export type EngineProcess = Message<"motor.v1.EngineProcess"> & {
  * Use `create(EngineProcessSchema)` to create a new message.
  */
 export const EngineProcessSchema: GenMessage<EngineProcess> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 18);
+  messageDesc(file_motor_v1_node_manager, 19);
 
 /**
  * DescribePod response.
@@ -757,7 +801,7 @@ export type DescribePodResponse = Message<"motor.v1.DescribePodResponse"> & {
  * Use `create(DescribePodResponseSchema)` to create a new message.
  */
 export const DescribePodResponseSchema: GenMessage<DescribePodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 19);
+  messageDesc(file_motor_v1_node_manager, 20);
 
 /**
  * Recovery instruction understood by the engine FT API.

@@ -1,0 +1,92 @@
+"""The Status long poll over real gRPC with fake-engine processes: the NodeManager reads again only
+the engines still in a `wait_while` state, answers once they settled or at `settle_sec`, and
+refuses bad bounds and states by name (issue 19)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from gen.motor.v1 import common_pb2, node_manager_pb2 as nm
+from motor.testing.fake_controller import FakeController
+
+from nm_helpers import INSTANCE, fake_control, fake_polled, nm_config, rpc_error, running_nm
+
+pytestmark = pytest.mark.timeout(60)
+
+UNHEALTHY = nm.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
+DIAGNOSING = nm.EngineState(status=common_pb2.ENGINE_HEALTH_DIAGNOSING, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
+
+
+def quiet_poller(controller: FakeController, tmp_path: Path):
+    # The NodeManager's own poller reads once and then not for 60 s: every later read is the long poll's.
+    return nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+
+
+async def status_reads(base_url: str) -> int:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            return int((await r.json())["status_requests"])
+
+
+async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await fake_control(n.engine_url(1), status="unhealthy")
+        healthy_reads = await status_reads(n.engine_url(0))
+        call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
+            instance_id=INSTANCE, endpoint_ids=[0, 1], request_id="lp1", wait_while=[UNHEALTHY, DIAGNOSING],
+            settle_sec=30), timeout=40))
+        await fake_polled(n.engine_url(1), 3)  # the long poll is reading rank 1 again and again
+        assert not call.done()
+        await fake_control(n.engine_url(1), status="healthy")
+        resp = await call
+        assert [(e.id, e.status) for e in resp.engines] == [(0, common_pb2.ENGINE_HEALTH_HEALTHY),
+                                                            (1, common_pb2.ENGINE_HEALTH_HEALTHY)]
+        # Rank 0 was never in a waiting state: read once, never again.
+        assert await status_reads(n.engine_url(0)) == healthy_reads + 1
+
+
+async def test_answers_the_latest_reads_at_the_bound(controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await fake_control(n.engine_url(0), status="diagnosing")
+        before = await status_reads(n.engine_url(0))
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], wait_while=[DIAGNOSING],
+                                                  settle_sec=0.3), timeout=10)
+        assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_DIAGNOSING]
+        assert await status_reads(n.engine_url(0)) > before + 1  # read again while it waited
+
+
+async def test_without_settle_one_read_of_each_engine(controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await fake_control(n.engine_url(0), status="unhealthy")
+        before = await status_reads(n.engine_url(0))
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], wait_while=[UNHEALTHY]),
+                                 timeout=10)
+        assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_UNHEALTHY]
+        assert await status_reads(n.engine_url(0)) == before + 1
+
+
+BAD = [
+    ({"settle_sec": -1.0, "wait_while": [UNHEALTHY]}, "settle_sec -1.0 is outside [0, 60]"),
+    ({"settle_sec": 61.0, "wait_while": [UNHEALTHY]}, "settle_sec 61.0 is outside [0, 60]"),
+    ({"settle_sec": float("nan"), "wait_while": [UNHEALTHY]}, "settle_sec nan is outside [0, 60]"),
+    ({"settle_sec": 1.0, "wait_while": [nm.EngineState(status=common_pb2.ENGINE_HEALTH_UNSPECIFIED)]},
+     "wait_while status 0 is not an engine health"),
+    ({"settle_sec": 1.0, "wait_while": [nm.EngineState(status=99)]}, "wait_while status 99 is not an engine health"),
+    ({"settle_sec": 1.0, "wait_while": [nm.EngineState(status=common_pb2.ENGINE_HEALTH_HEALTHY, ft_state=42)]},
+     "wait_while ft_state 42 is not an FT state"),
+]
+
+
+async def test_bad_bounds_and_states_are_refused_by_name(controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        for fields, detail in BAD:
+            err = await rpc_error(n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], **fields),
+                                              timeout=5))
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and detail in err.details(), (fields, err.details())
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1]), timeout=5)
+        assert [e.id for e in resp.engines] == [0, 1]  # still serving
