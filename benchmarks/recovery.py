@@ -320,7 +320,7 @@ def summarize(scale: dict[str, list[dict[str, Any]]], reconf: dict[str, list[dic
         "engine-bound (fault -> last survivor's verdict observed)": lambda r: r["stages"]["engines_decided"] - r["stages"]["fault"],
         "NodeManager detection (fault -> first evidence)": lambda r: r["stages"]["first_evidence_nm"] - r["stages"]["fault"],
         "snapshot complete -> decision": lambda r: r["stages"]["decision"] - r["stages"]["engines_decided"],
-        "Controller RPCs (critical path, wall)": lambda r: r["stages"]["controller_rpc_sec"],
+        "Controller RPCs (critical path, wall; incl. status long polls)": lambda r: r["stages"]["controller_rpc_sec"],
         "engine rebuild incl. poll wait (apply -> healthy)": lambda r: r["stages"]["survivors_healthy"] - r["stages"]["apply_accepted"],
     }
     for name, fn in split.items():
@@ -383,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: at least 2")
+    if args.reconfiguration_rounds < 0 or args.overhead_sec < 0:
+        parser.error(f"--reconfiguration-rounds {args.reconfiguration_rounds} / --overhead-sec {args.overhead_sec:g}: "
+                     "0 skips the row, negative means nothing")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-bench-"))
     print(f"recovery benchmark: logs under {work}", flush=True)
     streaming = run_streaming_rows(work, args.streams, args.stream_tokens, args.streaming_rounds)
@@ -394,11 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     scale = {f"{d:g}": run_scale_down_rounds(args.rounds, work, args.concurrency, 0.0, d)
              for d in (float(x) for x in args.diagnosing_secs.split(","))}
-    reconf = {f"{args.model_load_sec:g}": run_reconfiguration_rounds(args.reconfiguration_rounds, work, args.concurrency,
-                                                                     args.model_load_sec)}
+    reconf = {}
+    if args.reconfiguration_rounds > 0:
+        reconf[f"{args.model_load_sec:g}"] = run_reconfiguration_rounds(args.reconfiguration_rounds, work,
+                                                                        args.concurrency, args.model_load_sec)
     if args.realistic_load_sec > 0:
         reconf[f"{args.realistic_load_sec:g}"] = run_reconfiguration_rounds(1, work, args.concurrency, args.realistic_load_sec)
-    overhead = measure_overhead(work, args.overhead_sec)
+    overhead = measure_overhead(work, args.overhead_sec) if args.overhead_sec > 0 else {}
     print(summarize(scale, reconf, overhead))
     print(summarize_streaming(streaming, args.streams, args.stream_tokens))
     if args.json:
