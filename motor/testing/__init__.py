@@ -10,4 +10,9 @@ Modules:
   fake_controller  FakeController, a recording motor.v1.Controller on a real gRPC server (Register,
                    Heartbeat, ReportSoftwareFault, settable NodeManagerFtConfig), and the
                    wait_for / async_wait_for polling helpers
+  fake_group       the DP communication domain of the light fake engine's ``--group`` mode: every
+                   rank of an instance in one process, the reference engine's FT protocol
+                   (diagnosing, vote, rebuild) without torch, for hundreds of ranks
+  nodemanager_host many real NodeManagerServices in one process (one event loop), for fleet-scale
+                   benchmarks on a small machine
 """
