@@ -1,21 +1,25 @@
 """A real ``motor-nodemanager`` process supervising two real ``motor-engine-sim`` ranks (torch gloo
-DP group) on pod 127.0.0.2, against a recording Controller peer. One pod for the whole module;
-tests run in file order and walk one story: registration, a hung status route, a full scale-down
-round through the proxy (guard, status, apply, stale finalize, commit), a killed engine, the proxy
-switched off by the Controller, and a clean SIGTERM."""
+DP group) on pod 127.0.0.2, against a recording Controller peer: registration, a hung status route,
+a full scale-down round through the proxy (guard, status, apply, stale finalize, commit), a killed
+engine, the proxy switched off by the Controller, and a clean SIGTERM.
+
+The pod is shared by the module while it stays fit for the next test (`PodHolder`) and started
+afresh otherwise, so every test passes alone and in any order; in file order one pod serves them
+all. Each test counts only the fault reports sent after it started (`Reports`)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
 
-from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm, node_manager_pb2_grpc
+from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2_grpc
+from gen.motor.v1 import node_manager_pb2 as nm
 from motor.common.ports import free_port
 from motor.common.process import ManagedProcess, group_alive, start_process, stop_process_group
 from motor.sim.client import SimClient
@@ -33,9 +37,10 @@ K = controller_pb2
 class SimPod:
     controller: FakeController
     proc: ManagedProcess
-    channel: grpc.Channel
+    channel: grpc.Channel | None
     store_port_base: int
     log_dir: Path
+    engine_pids: list[int] = field(default_factory=list)
 
     @property
     def ft(self) -> node_manager_pb2_grpc.NodeManagerFaultToleranceStub:
@@ -57,7 +62,17 @@ class SimPod:
         return None if hb is None else list(hb.alive_endpoint_ids)
 
 
-def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:  # noqa: ANN001
+class Reports:
+    """One rank's fault reports sent from now on."""
+
+    def __init__(self, fc: FakeController, rank: int) -> None:
+        self.fc, self.rank, self.start = fc, rank, len(fc.reports_of(rank))
+
+    def __call__(self, kind: int | None = None) -> list[controller_pb2.ReportSoftwareFaultRequest]:
+        return [r for r in self.fc.reports_of(self.rank)[self.start:] if kind is None or r.kind == kind]
+
+
+def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:
     try:
         result = fn(*args, **kwargs)
     except grpc.RpcError as exc:
@@ -65,9 +80,7 @@ def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:  # noqa: ANN001
     raise AssertionError(f"call succeeded unexpectedly: {result}")
 
 
-@pytest.fixture(scope="module")
-def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimPod]:
-    run = tmp_path_factory.mktemp("nm-sim")
+def start_pod(run: Path) -> SimPod:
     fc = FakeController(proxy_enabled=True, heartbeat_interval_sec=0.3)
     fc.start()
     base = free_port(POD_IP)
@@ -85,29 +98,99 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimPod]:
     }
     (run / "nm.json").write_text(json.dumps(config))
     ready = run / "nm.ready.json"
-    proc = start_process([str(BIN / "motor-nodemanager"), "--config", str(run / "nm.json"), "--ready-file", str(ready)],
-                         log_path=run / "nodemanager.log", name="motor-nodemanager")
-    channel = None
-    engine_pids: list[int] = []
+    try:
+        proc = start_process([str(BIN / "motor-nodemanager"), "--config", str(run / "nm.json"), "--ready-file",
+                              str(ready)], log_path=run / "nodemanager.log", name="motor-nodemanager")
+    except BaseException:
+        fc.stop()
+        raise
+    p = SimPod(fc, proc, None, base, run / "engines")
     try:
         info = proc.wait_ready_file(ready, 30, required_keys=["grpc_port"])
-        channel = grpc.insecure_channel(f"{POD_IP}:{info['grpc_port']}")
-        p = SimPod(fc, proc, channel, base, run / "engines")
+        p.channel = grpc.insecure_channel(f"{POD_IP}:{info['grpc_port']}")
         wait_for(lambda: fc.registers, 75, "registration after both engines are ready")
-        engine_pids = [e.pid for e in p.describe().engines]
-        yield p
-    finally:
-        if channel is not None:
+        p.engine_pids = [e.pid for e in p.describe().engines]
+    except BaseException:
+        stop_pod(p)
+        raise
+    return p
+
+
+def stop_pod(p: SimPod) -> None:
+    try:
+        if p.channel is not None:
             try:
-                engine_pids += [e.pid for e in SimPod(fc, proc, channel, base, run).describe().engines if e.pid]
+                p.engine_pids += [e.pid for e in p.describe().engines if e.pid]
             except grpc.RpcError:
                 pass
-            channel.close()
-        proc.stop(grace_sec=20)
-        for pid in {p for p in engine_pids if p}:
+            p.channel.close()
+        p.proc.stop(grace_sec=20)
+        for pid in {pid for pid in p.engine_pids if pid}:
             if group_alive(pid):
                 stop_process_group(pid, grace_sec=2)  # only if the NodeManager left one behind
-        fc.stop()
+    finally:
+        p.controller.stop()
+
+
+class PodHolder:
+    """The module's pod, shared while it is fit for the next test and replaced otherwise: tests run
+    in any order, each takes a pod whose NodeManager runs with the proxy on and no guard held, and
+    whose ranks it needs are running, HEALTHY and without an unrecovered fault report."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self.current: SimPod | None = None
+
+    def get(self, ranks: tuple[int, ...]) -> SimPod:
+        if self.current is not None and not self._fit(self.current, ranks):
+            stop_pod(self.current)
+            self.current = None
+        if self.current is None:
+            self.current = start_pod(self._tmp.mktemp("nm-sim"))
+        return self.current
+
+    @staticmethod
+    def _fit(p: SimPod, ranks: tuple[int, ...]) -> bool:
+        if not p.proc.running:
+            return False
+        try:
+            if not p.controller.proxy_enabled:  # a test switched it off: switch it back on
+                p.controller.proxy_enabled = True
+                wait_for(lambda: p.describe().ft_proxy_enabled, 5, "proxy on adopted again")
+            described = p.describe()
+            if described.guard_request_id or not described.ft_proxy_enabled:
+                return False
+            if not all(described.engines[r].running and not described.engines[r].retired for r in ranks):
+                return False
+            if ranks:
+                resp = p.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=list(ranks)), timeout=5)
+                if any(e.status != common_pb2.ENGINE_HEALTH_HEALTHY for e in resp.engines):
+                    return False
+        except (grpc.RpcError, TimeoutError, AssertionError):
+            return False
+        # No fault reported and not recovered yet on a rank it needs.
+        return all([r.kind for r in p.controller.reports_of(rank)][-1:] in ([], [K.SOFTWARE_FAULT_KIND_RECOVERED])
+                   for rank in ranks)
+
+    def close(self) -> None:
+        if self.current is not None:
+            stop_pod(self.current)
+            self.current = None
+
+
+@pytest.fixture(scope="module")
+def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodHolder]:
+    holder = PodHolder(tmp_path_factory)
+    try:
+        yield holder
+    finally:
+        holder.close()
+
+
+@pytest.fixture
+def pod(pods: PodHolder) -> SimPod:
+    """A pod with both ranks running and healthy."""
+    return pods.get((0, 1))
 
 
 def test_registers_real_engines_once_ready(pod: SimPod) -> None:
@@ -124,26 +207,28 @@ def test_registers_real_engines_once_ready(pod: SimPod) -> None:
 
 
 def test_hung_status_route_is_a_timeout_and_dead_evidence(pod: SimPod) -> None:
+    reports1 = Reports(pod.controller, 1)
     assert pod.engine(1).inject("hang_status", duration_sec=3.0).status == 200
     err = rpc_error(pod.ft.Status, nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1]), timeout=5)
     # The NodeManager's own engine bound ended it (its message), not the caller's 5 s deadline.
     assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.details().startswith("engine timed out: endpoint 1:"), err.details()
-    dead = wait_for(lambda: pod.controller.reports_of(1, K.SOFTWARE_FAULT_KIND_DEAD), 5, "DEAD on first timeout")
+    dead = wait_for(lambda: reports1(K.SOFTWARE_FAULT_KIND_DEAD), 5, "DEAD on first timeout")
     assert "did not answer within 1s" in dead[0].evidence
-    wait_for(lambda: pod.controller.reports_of(1, K.SOFTWARE_FAULT_KIND_RECOVERED), 8, "RECOVERED after the hang")
-    assert [r.kind for r in pod.controller.reports_of(1)] == [K.SOFTWARE_FAULT_KIND_DEAD, K.SOFTWARE_FAULT_KIND_RECOVERED]
+    wait_for(lambda: reports1(K.SOFTWARE_FAULT_KIND_RECOVERED), 8, "RECOVERED after the hang")
+    assert [r.kind for r in reports1()] == [K.SOFTWARE_FAULT_KIND_DEAD, K.SOFTWARE_FAULT_KIND_RECOVERED]
 
 
 def test_scale_down_round_through_the_proxy(pod: SimPod) -> None:
     ft, fc, rid = pod.ft, pod.controller, "sd-round-1"
+    reports0, reports1 = Reports(fc, 0), Reports(fc, 1)
     grant = ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id=rid, lease_sec=85), timeout=5)
     assert grant.request_id == rid and not grant.renewed
     # Rank 1's executor dies (API up, status dead); rank 0 loses its peer (unhealthy).
     assert pod.engine(1).inject("executor_death").status == 200
     assert pod.engine(0).inject("unhealthy", reason="peer rank 1 gone").status == 200
-    wait_for(lambda: fc.reports_of(1, K.SOFTWARE_FAULT_KIND_DEAD)[1:], 5, "rank 1 DEAD from the status route")
-    wait_for(lambda: fc.reports_of(0, K.SOFTWARE_FAULT_KIND_UNHEALTHY), 5, "rank 0 UNHEALTHY")
+    wait_for(lambda: reports1(K.SOFTWARE_FAULT_KIND_DEAD), 5, "rank 1 DEAD from the status route")
+    wait_for(lambda: reports0(K.SOFTWARE_FAULT_KIND_UNHEALTHY), 5, "rank 0 UNHEALTHY")
     status = ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1], request_id=rid), timeout=5)
     (s0, s1) = status.engines
     assert (s0.status, s0.ft_state) == (common_pb2.ENGINE_HEALTH_UNHEALTHY, common_pb2.FT_STATE_UNSPECIFIED)
@@ -180,27 +265,31 @@ def test_scale_down_round_through_the_proxy(pod: SimPod) -> None:
     wait_for(lambda: pod.describe().engines[1].pid == 0, 10, "retired engine process gone")
     e1 = pod.describe().engines[1]
     assert e1.retired and not e1.running
-    assert fc.reports_of(1, K.SOFTWARE_FAULT_KIND_ENGINE_DEAD) == []
-    wait_for(lambda: fc.reports_of(0, K.SOFTWARE_FAULT_KIND_RECOVERED), 5, "rank 0 RECOVERED")
+    assert reports1(K.SOFTWARE_FAULT_KIND_ENGINE_DEAD) == []
+    wait_for(lambda: reports0(K.SOFTWARE_FAULT_KIND_RECOVERED), 5, "rank 0 RECOVERED")
     # The survivor serves as a one-rank group.
     assert pod.engine(0).complete("hello", max_tokens=3, timeout_sec=20).status == 200
 
 
-def test_engine_kill_is_reported_once(pod: SimPod) -> None:
+def test_engine_kill_is_reported_once(pods: PodHolder) -> None:
+    pod = pods.get((0,))  # rank 1 may be running, or retired by the scale-down round
+    reports0 = Reports(pod.controller, 0)
     pid = pod.describe().engines[0].pid
+    others = [e.endpoint.id for e in pod.describe().engines if e.endpoint.id != 0 and e.running]
     assert pod.engine(0).inject("kill_process").status == 200
-    got = wait_for(lambda: pod.controller.reports_of(0, K.SOFTWARE_FAULT_KIND_ENGINE_DEAD), 5, "ENGINE_DEAD")
+    got = wait_for(lambda: reports0(K.SOFTWARE_FAULT_KIND_ENGINE_DEAD), 5, "ENGINE_DEAD")
     assert f"engine process {pid} exited with signal SIGKILL" in got[0].evidence
-    wait_for(lambda: pod.alive() == [], 5, "no alive rank in the heartbeat")
+    wait_for(lambda: pod.alive() == others, 5, "rank 0 gone from the heartbeat")
     # Several more supervision cycles with the engine dead (heartbeats 0.3 s apart), none re-reporting.
     mark = len(pod.controller.heartbeats)
     wait_for(lambda: len(pod.controller.heartbeats_since(mark)) >= 4, 10, "4 more heartbeats without rank 0")
-    assert all(list(h.alive_endpoint_ids) == [] for h in pod.controller.heartbeats_since(mark))
-    assert len(pod.controller.reports_of(0, K.SOFTWARE_FAULT_KIND_ENGINE_DEAD)) == 1
+    assert all(list(h.alive_endpoint_ids) == others for h in pod.controller.heartbeats_since(mark))
+    assert len(reports0(K.SOFTWARE_FAULT_KIND_ENGINE_DEAD)) == 1
     assert not pod.describe().engines[0].running
 
 
-def test_proxy_switched_off_by_the_controller(pod: SimPod) -> None:
+def test_proxy_switched_off_by_the_controller(pods: PodHolder) -> None:
+    pod = pods.get(())  # PodHolder switches it back on for the next test
     pod.controller.proxy_enabled = False
     wait_for(lambda: not pod.describe().ft_proxy_enabled, 5, "proxy off adopted")
     for call, req in [(pod.ft.Guard, nm.GuardRequest(instance_id=INSTANCE, request_id="x", lease_sec=5)),
@@ -212,6 +301,7 @@ def test_proxy_switched_off_by_the_controller(pod: SimPod) -> None:
         assert err.details() == "DP scale-down proxy is disabled (enable_dp_scale_down_proxy=false)"
 
 
-def test_sigterm_stops_cleanly(pod: SimPod) -> None:
+def test_sigterm_stops_cleanly(pods: PodHolder) -> None:
+    pod = pods.get(())  # the next test gets a new pod
     assert pod.proc.stop(grace_sec=20) == 0, pod.proc.log_tail()
     assert "NodeManager stopped" in pod.proc.log_tail(20)
