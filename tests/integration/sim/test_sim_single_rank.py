@@ -18,9 +18,10 @@ pytestmark = pytest.mark.timeout(90)  # per test, module fixtures included
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ManagedProcess, dict, Path]]:
-    run = tmp_path_factory.mktemp("sim-single")
+Engine = tuple[ManagedProcess, dict, Path]
+
+
+def start_engine(run: Path) -> Engine:
     ready = run / "ready.json"
     proc = start_process(
         [sys.executable, "-m", "motor.sim.main", "--dp-size", "1", "--dp-master-port", "0", "--port", "0",
@@ -29,18 +30,37 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ManagedPr
         log_path=run / "engine.log", name="sim-single", cwd=REPO_ROOT,
     )
     try:
-        doc = proc.wait_ready_file(ready, 60, required_keys=("port", "pid"))
-        yield proc, doc, ready
-    finally:
+        return proc, proc.wait_ready_file(ready, 60, required_keys=("port", "pid")), ready
+    except BaseException:
         proc.stop(grace_sec=5)
+        raise
 
 
 @pytest.fixture(scope="module")
-def client(engine: tuple[ManagedProcess, dict, Path]) -> SimClient:
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Engine]]:
+    """The module's engines, the running one last (the SIGTERM test stops one)."""
+    started: list[Engine] = []
+    try:
+        yield started
+    finally:
+        for proc, _, _ in started:
+            proc.stop(grace_sec=5)
+
+
+@pytest.fixture
+def engine(engines: list[Engine], tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """A running engine: the module's, or a new one once a test stopped it."""
+    if not engines or not engines[-1][0].running:
+        engines.append(start_engine(tmp_path_factory.mktemp("sim-single")))
+    return engines[-1]
+
+
+@pytest.fixture
+def client(engine: Engine) -> SimClient:
     return SimClient(f"http://127.0.0.1:{engine[1]['port']}")
 
 
-def test_ready_file_names_bound_port_and_pid(engine: tuple[ManagedProcess, dict, Path]) -> None:
+def test_ready_file_names_bound_port_and_pid(engine: Engine) -> None:
     proc, doc, _ = engine
     assert doc["pid"] == proc.pid and doc["port"] > 0 and doc["dp_rank"] == 0
 
@@ -86,15 +106,15 @@ def test_max_tokens_honoured_and_default(client: SimClient) -> None:
 def test_bad_flag_exits_2_with_one_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "motor.sim.main", "--dp-size", "4", "--num-experts", "5"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
+        check=False, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
     )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "--num-experts 5 + --num-redundant-experts 0 = 5 physical experts is not divisible by --dp-size 4" in done.stderr
 
 
-def test_sigterm_stops_cleanly_and_removes_ready_file(engine: tuple[ManagedProcess, dict, Path]) -> None:
-    proc, doc, ready = engine
+def test_sigterm_stops_cleanly_and_removes_ready_file(engine: Engine) -> None:
+    proc, _, ready = engine
     proc.stop(grace_sec=10)
     assert proc.returncode == 0, proc.log_tail()
     assert not ready.exists()
