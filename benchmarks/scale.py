@@ -16,7 +16,10 @@ reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; see ben
    `healthy`), and the **Controller-added time**: fault→published minus max(first detection,
    diagnosing) minus rebuild — i.e. snapshot completion (engines ready → decision), the round up to
    the last apply (guard, status, drain, apply), and after the rebuild (poll, finalize, publish).
-   Median and p95 per DP, and the growth from the smallest to the largest DP.
+   Median and p95 per DP, and the growth from the smallest to the largest DP. Beside it, what is
+   not the Controller's though it counts here: the slowest engine answer to an apply (one fake-engine
+   process answers all 256 ranks) and the CPU per round of each process group (32 NodeManagers and
+   the engines share this machine's 2 cores; a fleet spreads them over its hosts).
 2. A fleet of --fleet-instances × --fleet-dp endpoints (8 per pod; NodeManagers hosted
    --pods-per-host per process by motor.testing.nodemanager_host, because 512 NodeManager processes
    do not fit this machine) heartbeating at 1 Hz, no faults: Controller CPU (% of one core) and RSS
@@ -91,6 +94,10 @@ def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, 
         "healthy_to_published_sec": (published - max(healthy)) if healthy else float("nan"),
         "controller_added_sec": published - fault_sec - (engines_ready - fault_sec) - rebuild,
         "controller_call_critical_path_sec": critical_path_sec(txn),
+        # The slowest engine answer to an apply, as its NodeManager timed the HTTP round trip: at DP=256
+        # one fake-engine process answers every rank, so this is mostly that process's queue.
+        "apply_engine_http_sec": max((r["elapsed_sec"] for e in calls(txn, "apply") for r in e["apply_results"]),
+                                     default=float("nan")),
         "fanout_wall_sec": fanout_walls(txn),
         "evidence_events": len(evidence),
         "status_calls": len(calls(txn, "status")),
@@ -119,12 +126,13 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
             alive.remove(victim)
             removed.add(victim)
             fleet.wait_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
+            # Before the timeline is fetched: rendering it is the benchmark's load, not the round's.
+            cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
             txns = fleet.timeline(1)
             txn = txns[-1]
             if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
                                    f"{txn['outcome']}")
-            cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
             _, events = fleet.journal(1, mark)
             r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed), "cpu_ms": cpu}
             out.append(r)
@@ -315,7 +323,7 @@ def summarize(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultan
         s["dp"][str(d["dp"])] = {k: {"median_ms": median(values[k]), "p95_ms": pct(values[k], 0.95)} for k in (
             "fault_to_published_sec", "first_detection_sec", "engine_diagnosing_sec", "engine_rebuild_sec",
             "controller_added_sec", "snapshot_to_decision_sec", "decision_to_last_checkin_sec",
-            "healthy_to_published_sec", "controller_call_critical_path_sec")}
+            "healthy_to_published_sec", "controller_call_critical_path_sec", "apply_engine_http_sec")}
     if len(dps) >= 2:
         lo, hi = str(dps[0]["dp"]), str(dps[-1]["dp"])
         s["growth_p95"] = s["dp"][hi]["controller_added_sec"]["p95_ms"] / s["dp"][lo]["controller_added_sec"]["p95_ms"]
@@ -368,12 +376,13 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
                      f"{cell('engine_rebuild_sec', 15)} {cell('controller_added_sec', 17)}  ≤ {TARGET_ADDED_P95_MS:.0f}")
     lines.append("  Controller-added, split (median / p95 ms):")
     lines.append(f"  {'DP':>4} {'engines ready→decision':>23} {'decision→last check-in':>23} "
-                 f"{'healthy→published':>18} {'call critical path':>19}")
+                 f"{'healthy→published':>18} {'call critical path':>19} {'engines answering apply':>24}")
     for d in dps:
         row = s["dp"][str(d["dp"])]
         cell2 = _cell(row, "{:.1f}")
         lines.append(f"  {d['dp']:>4} {cell2('snapshot_to_decision_sec', 23)} {cell2('decision_to_last_checkin_sec', 23)} "
-                     f"{cell2('healthy_to_published_sec', 18)} {cell2('controller_call_critical_path_sec', 19)}")
+                     f"{cell2('healthy_to_published_sec', 18)} {cell2('controller_call_critical_path_sec', 19)} "
+                     f"{cell2('apply_engine_http_sec', 24)}")
     lines.append("  CPU per round, fault to published (ms, median; the NodeManagers' and engines' share is what a real "
                  "fleet spreads over its hosts):")
     for d in dps:
