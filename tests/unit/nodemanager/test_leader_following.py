@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_reporter_and_link import ScriptedClient, link, reporter, until
+from test_reporter_and_link import ScriptedClient, link, reporter, running, until
 
 from gen.motor.v1 import controller_pb2
 from motor.common.leader_client import LeaderUnavailable
@@ -36,28 +36,22 @@ async def test_a_report_made_during_a_leader_switch_reaches_the_new_leader() -> 
     client = SwitchingClient()
     client.switching = 7  # more than the 3 attempts a report gets: held, not attempts
     r = reporter(client)  # type: ignore[arg-type]
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "exited during the switch"))
         r.submit(FaultReport(2, UNHEALTHY, "peer gone"))
         await until(lambda: r.sent == 2)
         assert r.lost == 0
         assert [c.endpoint_id for c in client.calls["report"]] == [1] * 8 + [2]
-    finally:
-        await r.close()
 
 
 async def test_no_leader_for_longer_than_the_hold_time_spends_the_attempts() -> None:
     client = SwitchingClient()
     client.switching = 1000
     r = reporter(client, hold_sec=0.0)  # type: ignore[arg-type]
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         await until(lambda: r.lost == 1)
         assert r.sent == 0 and len(client.calls["report"]) == 3
-    finally:
-        await r.close()
 
 
 async def test_a_new_leader_term_registers_the_pod_again_and_reports_again() -> None:

@@ -5,6 +5,8 @@ scripted double of the Controller client wrapper (no sockets)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -78,12 +80,20 @@ def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int 
                          is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01)
 
 
+@contextlib.asynccontextmanager
+async def running(r: FaultReporter) -> AsyncIterator[FaultReporter]:
+    r.start()
+    try:
+        yield r
+    finally:
+        await r.close()
+
+
 async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
     client = ScriptedClient()
     client.fail["report"] = 2
     r = reporter(client)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, UNHEALTHY, "u"))
         r.submit(FaultReport(2, DEAD, "d"))
         await until(lambda: r.sent == 2)
@@ -91,22 +101,17 @@ async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
         assert kinds == [(1, UNHEALTHY), (1, UNHEALTHY), (1, UNHEALTHY), (2, DEAD)]  # 2 failures, then delivered
         assert client.calls["report"][0].pod_ip == "127.0.0.2" and client.calls["report"][0].instance_id == 7
         assert r.lost == 0
-    finally:
-        await r.close()
 
 
 async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through() -> None:
     client = ScriptedClient()
     client.fail["report"] = 3
     r = reporter(client)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
         await until(lambda: r.sent == 1)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 1, 1, 2]
-    finally:
-        await r.close()
 
 
 async def test_a_refusal_is_final() -> None:
@@ -114,14 +119,11 @@ async def test_a_refusal_is_final() -> None:
     client.fail["report"] = 1
     client.fail_code = grpc.StatusCode.INVALID_ARGUMENT
     r = reporter(client)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
         await until(lambda: r.sent == 1)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 2]
-    finally:
-        await r.close()
 
 
 def test_queue_is_bounded_and_drops_the_oldest() -> None:
@@ -139,12 +141,9 @@ async def test_retired_endpoints_are_filtered_at_submit_and_at_send() -> None:
     r.submit(FaultReport(6, DEAD, "x"))
     r.submit(FaultReport(7, DEAD, "x"))
     retired.add(6)  # committed while queued
-    r.start()
-    try:
+    async with running(r):
         await until(lambda: r.sent == 1)
         assert [c.endpoint_id for c in client.calls["report"]] == [7]
-    finally:
-        await r.close()
 
 
 def link(client: ScriptedClient, configs: list, alive: list[int]) -> ControllerLink:
@@ -201,8 +200,7 @@ async def test_early_reports_wait_for_the_first_registration() -> None:
     """Issue 13 item 7: a report made before the NodeManager registered is held, then sent."""
     client = ScriptedClient()
     r = reporter(client, registered=False)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "exited before registration"))
         for _ in range(20):
             await asyncio.sleep(0)
@@ -210,8 +208,6 @@ async def test_early_reports_wait_for_the_first_registration() -> None:
         r.registered.set()
         await until(lambda: r.sent == 1)
         assert r.lost == 0
-    finally:
-        await r.close()
 
 
 async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -> None:
@@ -220,13 +216,10 @@ async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -
     client.fail["report"] = 4
     client.fail_code = grpc.StatusCode.NOT_FOUND
     r = reporter(client)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         await until(lambda: r.sent == 1)
         assert r.lost == 0 and len(client.calls["report"]) == 5
-    finally:
-        await r.close()
 
 
 async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
@@ -234,10 +227,7 @@ async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
     client.fail["report"] = 1000
     client.fail_code = grpc.StatusCode.NOT_FOUND
     r = reporter(client, hold_sec=0.0)
-    r.start()
-    try:
+    async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         await until(lambda: r.lost == 1)
         assert r.sent == 0 and len(client.calls["report"]) == 1
-    finally:
-        await r.close()
