@@ -133,10 +133,13 @@ class FtProxy:
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
                      timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
                      settle_sec: float = 0.0) -> list[EngineStatusEntry]:
-        """One read of each engine; with `wait_while` and `settle_sec` a long poll: the engines whose
-        (status, ft_state) is one of `wait_while` are read again (nodemanager.settle's cadence) until
-        none is or the bound passes (issue 19: the Controller learns that survivors settled within one
-        re-read, with one call per pod instead of one per poll)."""
+        """One read of each engine; with `wait_while` and `settle_sec` a long poll (issue 19: the
+        Controller learns that survivors settled within one re-read, with one call per pod instead of
+        one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
+        rotating): the ranks of a DP group move together (one vote, one rebuild), so when the probe
+        leaves the waited-out states every other waiting engine is read at once. The answer then holds
+        a read of each engine taken after the last probe, or, at the bound, a final read of those still
+        waiting."""
         self._require_enabled()
         check_instance(instance_id, self._instance)
         ids = self._routable_ids(endpoint_ids)
@@ -144,17 +147,31 @@ class FtProxy:
         started = time.monotonic()
         settle_until = started + (min(settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
                                   if timeout_sec is not None else settle_sec)
-        entries = dict(zip(ids, await self._read_all(ids, request_id, timeout_sec), strict=True))
-        rereads = 0
+
+        def left() -> float | None:
+            return None if timeout_sec is None else max(0.01, timeout_sec - (time.monotonic() - started))
+
+        async def read(some: list[int]) -> None:
+            entries.update(zip(some, await self._read_all(some, request_id, left()), strict=True))
+
+        entries: dict[int, EngineStatusEntry] = {}
+        await read(ids)
+        probes = 0
         while waits:
-            pending = [i for i, e in entries.items() if engine_state(e) in waits]
-            delay = reread_delay_sec(rereads)
-            if not pending or time.monotonic() + delay >= settle_until:
+            pending = [i for i in ids if engine_state(entries[i]) in waits]
+            if not pending:
+                break
+            delay = reread_delay_sec(probes)
+            if time.monotonic() + delay >= settle_until:
+                if probes:
+                    await read(pending)  # older than the last probe: the answer is as fresh as it
                 break
             await asyncio.sleep(delay)
-            rereads += 1
-            left = None if timeout_sec is None else max(0.01, timeout_sec - (time.monotonic() - started))
-            entries.update(zip(pending, await self._read_all(pending, request_id, left), strict=True))
+            probe = pending[probes % len(pending)]
+            probes += 1
+            await read([probe])
+            if engine_state(entries[probe]) not in waits:
+                await read([i for i in pending if i != probe])
         return [entries[i] for i in ids]
 
     async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:

@@ -27,6 +27,15 @@ def quiet_poller(controller: FakeController, tmp_path: Path):
     return nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
 
 
+async def first_polls_done(n) -> None:
+    """Every engine has been read by the NodeManager's own first poll (its next is 60 s away)."""
+    for rank in (0, 1):
+        deadline = asyncio.get_running_loop().time() + 10
+        while await status_reads(n.engine_url(rank)) < 1:
+            assert asyncio.get_running_loop().time() < deadline, f"rank {rank} never polled"
+            await asyncio.sleep(0.02)
+
+
 async def status_reads(base_url: str) -> int:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
@@ -35,6 +44,7 @@ async def status_reads(base_url: str) -> int:
 
 async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await first_polls_done(n)
         await fake_control(n.engine_url(1), status="unhealthy")
         healthy_reads = await status_reads(n.engine_url(0))
         call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
@@ -50,8 +60,28 @@ async def test_answers_once_the_waiting_engine_settles(controller: FakeControlle
         assert await status_reads(n.engine_url(0)) == healthy_reads + 1
 
 
+async def test_waiting_engines_are_probed_in_turn_and_the_answer_is_read_after_the_last_probe(
+        controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await first_polls_done(n)
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="unhealthy")
+        call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
+            instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY], settle_sec=30), timeout=40))
+        await fake_polled(n.engine_url(0), 2)  # probed in turn: each rank read again
+        await fake_polled(n.engine_url(1), 2)
+        await fake_control(n.engine_url(1), status="healthy")
+        await fake_polled(n.engine_url(0), 2)  # rank 1 moved, rank 0 still waits: still probed
+        assert not call.done()
+        await fake_control(n.engine_url(0), status="healthy")
+        resp = await call
+        assert [(e.id, e.status) for e in resp.engines] == [(0, common_pb2.ENGINE_HEALTH_HEALTHY),
+                                                            (1, common_pb2.ENGINE_HEALTH_HEALTHY)]
+
+
 async def test_answers_the_latest_reads_at_the_bound(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await first_polls_done(n)
         await fake_control(n.engine_url(0), status="diagnosing")
         before = await status_reads(n.engine_url(0))
         resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], wait_while=[DIAGNOSING],
@@ -62,6 +92,7 @@ async def test_answers_the_latest_reads_at_the_bound(controller: FakeController,
 
 async def test_without_settle_one_read_of_each_engine(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await first_polls_done(n)
         await fake_control(n.engine_url(0), status="unhealthy")
         before = await status_reads(n.engine_url(0))
         resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], wait_while=[UNHEALTHY]),
@@ -84,6 +115,7 @@ BAD = [
 
 async def test_bad_bounds_and_states_are_refused_by_name(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller, tmp_path)) as n:
+        await first_polls_done(n)
         for fields, detail in BAD:
             err = await rpc_error(n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], **fields),
                                               timeout=5))
