@@ -9,8 +9,10 @@ the survivors turn UNHEALTHY, the snapshot completes and the instance scales dow
 
 Bounded: at most one canary in flight per instance, each within `idle_fault_probe_timeout_sec`; the
 next one only after the previous canary's target has reported evidence while other survivors still
-have none (when the dead rank held the DP store, only the canaried survivor notices); never the same
-survivor twice in one collection window. A canary that is served (the group stepped without a fault)
+have none (when the dead rank held the DP store, only the canaried survivor notices), and that
+evidence is `settle_sec` old: the survivors of one failed collective turn unhealthy together, and
+their verdicts reach the Controller within one snapshot pull of the target's, so a second canary in
+between would only race them; never the same survivor twice in one collection window. A canary that is served (the group stepped without a fault)
 ends the probing: the RFC's timeout decides. Each canary is a `canary` call in the timeline of the
 transaction that ends the window, and counted in `idle_fault_probes` of the runtime.
 
@@ -34,13 +36,14 @@ log = logging.getLogger(__name__)
 
 
 def next_candidates(*, active: Iterable[int], dead: Iterable[int], with_evidence: Iterable[int],
-                    probed: list[int], routable: Iterable[int], served: bool) -> list[int]:
-    """The survivors the next canary may go to, in order of preference; empty: no canary now."""
+                    probed: list[int], routable: Iterable[int], served: bool, settling: bool = False) -> list[int]:
+    """The survivors the next canary may go to, in order of preference; empty: no canary now.
+    `settling`: the last canary's target reported less than the settle time ago."""
     dead_set, seen = set(dead), set(with_evidence)
     if not dead_set or served:
         return []
-    if probed and probed[-1] not in seen:
-        return []  # the last canary's effect is not known yet
+    if probed and (probed[-1] not in seen or settling):
+        return []  # the last canary's effect is not known yet, or its peers' verdicts may still be on the way
     quiet = sorted((set(active) - dead_set - seen) & set(routable))
     return [rank for rank in quiet if rank not in probed]
 
@@ -66,6 +69,8 @@ class _Window:
     served: bool = False
     records: list[ProbeRecord] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+    # When the next canary may go (monotonic): the last target's evidence plus the settle time.
+    due_sec: float | None = None
 
 
 class IdleProbe:
@@ -73,6 +78,17 @@ class IdleProbe:
         self._deps = deps
         self._windows: dict[int, _Window] = {}
         self.sent = 0
+
+    @property
+    def settle_sec(self) -> float:
+        """Two snapshot pulls, or, with pulls off, one and a half NodeManager polls."""
+        pull = self._deps.config.snapshot_pull_interval_sec
+        return 2 * pull if pull > 0 else 1.5 * self._deps.config.fault_tolerance_config.engine_status_poll_interval_sec
+
+    def deadlines(self) -> list[float]:
+        """When a held-back canary becomes due: the strategy centre evaluates again then."""
+        return [w.due_sec for w in self._windows.values()
+                if w.due_sec is not None and (w.task is None or w.task.done())]
 
     @property
     def enabled(self) -> bool:
@@ -99,9 +115,13 @@ class IdleProbe:
         if record is None:
             return
         endpoints = record.endpoint_infos()
+        last = evidence.get(window.probed[-1]) if window.probed else None
+        due = None if last is None else last.received_mono_sec + self.settle_sec
+        settling = due is not None and self._deps.clock.monotonic() < due
+        window.due_sec = due if settling else None
         candidates = next_candidates(active=active, dead=decision.dead, with_evidence=evidence,
                                      probed=window.probed, routable=[r for r, e in endpoints.items() if not e.headless],
-                                     served=window.served)
+                                     served=window.served, settling=settling)
         if not candidates:
             return
         request_id = f"probe-{instance_id}-{uuid.uuid4().hex[:12]}"

@@ -121,6 +121,8 @@ class StrategyCenter:
         deadlines = [float("inf"), *self.correlation.deadlines()]
         deadlines += self.intake.deadlines(ft.software_status_collection_timeout_sec, self.deps.config.heartbeat_timeout_sec)
         deadlines += [s.retry_after_sec for s in self._slots.values() if s.retry_after_sec is not None]
+        if self.idle_probe is not None:
+            deadlines += self.idle_probe.deadlines()
         return min(deadlines)
 
     async def evaluate_all(self) -> None:

@@ -31,6 +31,8 @@ def test_policy_one_canary_at_a_time_never_the_same_survivor_twice() -> None:
     assert next_candidates(with_evidence={1}, probed=[], **{**base, "dead": set()}) == []
     assert next_candidates(with_evidence={1}, probed=[], **{**base, "served": True}) == [], "served: the RFC decides"
     assert next_candidates(with_evidence={1}, probed=[], **{**base, "routable": {1, 3}}) == [3], "headless skipped"
+    assert next_candidates(with_evidence={0, 1}, probed=[0], settling=True, **base) == [], \
+        "the target reported just now: its peers' verdicts may still be on the way"
 
 
 async def probing_core():
@@ -117,10 +119,16 @@ async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_a
     coordinator.canary_answer = canary
     cluster.set(0, DEAD)
     core.faults.report_software(7, 0, EvidenceKind.DEAD, "executor died", core.clock.wall())
+    probe = core.faults.idle_probe
     for _ in range(200):
         await core.faults.evaluate_all()
         if core.faults.running(7) is not None:
             break
+        if probe.deadlines():  # a canary held back for the settle time: it becomes due when that passed
+            sent = len(coordinator.canaries)
+            await core.faults.evaluate_all()
+            assert len(coordinator.canaries) == sent, "no canary before the settle time"
+            core.clock.advance(probe.settle_sec)
         await asyncio.sleep(0.01)
     assert [c[1] for c in coordinator.canaries] == [[1, 2, 3], [2, 3], [3]]
     assert isinstance(core.faults.running(7), DpScaleDownStrategy)
@@ -149,3 +157,33 @@ async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_a
     assert canary.outcome.startswith("error: ") and "down" in canary.error and not canary.endpoint_ids
     assert core.metrics.registry.get_sample_value("motor_idle_fault_probes_total", {"outcome": "error"}) == 1.0
     await core.faults.close()
+
+
+async def test_peers_reporting_within_the_settle_time_get_no_second_canary() -> None:
+    """The survivors of the failed collective turn unhealthy together; the canaried one's verdict may
+    arrive first. A second canary waits for the settle time, and the peers' verdicts in it end probing."""
+    cluster, coordinator, core = await probing_core()
+
+    def canary(instance_id: int, endpoint_ids: list[int]) -> coordinator_pb2.SendCanaryResponse:
+        cluster.fault(dead={1}, unhealthy={0, 2, 3})
+        return coordinator_pb2.SendCanaryResponse(endpoint_id=endpoint_ids[0], served=False, http_status=503)
+
+    coordinator.canary_answer = canary
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.0})  # verdicts only as reports
+    core.deps.config = core.config
+    cluster.set(1, DEAD)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.runtimes.get(7).idle_fault_probes == 1, "the first canary answered")
+    core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())  # the target
+    await core.faults.evaluate_all()
+    assert len(coordinator.canaries) == 1 and core.faults.idle_probe.deadlines(), "held back for the settle time"
+    core.clock.advance(core.faults.idle_probe.settle_sec / 2)
+    for rank in (2, 3):
+        core.faults.report_software(7, rank, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.faults.running(7) is None and core.timelines.transactions(7), "the round ended")
+    assert len(coordinator.canaries) == 1
+    assert core.timelines.transactions(7)[-1].outcome == "succeeded"
+    await core.faults.close()
+
