@@ -8,7 +8,8 @@ endpoint set, pod stops, and inference after recovery.
 Transport: every row runs plaintext; the rows in MTLS_ROWS run a second time with mTLS and roles on
 every contract (`ClusterSpec(tls=True)`: certificates in <run dir>/pki, HTTPS status page and OpenAI
 front, TLS etcd where the row starts one), as test ids ``[plain]`` and ``[mtls]``. MOTOR_E2E_MTLS=0
-runs the plaintext ones only.
+runs the plaintext ones only; MOTOR_E2E_MTLS=all runs every row of the matrix with mTLS too (about
+twice the e2e time; `make test` runs the subset).
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ MTLS_ROWS = frozenset({
     "test_static_gate_refusal_records_reason_and_falls_back",
     "test_controller_killed_in_scaling_down_restarts_into_reconfiguration",
 })
-TRANSPORTS = ("plain", "mtls") if os.environ.get("MOTOR_E2E_MTLS", "1") != "0" else ("plain",)
+MTLS_MODE = os.environ.get("MOTOR_E2E_MTLS", "1")
+if MTLS_MODE not in ("0", "1", "all"):
+    raise pytest.UsageError(f"MOTOR_E2E_MTLS={MTLS_MODE!r}: expected 0 (plain only), 1 (the MTLS_ROWS too) or all")
+TRANSPORTS = ("plain", "mtls") if MTLS_MODE != "0" else ("plain",)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "transport" in metafunc.fixturenames and metafunc.function.__name__ in MTLS_ROWS:
+    if "transport" in metafunc.fixturenames and (MTLS_MODE == "all" or metafunc.function.__name__ in MTLS_ROWS):
         metafunc.parametrize("transport", TRANSPORTS, indirect=True)
 OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("e2e-%Y%m%d-%H%M%S")))
 
@@ -133,7 +137,7 @@ def hardware_overrides(configmap_dir: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def transport(request: pytest.FixtureRequest) -> str:
-    """"plain" or "mtls" (only the MTLS_ROWS are parametrized; every other row is plain)."""
+    """"plain" or "mtls" (the MTLS_ROWS, or every row with MOTOR_E2E_MTLS=all, are parametrized)."""
     return getattr(request, "param", "plain")
 
 
