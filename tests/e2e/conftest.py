@@ -103,11 +103,14 @@ def artifacts(run_dir: Path) -> Iterator[Artifacts]:
 
 
 @pytest.fixture
-def hw_fault(artifacts: Artifacts):
-    """hw_fault(*motorctl argv) → motorctl's answer; the command and answer go to the injections."""
+def hw_fault(artifacts: Artifacts, run_dir: Path):
+    """hw_fault(*motorctl argv) → motorctl's answer; the command and answer go to the injections.
+    Under the mtls transport motorctl speaks mTLS as the operator (the cluster's PKI in the run dir)."""
     def run(*argv: str) -> str:
         out = io.StringIO()
-        assert motorctl(list(argv), out=out) == 0
+        pki = run_dir / "pki"
+        tls = ["--tls-dir", str(pki)] if (pki / "operator.crt").exists() else []
+        assert motorctl([*tls, *argv], out=out) == 0, out.getvalue()
         answer = out.getvalue().strip()
         artifacts.data["injections"].append({"at_unix_sec": time.time(), "command": "motorctl " + " ".join(argv),
                                              "answer": answer})

@@ -76,12 +76,12 @@ def _restart_into_reconfiguration(cluster, artifacts) -> dict:
     return rt
 
 
-def test_controller_killed_in_waiting_engine_fault_never_applies(start_cluster, artifacts, etcd_endpoint) -> None:
+def test_controller_killed_in_waiting_engine_fault_never_applies(start_cluster, artifacts) -> None:
     """Issue 13: restart in WAITING_ENGINE_FAULT. Rank 3 is held (unhealthy, recovering) by a stalled
     recovery of its own (RFC-era dialect), so the round waits for it; no engine is ever sent a
     scale_down, before or after the restart."""
     cluster = start_cluster(
-        etcd_endpoints=[etcd_endpoint], engine_args=["--ft-dialect", "rfc", "--diagnosing-sec", "0"],
+        start_etcd=True, engine_args=["--ft-dialect", "rfc", "--diagnosing-sec", "0"],
         controller_overrides={"fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 90.0},
     )
     artifacts.injection(cluster, 3, "stall_next_apply")
@@ -96,10 +96,10 @@ def test_controller_killed_in_waiting_engine_fault_never_applies(start_cluster, 
 
 
 def test_controller_killed_between_nodemanager_and_controller_commit_never_replays(
-        start_cluster, artifacts, etcd_endpoint) -> None:
+        start_cluster, artifacts) -> None:
     """Issue 13 / RFC §8 "Controller 中断": restart in POST_SCALE_CLEANUP, after one NodeManager committed
     and while the other holds its commit. One scale_down per survivor in all; none after the restart."""
-    cluster = start_cluster(etcd_endpoints=[etcd_endpoint],
+    cluster = start_cluster(start_etcd=True,
                             pod_overrides={"127.0.0.3": {"fault_injection.finalize_delay_sec": 30.0}})
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
@@ -111,10 +111,10 @@ def test_controller_killed_between_nodemanager_and_controller_commit_never_repla
 
 
 def test_controller_killed_in_scaled_down_running_comes_back_unpublished_then_publishes(
-        start_cluster, artifacts, etcd_endpoint) -> None:
+        start_cluster, artifacts) -> None:
     """Issue 13: restart in SCALED_DOWN_RUNNING: restored with its history, unpublished until it has
     published again, never re-adding the removed rank, and nothing re-applied."""
-    cluster = start_cluster(etcd_endpoints=[etcd_endpoint])
+    cluster = start_cluster(start_etcd=True)
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     cluster.wait_serving(60.0, alive=[0, 2, 3])

@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from watch import LastErrors
 
@@ -38,7 +37,7 @@ REFUSAL = "Invalid instruction: 'scale_down'."
 def engines(cluster) -> dict[int, node_manager_pb2.EngineProcess]:
     out = {}
     for pod_ip, svc in cluster.nodemanagers.items():
-        with grpc.insecure_channel(f"{pod_ip}:{svc.info['grpc_port']}") as channel:
+        with cluster.grpc_channel(f"{pod_ip}:{svc.info['grpc_port']}") as channel:
             pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(),
                                                                                timeout=5)
         out.update({e.endpoint.id: e for e in pod.engines})
