@@ -3,12 +3,12 @@ journals), what etcd holds (read directly), what the Controller reports and the 
 
 from __future__ import annotations
 
-import time
+import functools
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from motor.launch.cluster import LocalCluster
+from motor.testing import fake_controller
 
 
 def scale_down_applies(cluster: LocalCluster) -> dict[str, Counter[int]]:
@@ -72,13 +72,5 @@ def guards_held(cluster: LocalCluster, pods: list[str] | None = None) -> dict[st
     return {ip: rid for ip, rid in held.items() if rid}
 
 
-def wait_for(predicate: Callable[[], Any], timeout_sec: float, what: str, poll_sec: float = 0.2) -> Any:
-    """Polls `predicate` until it returns something truthy (returned); the error names what was awaited."""
-    deadline = time.monotonic() + timeout_sec
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(poll_sec)
-    raise AssertionError(f"{what} not reached within {timeout_sec:g}s (last: {last!r})")
+# The project's bounded poll, every 0.2 s: each look reads the cluster's status pages.
+wait_for = functools.partial(fake_controller.wait_for, interval_sec=0.2)
