@@ -91,7 +91,7 @@ class NodeManagerAgent:
             metrics=self.metrics,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
-                             metrics=self.metrics)
+                             on_taken=self.poller.taken, metrics=self.metrics)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
                                     report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched))
         self.link: ControllerLink | None = None

@@ -14,7 +14,9 @@ Status RPC uses, bounded by ``engine_request_timeout_sec``:
   is reported, but it is an observed change, so the verdict that follows is reported;
 * each is reported when the engine's entry changes (never again while the same entry persists); a
   return to ``healthy`` after a report sends RECOVERED once; a committed round re-arms every
-  survivor (`rearm`), so the next fault is reported even if its entry reads the same.
+  survivor (`rearm`), so the next fault is reported even if its entry reads the same;
+* an entry the Controller read itself and took as evidence (`taken`: a Status call flagged
+  taken_as_evidence) counts as reported, exactly as if this poller had sent it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gen.motor.v1 import controller_pb2
+from motor.common.text import rank_ranges
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import EngineAddress, EngineHttpClient
 from nodemanager.metrics import NodeManagerMetrics
@@ -180,6 +183,24 @@ class EngineFtManager:
         they report next is news."""
         for endpoint_id in endpoint_ids:
             self.dedupe.rearm(endpoint_id)
+
+    def taken(self, entries: list[EngineStatusEntry]) -> list[int]:
+        """The Controller took these reads as fault evidence: each UNHEALTHY or DEAD entry counts as
+        reported (its RECOVERED still follows; a relaunch's `watch` starts afresh). Returns the
+        endpoints whose report this saved."""
+        saved = []
+        for entry in entries:
+            observation = classify(entry)
+            if observation not in (UNHEALTHY, DEAD):
+                continue
+            self._diagnosing_since.pop(entry.id, None)
+            if self.dedupe.observe(entry.id, observation, entry_identity(entry)) is not None:
+                saved.append(entry.id)
+                self._metrics.reports_taken.labels(kind_name(observation)).inc()
+        if saved:
+            log.info("instance=%d ranks %s taken as evidence by the Controller: not reported again", self._instance,
+                     rank_ranges(saved))
+        return saved
 
     def unwatch(self, endpoint_id: int) -> None:
         task = self._tasks.pop(endpoint_id, None)

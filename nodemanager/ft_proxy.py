@@ -94,6 +94,7 @@ class FtProxy:
         guard: GuardState,
         *,
         on_commit: Callable[[list[int], str], None],
+        on_taken: Callable[[list[EngineStatusEntry]], object] = lambda _: None,
         metrics: NodeManagerMetrics | None = None,
     ) -> None:
         self._config = config
@@ -103,6 +104,7 @@ class FtProxy:
         self.guard_state = guard
         self.applies = ForwardedApplies()
         self._on_commit = on_commit
+        self._on_taken = on_taken
         self._instance = config.instance_id
         self._metrics = metrics or NodeManagerMetrics()
 
@@ -132,14 +134,15 @@ class FtProxy:
     # -- status -----------------------------------------------------------------------------
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
                      timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
-                     settle_sec: float = 0.0) -> list[EngineStatusEntry]:
+                     settle_sec: float = 0.0, taken_as_evidence: bool = False) -> list[EngineStatusEntry]:
         """One read of each engine; with `wait_while` and `settle_sec` a long poll (issue 19: the
         Controller learns that survivors settled within one re-read, with one call per pod instead of
         one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
         rotating): the ranks of a DP group move together (one vote, one rebuild), so when the probe
         leaves the waited-out states every other waiting engine is read at once. The answer then holds
         a read of each engine taken after the last probe, or, at the bound, a final read of those still
-        waiting."""
+        waiting. With `taken_as_evidence` the answer's UNHEALTHY and DEAD entries count as reported
+        (`on_taken`: the poller sends no report of them)."""
         self._require_enabled()
         check_instance(instance_id, self._instance)
         ids = self._routable_ids(endpoint_ids)
@@ -172,7 +175,10 @@ class FtProxy:
             await read([probe])
             if engine_state(entries[probe]) not in waits:
                 await read([i for i in pending if i != probe])
-        return [entries[i] for i in ids]
+        answer = [entries[i] for i in ids]
+        if taken_as_evidence:
+            self._on_taken(answer)
+        return answer
 
     async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
         async def read(i: int) -> EngineStatusEntry:

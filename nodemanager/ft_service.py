@@ -44,7 +44,8 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
         entries = await self._proxy.status(request.instance_id, list(request.endpoint_ids), request.request_id,
                                            engine_timeout(context),
                                            wait_while=[(w.status, w.ft_state) for w in request.wait_while],
-                                           settle_sec=request.settle_sec)
+                                           settle_sec=request.settle_sec,
+                                           taken_as_evidence=request.taken_as_evidence)
         return node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in entries])
 
     @rpc_method("Apply")

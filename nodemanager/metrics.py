@@ -34,6 +34,9 @@ class NodeManagerMetrics:
                                       buckets=POLL_BUCKETS_SEC, registry=r)
         self.reports_sent = Counter("motor_nodemanager_fault_reports_sent_total",
                                     "Fault reports the Controller answered, by kind", ["kind"], registry=r)
+        self.reports_taken = Counter("motor_nodemanager_fault_reports_taken_total",
+                                     "Fault reports not sent because the Controller took the read as evidence "
+                                     "(a Status call flagged taken_as_evidence), by kind", ["kind"], registry=r)
         self.report_retries = Counter("motor_nodemanager_fault_report_retries_total",
                                       "Fault report attempts that failed transiently and were tried again", registry=r)
         self.reports_dropped = Counter("motor_nodemanager_fault_reports_dropped_total",

@@ -54,18 +54,21 @@ class FaultManager:
 
     def report_software(
         self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
-        diagnosing_at_sec: float = 0.0, *, quiet: bool = False,
+        diagnosing_at_sec: float = 0.0, *, pulled: bool = False,
     ) -> str:
         """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError.
-        `quiet`: logged at DEBUG (the snapshot puller logs one summary line per read instead)."""
+        `pulled`: read by the snapshot puller, which logs one summary line per read (this one is DEBUG)
+        and follows up its own finds; any other report wakes the puller."""
         runtime = self.deps.runtimes.get(instance_id)
         evidence = self.intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
                                                self.deps.clock.wall(), self.deps.clock.monotonic(),
                                                diagnosing_at_sec)
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
-        log.log(logging.DEBUG if quiet else logging.INFO, "instance=%d rank=%d evidence=%s detail=%s", instance_id,
+        log.log(logging.DEBUG if pulled else logging.INFO, "instance=%d rank=%d evidence=%s detail=%s", instance_id,
                 endpoint_id, kind, detail)
+        if not pulled:
+            self.puller.poke(instance_id)
         self.notify()
         return f"rank {endpoint_id} {evidence.health}"
 

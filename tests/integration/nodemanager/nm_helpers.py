@@ -120,16 +120,27 @@ async def fake_applies(base_url: str) -> list[dict[str, Any]]:
             return await r.json()
 
 
+async def first_polls_done(n) -> None:
+    """Every engine has been read by the NodeManager's own first poll (its next is 60 s away)."""
+    for rank in (0, 1):
+        deadline = asyncio.get_running_loop().time() + 10
+        while await status_reads(n.engine_url(rank)) < 1:
+            assert asyncio.get_running_loop().time() < deadline, f"rank {rank} never polled"
+            await asyncio.sleep(0.02)
+
+
+async def status_reads(base_url: str) -> int:
+    """How many status reads the fake engine has answered."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            return int((await r.json())["status_requests"])
+
+
 async def fake_polled(base_url: str, count: int, timeout_sec: float = 5.0) -> None:
     """Returns once the fake engine has answered ``count`` more status reads than now."""
-    async def status_requests() -> int:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
-                return int((await r.json())["status_requests"])
-
-    target = await status_requests() + count
+    target = await status_reads(base_url) + count
     deadline = asyncio.get_running_loop().time() + timeout_sec
-    while (seen := await status_requests()) < target:
+    while (seen := await status_reads(base_url)) < target:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{base_url}: {seen} status reads, expected {target} within {timeout_sec:g}s")
         await asyncio.sleep(0.05)

@@ -7,14 +7,22 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
 import grpc
 import pytest
 
 from gen.motor.v1 import common_pb2, node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController
 
-from nm_helpers import INSTANCE, fake_control, fake_polled, nm_config, rpc_error, running_nm
+from nm_helpers import (
+    INSTANCE,
+    fake_control,
+    fake_polled,
+    first_polls_done,
+    nm_config,
+    rpc_error,
+    running_nm,
+    status_reads,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,21 +33,6 @@ DIAGNOSING = nm.EngineState(status=common_pb2.ENGINE_HEALTH_DIAGNOSING, ft_state
 def quiet_poller(controller: FakeController, tmp_path: Path):
     # The NodeManager's own poller reads once and then not for 60 s: every later read is the long poll's.
     return nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
-
-
-async def first_polls_done(n) -> None:
-    """Every engine has been read by the NodeManager's own first poll (its next is 60 s away)."""
-    for rank in (0, 1):
-        deadline = asyncio.get_running_loop().time() + 10
-        while await status_reads(n.engine_url(rank)) < 1:
-            assert asyncio.get_running_loop().time() < deadline, f"rank {rank} never polled"
-            await asyncio.sleep(0.02)
-
-
-async def status_reads(base_url: str) -> int:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{base_url}/fake/stats", timeout=aiohttp.ClientTimeout(total=5)) as r:
-            return int((await r.json())["status_requests"])
 
 
 async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:

@@ -59,9 +59,13 @@ class FakeCluster:
     extra_status: dict[str, list[int]] = field(default_factory=dict)
     # When each engine's apply was sent (EngineApplyResult.sent_at_unix_sec), by rank.
     apply_sent_at: dict[int, float] = field(default_factory=dict)
+    # Awaited by a pod's guard before it answers (by address); lets a test hold one guard.
+    hold_guard: dict[str, asyncio.Event] = field(default_factory=dict)
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
     status_polls: int = 0
+    # Whether each status call asked the NodeManager to count its answer as reported (taken_as_evidence).
+    status_taken: list[bool] = field(default_factory=list)
     # (wait_while, settle_sec, clock at the call) of every status call: the long poll the round asked for.
     status_settles: list[tuple[frozenset[tuple[int, int]], float, float]] = field(default_factory=list)
     # Hold a status answer for settle_sec (on the manual clock) while an engine asked for is in a
@@ -99,6 +103,8 @@ class FakeNodeManagerClient:
     async def guard(self, instance_id, request_id, lease_sec):
         c = self.cluster
         c.calls.append(("guard", self.address, request_id, lease_sec))
+        if self.address in c.hold_guard:
+            await c.hold_guard[self.address].wait()
         c._maybe_fail("guard", self.address)
         holder = c.guard_holder.get(self.address)
         now = c.clock.monotonic() if c.clock else 0.0
@@ -109,10 +115,12 @@ class FakeNodeManagerClient:
             if holder == request_id else now + lease_sec
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
-    async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0):
+    async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0,
+                     taken_as_evidence=False):
         # Answers at once unless long_poll, as a NodeManager that does not long-poll: the round's backoff paces it.
         c = self.cluster
         c.status_polls += 1
+        c.status_taken.append(taken_as_evidence)
         c.status_settles.append((frozenset(wait_while), settle_sec, c.clock.monotonic() if c.clock else 0.0))
         if c.on_status is not None:
             c.on_status(c.status_polls)

@@ -57,6 +57,7 @@ async def test_ordinary_rank_round_commits_once_and_publishes_survivors() -> Non
     assert all(a[3] == (1,) and a[4] == "127.0.0.2" and a[5] == 0 for a in applies)
     assert sorted(r for a in applies for r in a[6]) == [0, 2, 3]
     assert [c[0] for c in cluster.calls if c[0] in ("guard",)] == ["guard", "guard"]
+    assert cluster.status_taken and not any(cluster.status_taken), "a round judges its reads: they are not evidence"
     commits = {c[1]: c[4] for c in cluster.named("finalize") if c[3]}
     assert commits == {"127.0.0.2:1": (1,), "127.0.0.3:1": ()}
     assert [e[0] for e in coord.events] == ["ADD", "DEL", "ADD"]
@@ -84,6 +85,35 @@ async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> 
     assert coord.view == {7: [0, 2]}
     await core.publish_all()
     assert coord.events[-1] == ("SET", {7: [0, 2]})
+
+
+async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_before_every_guard() -> None:
+    """The first status read rides on the guard fan-out (issue 19): a pod's survivors are read right
+    after its guard answers, while another pod's guard is still out; the apply waits for that guard."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    slow = cluster.hold_guard["127.0.0.3:1"] = asyncio.Event()
+    strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
+    task = asyncio.create_task(strategy.run())
+    await wait_for_calls(cluster, lambda: cluster.named("status"))
+    assert [c[1:3] for c in cluster.named("status")] == [("127.0.0.2:1", (0,))]
+    assert len(cluster.named("guard")) == 2 and not cluster.named("apply")
+    slow.set()
+    outcome = await task
+    assert outcome.succeeded, outcome.detail
+    before_apply = cluster.calls[:min(i for i, c in enumerate(cluster.calls) if c[0] == "apply")]
+    assert sorted(c[1] for c in before_apply if c[0] == "status") == ["127.0.0.2:1", "127.0.0.3:1"], \
+        "one read per pod before the apply: no separate status fan-out after the guards"
+
+
+async def wait_for_calls(cluster: FakeCluster, predicate, bound: int = 10_000) -> None:
+    for _ in range(bound):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never reached; calls so far: {cluster.calls}")
 
 
 async def test_rank0_round_picks_new_master() -> None:

@@ -40,6 +40,8 @@ async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
     await core.faults.evaluate_all()  # incomplete: waits, and starts pulling
     await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors' evidence pulled")
     assert all("pulled by the Controller" in core.faults.evidence(7)[r].detail for r in (0, 2, 3))
+    pulled = len(cluster.status_taken)
+    assert pulled and all(cluster.status_taken), "every pull asks the NodeManagers not to report what it took"
     await core.faults.evaluate_all()
     assert isinstance(core.faults.running(7), DpScaleDownStrategy)
     await core.faults.close()
@@ -93,6 +95,18 @@ async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank()
         cluster.set(r, UNHEALTHY)
     await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "every survivor's verdict pulled")
     await wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), "puller ended: nothing left")
+    await core.faults.close()
+
+
+async def test_a_nodemanager_report_wakes_the_puller_before_its_next_probe() -> None:
+    cluster, core = await rank1_dead_survivors_diagnosing(10.0)  # probes 2.5 s apart
+    await wait_for(lambda: core.faults.puller.pulls >= 1, "the first full read")
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "the others read after the report")
+    assert core.faults.puller.woken == 1, "the report, not the probe tick, started the read"
+    assert core.faults.puller.pulls == 2, "one full read of the ranks still lacking, no probe in between"
     await core.faults.close()
 
 

@@ -40,14 +40,31 @@ def entry(status: str, fault_info: str | None = None) -> EngineStatusEntry:
     return EngineStatusEntry(RANK, status, fault_info=fault_info)
 
 
-async def poll_all(answers: list[EngineStatusEntry | Exception]) -> tuple[list[int | None], list[FaultReport]]:
-    reports: list[FaultReport] = []
-    manager = EngineFtManager(
+def scripted(answers: list[EngineStatusEntry | Exception], reports: list[FaultReport]) -> EngineFtManager:
+    return EngineFtManager(
         ScriptedHttp(answers), interval_sec=1.0, timeout_sec=0.5,  # type: ignore[arg-type]
         address_of=lambda i: EngineAddress(i, "127.0.0.2", 9000), report=reports.append, instance_id=1,
     )
+
+
+async def poll_all(answers: list[EngineStatusEntry | Exception]) -> tuple[list[int | None], list[FaultReport]]:
+    reports: list[FaultReport] = []
+    manager = scripted(answers, reports)
     kinds = [await manager.poll_once(RANK) for _ in answers]
     return kinds, reports
+
+
+async def test_a_read_the_controller_took_as_evidence_is_not_reported_again_but_recovers() -> None:
+    reports: list[FaultReport] = []
+    unhealthy = entry("unhealthy", "peer 1 gone")
+    manager = scripted([unhealthy, entry("unhealthy", "another fault"), entry("healthy")], reports)
+    assert manager.taken([unhealthy, EngineStatusEntry(RANK + 1, "diagnosing"), EngineStatusEntry(RANK + 2, "healthy")]) \
+        == [RANK], "only UNHEALTHY and DEAD entries are evidence"
+    assert manager.taken([unhealthy]) == [], "taken once"
+    assert await manager.poll_once(RANK) is None and reports == [], "the same entry: already reported"
+    assert await manager.poll_once(RANK) == UNHEALTHY, "a changed entry is a new fault"
+    assert await manager.poll_once(RANK) == RECOVERED, "healthy again after the taken fault"
+    assert manager.taken([entry("dead")]) == [RANK]
 
 
 def test_diagnosing_is_no_verdict() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from gen.motor.v1 import common_pb2
@@ -38,7 +38,7 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
-from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed
+from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed, StatusRead
 from motor.controller.fault_tolerance.timeline import gate_reason_proto
 from motor.controller.fault_tolerance.topology import (
     RoundPlan,
@@ -51,6 +51,9 @@ from motor.controller.persistence import StoreError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# A status fan-out of the round: RoundCalls.status, or the guards followed by their pods' reads.
+StatusFanOut = Callable[[RoundPlan, StatusRead], Awaitable[list[common_pb2.EngineFtStatus]]]
 
 class Preempted(Exception):
     pass
@@ -135,7 +138,7 @@ class DpScaleDownStrategy(Strategy):
             await self._persist(must=True)
             self._gate()
             plan = self._plan()
-            await self.calls.guard_all(plan, deps.config.fault_tolerance_config.guard_lease_sec)
+            # Taken before the guards go out: the leases start later, so renewals come early, never late.
             self._guarded_at_sec = deps.clock.monotonic()
             plan = await self._await_apply_ready(plan)
             await self.drain()
@@ -185,16 +188,14 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _query(self, plan: RoundPlan, skip: frozenset[int] = frozenset(),
-                     wait_while: frozenset[tuple[int, int]] = frozenset(), settle_sec: float = 0.0
-                     ) -> dict[int, common_pb2.EngineFtStatus]:
-        entries = await self.calls.status(plan, skip, wait_while, settle_sec)
+    async def _query(self, plan: RoundPlan, read: StatusRead, fan_out: StatusFanOut) -> dict[int, common_pb2.EngineFtStatus]:
+        entries = await fan_out(plan, read)
         self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
         for entry in entries:
             statuses[entry.id] = entry
             self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
-        missing = sorted(set(plan.routable_survivors) - skip - set(statuses))
+        missing = sorted(set(plan.routable_survivors) - read.skip - set(statuses))
         if missing:
             raise RoundFailed(f"status has no entry for survivors {missing}")
         self.deps.changed(self.instance_id)
@@ -228,11 +229,19 @@ class DpScaleDownStrategy(Strategy):
                   sorted(self.deps.runtimes.get(self.instance_id).dead_committed))
 
     async def _await_apply_ready(self, plan: RoundPlan) -> RoundPlan:
+        """Guards every participant, then polls the survivors until they are apply-ready; the first
+        poll rides on the guard fan-out (RoundCalls.guard_all: a pod is read once its guard holds)."""
+        lease_sec = self.deps.config.fault_tolerance_config.guard_lease_sec
+
         def waiting(ranks: list[int]) -> None:
             if self.deps.runtimes.get(self.instance_id).phase is FtPhase.DECIDING:
                 self.set_phase(FtPhase.WAITING_ENGINE_FAULT, f"waiting for survivors {ranks}")
 
-        return await self._poll(plan, apply_readiness, APPLY_WAIT_STATES, goal="apply-ready", on_wait=waiting)
+        async def guard_then_read(plan: RoundPlan, read: StatusRead) -> list[common_pb2.EngineFtStatus]:
+            return await self.calls.guard_all(plan, lease_sec, then_read=read)
+
+        return await self._poll(plan, apply_readiness, APPLY_WAIT_STATES, goal="apply-ready", on_wait=waiting,
+                                first_fan_out=guard_then_read)
 
     async def _await_recovered(self, plan: RoundPlan) -> None:
         # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
@@ -242,7 +251,8 @@ class DpScaleDownStrategy(Strategy):
 
     async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict],
                     wait_states: frozenset[tuple[int, int]], *, goal: str,
-                    on_wait: Callable[[list[int]], None] | None = None, done_stays_done: bool = False) -> RoundPlan:
+                    on_wait: Callable[[list[int]], None] | None = None, done_stays_done: bool = False,
+                    first_fan_out: StatusFanOut | None = None) -> RoundPlan:
         """Polls the survivors until `judge` says every one is done (or ready), within the execution
         deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
         says so): each absorption removes a survivor, so the loop ends after at most len(survivors)
@@ -253,17 +263,20 @@ class DpScaleDownStrategy(Strategy):
         for up to poll_interval_sec and answer as soon as their engines settled (issue 19: no poll is
         spent before a rebuild can have finished, and a settled survivor is seen within one re-read).
         A poll answered sooner than the backoff delay (a NodeManager that does not long-poll) is
-        followed by the rest of the delay, so the cadence never falls below today's."""
+        followed by the rest of the delay, so the cadence never falls below today's. The first poll
+        goes through `first_fan_out` when given (the guards), the others through a plain status fan-out."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
         polls = 0
         done: set[int] = set()
+        fan_out = first_fan_out or self.calls.status
         while True:
             self._check_stop()
             await self._renew_guards_if_due()
             asked_mono_sec = self.deps.clock.monotonic()
             settle_sec = max(0.0, min(sd.poll_interval_sec, deadline - asked_mono_sec))
-            statuses = await self._query(plan, frozenset(done), wait_states, settle_sec)
+            statuses = await self._query(plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out)
+            fan_out = self.calls.status
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
             if done_stays_done:
                 done.update(r for r, v in verdicts.items() if v is Verdict.DONE)

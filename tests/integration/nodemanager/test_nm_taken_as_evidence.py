@@ -1,0 +1,52 @@
+"""A Status call flagged `taken_as_evidence` over real gRPC with fake-engine processes: the
+NodeManager counts the UNHEALTHY and DEAD entries it answered as reported, so its own poll sends no
+report of the same entry, while an entry read without the flag is reported and a taken fault still
+recovers (issue 19: the Controller's snapshot pull no longer gets every verdict twice)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
+from motor.testing.fake_controller import FakeController, async_wait_for
+from nm_helpers import INSTANCE, fake_control, first_polls_done, nm_config, running_nm
+
+pytestmark = pytest.mark.timeout(60)
+
+UNHEALTHY = controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY
+RECOVERED = controller_pb2.SOFTWARE_FAULT_KIND_RECOVERED
+
+
+async def test_entries_taken_as_evidence_are_not_reported_again(controller: FakeController, tmp_path: Path) -> None:
+    # The poller's own reads are this test's poll_once calls (its next tick is 60 s away).
+    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+    async with running_nm(config) as n:
+        await first_polls_done(n)
+        poller = n.agent.poller
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="unhealthy")
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1], taken_as_evidence=True),
+                                 timeout=10)
+        assert [(e.id, e.status) for e in resp.engines] == [(1, common_pb2.ENGINE_HEALTH_UNHEALTHY)]
+        assert await poller.poll_once(1) is None, "rank 1's verdict was taken: not reported"
+        assert await poller.poll_once(0) == UNHEALTHY, "rank 0 was not read by the Controller: reported"
+        # One report worker delivers in order: once rank 0's is in, a rank 1 report would be too.
+        await async_wait_for(lambda: controller.reports_of(0, UNHEALTHY), 10, "rank 0's UNHEALTHY report")
+        assert controller.reports_of(1) == []
+        assert n.agent.metrics.reports_taken.labels("UNHEALTHY")._value.get() == 1
+        await fake_control(n.engine_url(1), status="healthy")
+        assert await poller.poll_once(1) == RECOVERED, "a taken fault still recovers"
+        await async_wait_for(lambda: controller.reports_of(1, RECOVERED), 10, "rank 1's RECOVERED report")
+
+
+async def test_without_the_flag_a_status_read_leaves_the_poller_alone(controller: FakeController,
+                                                                      tmp_path: Path) -> None:
+    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+    async with running_nm(config) as n:
+        await first_polls_done(n)
+        await fake_control(n.engine_url(1), status="unhealthy")
+        await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1]), timeout=10)
+        assert await n.agent.poller.poll_once(1) == UNHEALTHY
+        await async_wait_for(lambda: controller.reports_of(1, UNHEALTHY), 10, "rank 1's UNHEALTHY report")
