@@ -12,8 +12,12 @@ ranks still lacking evidence only a probe of one of them is read, every quarter 
 in (a probe's find or a NodeManager's report: the survivors flip together, their verdicts arrive
 together), and at the latest every `_FULL_EVERY` intervals. A NodeManager's report wakes the puller
 at once (`poke`) rather than at its next probe tick: at DP=256 that tick was ~40 ms of every round's
-snapshot wait. One summary log line per read that found
-something, never one per rank.
+snapshot wait. One summary log line per read that found something, never one per rank.
+
+Every pull is flagged `taken_as_evidence`: the NodeManagers count the verdicts it read as reported
+and do not send them again (at DP=256, ~255 reports a round less). A rank whose answer is lost on
+the way stays without evidence and is asked again by the next full read; an answer that arrives
+after a strategy started is dropped, since the round reads every survivor itself.
 
 Bounded: one puller per instance, ended by a strategy starting, the snapshot being complete (no rank
 left to read), the evidence clearing, the window closing, the collection timeout, or the Controller
@@ -149,7 +153,8 @@ class SnapshotPuller:
             try:
                 return await self._deps.nodemanagers.get(address).status(instance_id, "", ranks, taken_as_evidence=True)
             except PeerCallError as exc:
-                # The NodeManager's own poll and the process watch still report; a pull is a shortcut.
+                # The ranks stay without evidence: the next full read asks again, and the NodeManager's
+                # own poll and process watch still report what it did not count as taken.
                 log.debug("instance=%d snapshot pull from %s failed: %s", instance_id, address, exc)
                 return []
 

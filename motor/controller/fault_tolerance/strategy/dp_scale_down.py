@@ -55,6 +55,7 @@ T = TypeVar("T")
 # A status fan-out of the round: RoundCalls.status, or the guards followed by their pods' reads.
 StatusFanOut = Callable[[RoundPlan, StatusRead], Awaitable[list[common_pb2.EngineFtStatus]]]
 
+
 class Preempted(Exception):
     pass
 
