@@ -30,7 +30,7 @@ REQUIRED = {
                     "motor_coordinator_held_requests", "motor_coordinator_hold_seconds",
                     "motor_coordinator_routable_endpoints", "motor_coordinator_in_flight_requests"},
     "nodemanager": {"motor_nodemanager_status_polls", "motor_nodemanager_status_poll_seconds",
-                    "motor_nodemanager_status_poll_errors", "motor_nodemanager_fault_reports_sent",
+                    "motor_nodemanager_status_poll_errors", "motor_nodemanager_fault_reports_sent", "motor_nodemanager_fault_reports_taken",
                     "motor_nodemanager_fault_report_retries", "motor_nodemanager_fault_reports_dropped",
                     "motor_nodemanager_engine_exits", "motor_nodemanager_guard_held",
                     "motor_nodemanager_apply_calls", "motor_nodemanager_engine_applies"},
