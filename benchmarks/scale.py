@@ -134,8 +134,7 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
             fleet.wait_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
             # Before the timeline is fetched: rendering it is the benchmark's load, not the round's.
             cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
-            txns = fleet.timeline(1)
-            txn = txns[-1]
+            txns, txn = fleet.finished_round(1, before)
             if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
                                    f"{txn['outcome']}")
@@ -291,8 +290,7 @@ def run_simultaneous(fleet: Fleet, trials: int) -> list[dict[str, Any]]:
         per: dict[int, dict[str, Any]] = {}
         intervals = []
         for i in iids:
-            txns = fleet.timeline(i)
-            txn = txns[-1]
+            txns, txn = fleet.finished_round(i, before[i])
             if len(txns) <= before[i] or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"instance {i} did not scale down: {txn['strategy']} {txn['outcome']}")
             _, events = fleet.journal(i, marks[i])

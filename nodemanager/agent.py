@@ -88,7 +88,7 @@ class NodeManagerAgent:
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
             timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
             report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
-            metrics=self.metrics,
+            defer_recovered=self.guard.is_live, metrics=self.metrics,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
                              on_taken=self.poller.taken, metrics=self.metrics)
@@ -207,6 +207,8 @@ class NodeManagerAgent:
         for i in newly_retired:
             self.poller.unwatch(i)
         self.poller.rearm([i for i in self.poller.watched if i not in newly_retired])
+        if not newly_retired:
+            return
         if self.link is not None:
             self.link.poke()
         self._spawn_background(

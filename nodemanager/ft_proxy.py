@@ -324,6 +324,5 @@ class FtProxy:
         self._metrics.finalizes.labels("commit").inc()
         log.info("instance=%d request_id=%s finalize(commit): retired %s (newly %s), cumulative %s; guard released",
                  self._instance, request_id, sorted(ids), new, sorted(self._state.retired))
-        if new:
-            self._on_commit(new, request_id)
+        self._on_commit(new, request_id)  # also with none retired here: this pod's survivors are re-armed
         return FinalizeResult(sorted(self._state.retired), True, new)

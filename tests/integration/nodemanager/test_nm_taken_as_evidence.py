@@ -1,7 +1,8 @@
 """A Status call flagged `taken_as_evidence` over real gRPC with fake-engine processes: the
 NodeManager counts the UNHEALTHY and DEAD entries it answered as reported, so its own poll sends no
 report of the same entry, while an entry read without the flag is reported and a taken fault still
-recovers (issue 19: the Controller's snapshot pull no longer gets every verdict twice)."""
+recovers; under a round's guard that RECOVERED waits, and the round's commit drops it (issue 19:
+the Controller's snapshot pull no longer gets every verdict twice, nor a RECOVERED per survivor)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,24 @@ async def test_without_the_flag_a_status_read_leaves_the_poller_alone(controller
         await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1]), timeout=10)
         assert await n.agent.poller.poll_once(1) == UNHEALTHY
         await async_wait_for(lambda: controller.reports_of(1, UNHEALTHY), 10, "rank 1's UNHEALTHY report")
+
+
+async def test_a_committed_round_owes_no_recovered_for_what_the_controller_took(controller: FakeController,
+                                                                                tmp_path: Path) -> None:
+    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+    async with running_nm(config) as n:
+        await first_polls_done(n)
+        poller = n.agent.poller
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="unhealthy")
+        await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1], taken_as_evidence=True), timeout=10)
+        assert await poller.poll_once(0) == UNHEALTHY  # rank 0: the NodeManager's own report
+        await n.ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id="sd-1", lease_sec=30), timeout=10)
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="healthy")  # the round's rebuild
+        assert await poller.poll_once(1) is None, "taken, and the round holds the guard: RECOVERED waits"
+        assert await poller.poll_once(0) == RECOVERED, "its own report is cleared by its own RECOVERED"
+        await n.ft.Finalize(nm.FinalizeRequest(instance_id=INSTANCE, request_id="sd-1", commit=True), timeout=10)
+        assert await poller.poll_once(1) is None, "the commit superseded the taken verdict: nothing owed"
+        await async_wait_for(lambda: controller.reports_of(0, RECOVERED), 10, "rank 0's RECOVERED report")
+        assert controller.reports_of(1) == []

@@ -40,10 +40,13 @@ def entry(status: str, fault_info: str | None = None) -> EngineStatusEntry:
     return EngineStatusEntry(RANK, status, fault_info=fault_info)
 
 
-def scripted(answers: list[EngineStatusEntry | Exception], reports: list[FaultReport]) -> EngineFtManager:
+def scripted(answers: list[EngineStatusEntry | Exception], reports: list[FaultReport],
+             guard_live: list[bool] | None = None) -> EngineFtManager:
+    live = guard_live if guard_live is not None else [False]
     return EngineFtManager(
         ScriptedHttp(answers), interval_sec=1.0, timeout_sec=0.5,  # type: ignore[arg-type]
         address_of=lambda i: EngineAddress(i, "127.0.0.2", 9000), report=reports.append, instance_id=1,
+        defer_recovered=lambda: live[0],
     )
 
 
@@ -123,3 +126,27 @@ def test_poll_phases_spread_ranks_over_the_period_and_ticks_follow_them() -> Non
     assert next_phase_tick(10.7, 1.0, 0.5) == 11.5
     assert next_phase_tick(10.5, 1.0, 0.5) == 11.5, "strictly later"
     assert next_phase_tick(3.0, 2.0, 0.25) == 4.5
+
+
+async def test_a_taken_fault_recovers_only_after_the_round_and_a_commit_owes_nothing() -> None:
+    reports: list[FaultReport] = []
+    guard = [True]  # a round holds the pod's guard
+    unhealthy = entry("unhealthy", "peer 1 gone")
+    manager = scripted([entry("healthy"), entry("healthy"), entry("healthy")], reports, guard)
+    manager.taken([unhealthy])
+    assert await manager.poll_once(RANK) is None, "healthy under the round's guard: RECOVERED waits"
+    guard[0] = False  # the round aborted: the guard is gone and nothing superseded the taken fault
+    assert await manager.poll_once(RANK) == RECOVERED
+    manager.taken([unhealthy])
+    manager.rearm([RANK])  # the next round committed
+    assert await manager.poll_once(RANK) is None and [r.kind for r in reports] == [RECOVERED]
+
+
+async def test_a_fault_the_poller_sent_itself_still_recovers_after_a_commit() -> None:
+    reports: list[FaultReport] = []
+    unhealthy = entry("unhealthy", "peer 1 gone")
+    manager = scripted([unhealthy, entry("healthy")], reports, [True])
+    assert await manager.poll_once(RANK) == UNHEALTHY
+    assert manager.taken([unhealthy]) == [], "already reported by the poller: not the Controller's"
+    manager.rearm([RANK])
+    assert await manager.poll_once(RANK) == RECOVERED, "its own report is cleared by its own RECOVERED"

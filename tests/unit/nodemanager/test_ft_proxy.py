@@ -150,7 +150,8 @@ def test_finalize_commit_records_retired_and_releases(env) -> None:
     # A second round: cumulative answer, retired ids now refused for status/apply targets.
     proxy.guard("r2", 10, 7)
     result = proxy.finalize(instance_id=7, request_id="r2", commit=True, retired_ids=[])
-    assert result.retired_ids == [3, 4] and result.newly_retired == [] and len(commits) == 1
+    assert result.retired_ids == [3, 4] and result.newly_retired == []
+    assert commits == [([3, 4], "r1"), ([], "r2")], "every commit re-arms the pod's survivors"
 
 
 async def test_retired_ranks_must_stay_in_removed_and_are_no_target(env) -> None:
