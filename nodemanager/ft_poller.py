@@ -199,8 +199,8 @@ class EngineFtManager:
 
     def taken(self, entries: list[EngineStatusEntry]) -> list[int]:
         """The Controller took these reads as fault evidence: each UNHEALTHY or DEAD entry counts as
-        reported (its RECOVERED still follows; a relaunch's `watch` starts afresh). Returns the
-        endpoints whose report this saved."""
+        reported (a RECOVERED is owed for it until a round commits; a relaunch's `watch` starts
+        afresh). Returns the endpoints whose report this saved."""
         saved = []
         for entry in entries:
             observation = classify(entry)
