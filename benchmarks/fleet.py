@@ -259,7 +259,8 @@ class Fleet:
     def timeline(self, iid: int) -> list[dict[str, Any]]:
         return self._get(f"{self.controller_http}/controller/fault_tolerance/timeline?instance_id={iid}")["transactions"]
 
-    def finished_round(self, iid: int, before: int, timeout_sec: float = 30.0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def finished_round(self, iid: int, before: int,
+                       timeout_sec: float = 30.0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The timeline and its newest transaction once one after the first `before` has ended: the
         survivors are published before the round's last steps (its re-inference count), so serving
         can be seen a moment before the transaction says how it ended."""

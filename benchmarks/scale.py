@@ -86,6 +86,7 @@ def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, 
     diagnosed = max(unhealthy) if unhealthy else fault_sec
     engines_ready = max(first_evidence, diagnosed)
     rebuild = (max(healthy) - checked_in[-1]) if healthy and checked_in else float("nan")
+    critical_path = critical_path_sec(txn)
     out = {
         "fault_to_published_sec": published - fault_sec,
         "first_detection_sec": first_evidence - fault_sec,
@@ -95,11 +96,11 @@ def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, 
         "decision_to_last_checkin_sec": (checked_in[-1] - decision) if checked_in else float("nan"),
         "healthy_to_published_sec": (published - max(healthy)) if healthy else float("nan"),
         "controller_added_sec": published - fault_sec - (engines_ready - fault_sec) - rebuild,
-        "controller_call_critical_path_sec": critical_path_sec(txn),
+        "controller_call_critical_path_sec": critical_path,
         # Decision to publication with no remote call outstanding: the Controller's own sequential work
         # (judging, phases, persistence). Controller-added = snapshot_to_decision + (critical path −
         # rebuild) + this, so what is not this was spent waiting on the NodeManagers and the engines.
-        "controller_own_sec": published - decision - critical_path_sec(txn),
+        "controller_own_sec": published - decision - critical_path,
         # The slowest engine answer to an apply, as its NodeManager timed the HTTP round trip: at DP=256
         # one fake-engine process answers every rank, so this is mostly that process's queue.
         "apply_engine_http_sec": max((r["elapsed_sec"] for e in calls(txn, "apply") for r in e["apply_results"]),
@@ -390,8 +391,8 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
         lines.append(f"  {d['dp']:>4} {cell2('snapshot_to_decision_sec', 23)} {cell2('decision_to_last_checkin_sec', 23)} "
                      f"{cell2('healthy_to_published_sec', 18)} {cell2('controller_call_critical_path_sec', 19)} "
                      f"{cell2('controller_own_sec', 15)} {cell2('apply_engine_http_sec', 24)}")
-    lines.append("  (Controller own: decision → published with no NodeManager or Coordinator call outstanding; the rest "
-                 "of Controller-added is the snapshot pull and the calls, i.e. NodeManager and engine work)")
+    lines.append("  (Controller own: decision → published with no NodeManager or Coordinator call outstanding; "
+                 "the rest of Controller-added is the snapshot pull and the calls, i.e. NodeManager and engine work)")
     lines.append("  CPU per round, fault to published (ms, median; the NodeManagers' and engines' share is what a real "
                  "fleet spreads over its hosts):")
     for d in dps:

@@ -80,29 +80,46 @@ class FaultDeduper:
     def __init__(self) -> None:
         self._seen: dict[int, tuple] = {}
         self._reported: dict[int, int] = {}
+        # Endpoints whose reported fault the Controller read and took itself (never sent from here).
+        self._taken: set[int] = set()
 
-    def observe(self, endpoint_id: int, observation: int, identity: tuple = ()) -> int | None:
-        """The kind to report for this observation, or None when nothing is to be reported."""
+    def observe(self, endpoint_id: int, observation: int, identity: tuple = (), *, taken: bool = False) -> int | None:
+        """The kind to report for this observation, or None when nothing is to be reported. With
+        `taken` the Controller has this observation already: a kind returned is recorded as taken."""
         key = (observation, *identity)
         previous = self._seen.get(endpoint_id)
         self._seen[endpoint_id] = key
         if observation == DIAGNOSING_OBSERVATION:
             return None
         if observation == HEALTHY_OBSERVATION:
+            self._taken.discard(endpoint_id)
             return RECOVERED if self._reported.pop(endpoint_id, None) is not None else None
         if previous == key and endpoint_id in self._reported:
             return None
         self._reported[endpoint_id] = observation
+        if taken:
+            self._taken.add(endpoint_id)
+        else:
+            self._taken.discard(endpoint_id)
         return observation
+
+    def is_taken(self, endpoint_id: int) -> bool:
+        """The fault reported and not yet recovered is one the Controller took, not one sent."""
+        return endpoint_id in self._taken
 
     def reset(self, endpoint_id: int) -> None:
         self._seen.pop(endpoint_id, None)
         self._reported.pop(endpoint_id, None)
+        self._taken.discard(endpoint_id)
 
     def rearm(self, endpoint_id: int) -> None:
-        """Forget what was seen, keep what was reported: the next fault is news even if it reads
-        like the last one, and a return to healthy still sends RECOVERED."""
-        self._seen.pop(endpoint_id, None)
+        """After a committed round. Forget what was seen, keep what was reported: the next fault is
+        news even if it reads like the last one, and a return to healthy still sends RECOVERED; but a
+        fault the Controller took is forgotten whole (its commit superseded it: nothing is owed)."""
+        if endpoint_id in self._taken:
+            self.reset(endpoint_id)
+        else:
+            self._seen.pop(endpoint_id, None)
 
     def last(self, endpoint_id: int) -> int | None:
         """The fault reported and not yet recovered, if any."""
@@ -165,8 +182,6 @@ class EngineFtManager:
         self._report = report
         self._still_polled = still_polled
         self._defer_recovered = defer_recovered
-        # Endpoints whose fault the Controller took as evidence and this poller never sent.
-        self._taken: set[int] = set()
         self._instance = instance_id
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.dedupe = FaultDeduper()
@@ -183,7 +198,6 @@ class EngineFtManager:
         """(Re)starts polling the engine (a new run: fresh dedupe state)."""
         self.unwatch(endpoint_id)
         self.dedupe.reset(endpoint_id)
-        self._taken.discard(endpoint_id)
         self._tasks[endpoint_id] = asyncio.create_task(self._loop(endpoint_id), name=f"ft-poll-rank{endpoint_id}")
         log.info("instance=%d rank=%d FT status polling started (every %gs)", self._instance, endpoint_id, self._interval)
 
@@ -191,11 +205,7 @@ class EngineFtManager:
         """After a committed round: the Controller dropped the survivors' old evidence, so whatever
         they report next is news; a fault it had taken itself is forgotten (no RECOVERED is owed)."""
         for endpoint_id in endpoint_ids:
-            if endpoint_id in self._taken:
-                self._taken.discard(endpoint_id)
-                self.dedupe.reset(endpoint_id)
-            else:
-                self.dedupe.rearm(endpoint_id)
+            self.dedupe.rearm(endpoint_id)
 
     def taken(self, entries: list[EngineStatusEntry]) -> list[int]:
         """The Controller took these reads as fault evidence: each UNHEALTHY or DEAD entry counts as
@@ -207,8 +217,7 @@ class EngineFtManager:
             if observation not in (UNHEALTHY, DEAD):
                 continue
             self._diagnosing_since.pop(entry.id, None)
-            if self.dedupe.observe(entry.id, observation, entry_identity(entry)) is not None:
-                self._taken.add(entry.id)
+            if self.dedupe.observe(entry.id, observation, entry_identity(entry), taken=True) is not None:
                 saved.append(entry.id)
                 self._metrics.reports_taken.labels(kind_name(observation)).inc()
         if saved:
@@ -270,11 +279,9 @@ class EngineFtManager:
         self._metrics.poll(time.monotonic() - started, error)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
-        if observation == HEALTHY_OBSERVATION and endpoint_id in self._taken and self._defer_recovered():
+        if observation == HEALTHY_OBSERVATION and self.dedupe.is_taken(endpoint_id) and self._defer_recovered():
             return None  # the round holding the guard supersedes the taken fault when it commits
         kind = self.dedupe.observe(endpoint_id, observation, entry_identity(entry))
-        if kind is not None:
-            self._taken.discard(endpoint_id)  # sent now, or a new fault of this poller's own
         if observation == DIAGNOSING_OBSERVATION:
             self._diagnosing_since.setdefault(endpoint_id, time.time())
             log.debug("instance=%d rank=%d FT status %s: no verdict yet", self._instance, endpoint_id, evidence)

@@ -120,6 +120,12 @@ async def fake_applies(base_url: str) -> list[dict[str, Any]]:
             return await r.json()
 
 
+def quiet_poller(controller_address: str, tmp_path: Path) -> NodeManagerConfig:
+    """A NodeManager whose own poller reads each engine once and then not for 60 s: every later
+    read in the test is the test's own (a Status call, or `poller.poll_once`)."""
+    return nm_config(controller_address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+
+
 async def first_polls_done(n) -> None:
     """Every engine has been read by the NodeManager's own first poll (its next is 60 s away)."""
     for rank in (0, 1):

@@ -18,7 +18,7 @@ from nm_helpers import (
     fake_control,
     fake_polled,
     first_polls_done,
-    nm_config,
+    quiet_poller,
     rpc_error,
     running_nm,
     status_reads,
@@ -30,13 +30,8 @@ UNHEALTHY = nm.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY, ft_state=c
 DIAGNOSING = nm.EngineState(status=common_pb2.ENGINE_HEALTH_DIAGNOSING, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
 
 
-def quiet_poller(controller: FakeController, tmp_path: Path):
-    # The NodeManager's own poller reads once and then not for 60 s: every later read is the long poll's.
-    return nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
-
-
 async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:
-    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         await fake_control(n.engine_url(1), status="unhealthy")
         healthy_reads = await status_reads(n.engine_url(0))
@@ -55,7 +50,7 @@ async def test_answers_once_the_waiting_engine_settles(controller: FakeControlle
 
 async def test_waiting_engines_are_probed_in_turn_and_the_answer_is_read_after_the_last_probe(
         controller: FakeController, tmp_path: Path) -> None:
-    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         for rank in (0, 1):
             await fake_control(n.engine_url(rank), status="unhealthy")
@@ -73,7 +68,7 @@ async def test_waiting_engines_are_probed_in_turn_and_the_answer_is_read_after_t
 
 
 async def test_answers_the_latest_reads_at_the_bound(controller: FakeController, tmp_path: Path) -> None:
-    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         await fake_control(n.engine_url(0), status="diagnosing")
         before = await status_reads(n.engine_url(0))
@@ -84,7 +79,7 @@ async def test_answers_the_latest_reads_at_the_bound(controller: FakeController,
 
 
 async def test_without_settle_one_read_of_each_engine(controller: FakeController, tmp_path: Path) -> None:
-    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         await fake_control(n.engine_url(0), status="unhealthy")
         before = await status_reads(n.engine_url(0))
@@ -107,7 +102,7 @@ BAD = [
 
 
 async def test_bad_bounds_and_states_are_refused_by_name(controller: FakeController, tmp_path: Path) -> None:
-    async with running_nm(quiet_poller(controller, tmp_path)) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         for fields, detail in BAD:
             err = await rpc_error(n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], **fields),

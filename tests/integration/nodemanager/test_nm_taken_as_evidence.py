@@ -12,7 +12,7 @@ import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController, async_wait_for
-from nm_helpers import INSTANCE, fake_control, first_polls_done, nm_config, running_nm
+from nm_helpers import INSTANCE, fake_control, first_polls_done, quiet_poller, running_nm
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,23 +20,28 @@ UNHEALTHY = controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY
 RECOVERED = controller_pb2.SOFTWARE_FAULT_KIND_RECOVERED
 
 
+async def both_unhealthy_rank1_taken(n) -> nm.StatusResponse:
+    """Both engines unhealthy after the poller's first reads; rank 1 read by a Status call flagged
+    taken_as_evidence, rank 0 left to the poller."""
+    await first_polls_done(n)
+    for rank in (0, 1):
+        await fake_control(n.engine_url(rank), status="unhealthy")
+    return await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1], taken_as_evidence=True),
+                             timeout=10)
+
+
 async def test_entries_taken_as_evidence_are_not_reported_again(controller: FakeController, tmp_path: Path) -> None:
-    # The poller's own reads are this test's poll_once calls (its next tick is 60 s away).
-    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
-    async with running_nm(config) as n:
-        await first_polls_done(n)
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
+        resp = await both_unhealthy_rank1_taken(n)
         poller = n.agent.poller
-        for rank in (0, 1):
-            await fake_control(n.engine_url(rank), status="unhealthy")
-        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1], taken_as_evidence=True),
-                                 timeout=10)
         assert [(e.id, e.status) for e in resp.engines] == [(1, common_pb2.ENGINE_HEALTH_UNHEALTHY)]
         assert await poller.poll_once(1) is None, "rank 1's verdict was taken: not reported"
         assert await poller.poll_once(0) == UNHEALTHY, "rank 0 was not read by the Controller: reported"
         # One report worker delivers in order: once rank 0's is in, a rank 1 report would be too.
         await async_wait_for(lambda: controller.reports_of(0, UNHEALTHY), 10, "rank 0's UNHEALTHY report")
         assert controller.reports_of(1) == []
-        assert n.agent.metrics.reports_taken.labels("UNHEALTHY")._value.get() == 1
+        assert n.agent.metrics.registry.get_sample_value("motor_nodemanager_fault_reports_taken_total",
+                                                         {"kind": "UNHEALTHY"}) == 1
         await fake_control(n.engine_url(1), status="healthy")
         assert await poller.poll_once(1) == RECOVERED, "a taken fault still recovers"
         await async_wait_for(lambda: controller.reports_of(1, RECOVERED), 10, "rank 1's RECOVERED report")
@@ -44,8 +49,7 @@ async def test_entries_taken_as_evidence_are_not_reported_again(controller: Fake
 
 async def test_without_the_flag_a_status_read_leaves_the_poller_alone(controller: FakeController,
                                                                       tmp_path: Path) -> None:
-    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
-    async with running_nm(config) as n:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
         await fake_control(n.engine_url(1), status="unhealthy")
         await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1]), timeout=10)
@@ -55,13 +59,9 @@ async def test_without_the_flag_a_status_read_leaves_the_poller_alone(controller
 
 async def test_a_committed_round_owes_no_recovered_for_what_the_controller_took(controller: FakeController,
                                                                                 tmp_path: Path) -> None:
-    config = nm_config(controller.address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
-    async with running_nm(config) as n:
-        await first_polls_done(n)
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
+        await both_unhealthy_rank1_taken(n)
         poller = n.agent.poller
-        for rank in (0, 1):
-            await fake_control(n.engine_url(rank), status="unhealthy")
-        await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[1], taken_as_evidence=True), timeout=10)
         assert await poller.poll_once(0) == UNHEALTHY  # rank 0: the NodeManager's own report
         await n.ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id="sd-1", lease_sec=30), timeout=10)
         for rank in (0, 1):

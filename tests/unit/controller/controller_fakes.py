@@ -318,10 +318,15 @@ def heartbeat_all(core: ControllerCore, cluster: FakeCluster, instance_id: int =
                                                        alive_endpoint_ids=alive, seq=seq))
 
 
-async def settle(core: ControllerCore, instance_id: int = 7) -> None:
-    """Lets the running strategy of the instance end (bounded by loop turns, not time)."""
-    for _ in range(300):
-        if core.faults.running(instance_id) is None:
+async def turns_until(predicate, what: str, turns: int = 10_000) -> None:
+    """Yields to the event loop until `predicate()` holds (bounded by loop turns, not time)."""
+    for _ in range(turns):
+        if predicate():
             return
         await asyncio.sleep(0)
-    raise AssertionError("strategy still running")
+    raise AssertionError(what)
+
+
+async def settle(core: ControllerCore, instance_id: int = 7) -> None:
+    """Lets the running strategy of the instance end."""
+    await turns_until(lambda: core.faults.running(instance_id) is None, "strategy still running", 300)

@@ -18,6 +18,7 @@ from controller_fakes import (
     make_config,
     make_core,
     register_request,
+    turns_until,
     two_pods,
 )
 
@@ -97,7 +98,7 @@ async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_bef
     slow = cluster.hold_guard["127.0.0.3:1"] = asyncio.Event()
     strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
     task = asyncio.create_task(strategy.run())
-    await wait_for_calls(cluster, lambda: cluster.named("status"))
+    await turns_until(lambda: cluster.named("status"), f"no status read; calls so far: {cluster.calls}")
     assert [c[1:3] for c in cluster.named("status")] == [("127.0.0.2:1", (0,))]
     assert len(cluster.named("guard")) == 2 and not cluster.named("apply")
     slow.set()
@@ -106,14 +107,6 @@ async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_bef
     before_apply = cluster.calls[:min(i for i, c in enumerate(cluster.calls) if c[0] == "apply")]
     assert sorted(c[1] for c in before_apply if c[0] == "status") == ["127.0.0.2:1", "127.0.0.3:1"], \
         "one read per pod before the apply: no separate status fan-out after the guards"
-
-
-async def wait_for_calls(cluster: FakeCluster, predicate, bound: int = 10_000) -> None:
-    for _ in range(bound):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never reached; calls so far: {cluster.calls}")
 
 
 async def test_rank0_round_picks_new_master() -> None:

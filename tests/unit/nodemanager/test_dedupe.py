@@ -94,3 +94,15 @@ def test_a_committed_round_rearms_so_an_identical_next_fault_is_reported() -> No
 def test_diagnosing_is_never_reported_and_never_recovers() -> None:
     assert run([DIAGNOSING_OBSERVATION, DIAGNOSING_OBSERVATION, H]) == [None, None, None]
     assert run([UNHEALTHY, DIAGNOSING_OBSERVATION, H]) == [UNHEALTHY, None, RECOVERED]
+
+
+def test_a_taken_fault_counts_as_reported_and_a_commit_forgets_it_whole() -> None:
+    d = FaultDeduper()
+    assert d.observe(1, UNHEALTHY, taken=True) == UNHEALTHY and d.is_taken(1)
+    assert d.observe(1, UNHEALTHY) is None, "the same fault: already reported (by the Controller's read)"
+    d.rearm(1)  # a committed round superseded it
+    assert not d.is_taken(1) and d.last(1) is None and run([H], d=d) == [None], "no RECOVERED owed"
+    assert d.observe(2, DEAD, taken=True) == DEAD
+    assert d.observe(2, UNHEALTHY) == UNHEALTHY and not d.is_taken(2), "a new fault of its own is the poller's"
+    d.rearm(2)
+    assert run([H], 2, d) == [RECOVERED], "its own report still owes RECOVERED after a commit"

@@ -61,8 +61,8 @@ async def test_a_read_the_controller_took_as_evidence_is_not_reported_again_but_
     reports: list[FaultReport] = []
     unhealthy = entry("unhealthy", "peer 1 gone")
     manager = scripted([unhealthy, entry("unhealthy", "another fault"), entry("healthy")], reports)
-    assert manager.taken([unhealthy, EngineStatusEntry(RANK + 1, "diagnosing"), EngineStatusEntry(RANK + 2, "healthy")]) \
-        == [RANK], "only UNHEALTHY and DEAD entries are evidence"
+    others = [EngineStatusEntry(RANK + 1, "diagnosing"), EngineStatusEntry(RANK + 2, "healthy")]
+    assert manager.taken([unhealthy, *others]) == [RANK], "only UNHEALTHY and DEAD entries are evidence"
     assert manager.taken([unhealthy]) == [], "taken once"
     assert await manager.poll_once(RANK) is None and reports == [], "the same entry: already reported"
     assert await manager.poll_once(RANK) == UNHEALTHY, "a changed entry is a new fault"

@@ -172,7 +172,8 @@ def test_engine_exits_by_intent_and_the_exposition_parses(agent) -> None:
     assert value(m, "motor_nodemanager_fault_report_queue") == 1  # the ENGINE_DEAD report waits for delivery
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     assert {"motor_nodemanager_status_polls", "motor_nodemanager_status_poll_seconds",
-            "motor_nodemanager_status_poll_errors", "motor_nodemanager_fault_reports_sent", "motor_nodemanager_fault_reports_taken",
+            "motor_nodemanager_status_poll_errors", "motor_nodemanager_fault_reports_sent",
+            "motor_nodemanager_fault_reports_taken",
             "motor_nodemanager_fault_report_retries", "motor_nodemanager_fault_reports_dropped",
             "motor_nodemanager_engine_exits", "motor_nodemanager_guard_held", "motor_nodemanager_apply_calls",
             "motor_nodemanager_engine_applies"} <= set(families)

@@ -189,7 +189,8 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _query(self, plan: RoundPlan, read: StatusRead, fan_out: StatusFanOut) -> dict[int, common_pb2.EngineFtStatus]:
+    async def _query(self, plan: RoundPlan, read: StatusRead,
+                     fan_out: StatusFanOut) -> dict[int, common_pb2.EngineFtStatus]:
         entries = await fan_out(plan, read)
         self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
