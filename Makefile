@@ -1,6 +1,8 @@
 # Motor's two entry points on a fresh machine: `make demo` and `make test`.
-# Both create .venv, install torch (CPU build, pinned: an unpinned torch pulls a multi-GB CUDA
-# build), the project with its extras, the etcd server (Debian) and buf (npm) when missing.
+# Both create .venv and install torch (CPU build, pinned: an unpinned torch pulls a multi-GB CUDA
+# build) and the project. `make demo` stops there (the reference engines and the launcher need
+# nothing else); `make test` adds the test and code-generation extras, the etcd server (Debian),
+# buf (npm), promtool, the vLLM side venv and the image-test tools when missing.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,10 +13,14 @@ PYTEST_ARGS ?=
 
 .PHONY: test demo deps gen lint clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.demo-installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e '.[sim]'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.demo-installed
 	$(PY) -m pip install -q -e '.[sim,test,gen]'
 	touch $@
 
@@ -51,8 +57,9 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
+# tests/deploy runs once, in image-test, where its tools are installed.
 test: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy tests
 	$(MAKE) ts-test
 	$(MAKE) image-test
 
@@ -72,7 +79,7 @@ ts-test: $(VENV)/.installed $(TS_DIR)/node_modules/.ci-stamp
 	cd $(TS_DIR) && node dist/test/generated.js
 	cd $(TS_DIR) && node --test --test-reporter=spec dist/test/*.test.js
 
-demo: deps
+demo: $(VENV)/.demo-installed
 	$(VENV)/bin/motor demo
 
 gen: $(VENV)/.installed $(TS_DIR)/node_modules/.ci-stamp
