@@ -78,6 +78,16 @@ def module_problem(dotted: str) -> str | None:
     return f"{dotted}: no such module"
 
 
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    found = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"#{1,6}\s+(.*)", line)
+        if heading:
+            found.add(re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-"))
+    return found
+
+
 def mentions(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     problems = []
@@ -90,15 +100,19 @@ def mentions(path: Path) -> list[str]:
         if problem:
             problems.append(f"{rel(path)}: {problem}")
     for match in LINK_RE.finditer(text):
-        target = match.group(1).split("#")[0]
-        if not target or re.match(r"[a-z]+:", target):
+        target, _, anchor = match.group(1).partition("#")
+        if re.match(r"[a-z]+:", target):
             continue
-        resolved = (path.parent / target).resolve()
+        resolved = (path.parent / target).resolve() if target else path
         inside = resolved == REPO or REPO in resolved.parents
         if not inside:
             problems.append(f"{rel(path)}: link {target} leaves the repository")
-        elif rel(resolved) not in GENERATED_DOCS and not resolved.exists():
+        elif rel(resolved) in GENERATED_DOCS:
+            continue
+        elif not resolved.exists():
             problems.append(f"{rel(path)}: link {target} resolves to nothing")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            problems.append(f"{rel(path)}: link {match.group(1)} names no heading of {rel(resolved)}")
     return problems
 
 
@@ -148,6 +162,12 @@ def test_the_path_check_catches_stale_paths(text: str, tests: str, stale: bool) 
 ])
 def test_the_module_check_catches_stale_modules(dotted: str, stale: bool) -> None:
     assert (module_problem(dotted) is not None) is stale
+
+
+def test_anchors_are_the_headings_as_github_writes_them(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n## 7. Controller restarts and replicas\n### `engine-check`, §2 Roles\n")
+    assert anchors(page) == {"title", "7-controller-restarts-and-replicas", "engine-check-2-roles"}
 
 
 def test_the_patterns_find_paths_and_leave_other_text_alone() -> None:
