@@ -1,6 +1,8 @@
 """motor-coordinator: routes OpenAI-compatible inference to the serving view the Controller publishes.
 
 Modules:
+  serving_view   pure: the published instance/endpoint views, refresh events and errors, and the
+                 checks of a refresh that need no table state
   routing        pure routing table: published views, pause flags, revision checks, endpoint
                  selection (least outstanding, rank-aware, cooldown), outstanding accounting
   servicer       gRPC `motor.v1.Coordinator` (Refresh / ListInstances with re-inference counts /

@@ -23,14 +23,8 @@ from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.common.validation import check_request
 from motor.coordinator.canary import Canary, CanaryRefused
 from motor.coordinator.migration_ledger import MigrationLedger
-from motor.coordinator.routing import (
-    EndpointSpec,
-    InstanceSpec,
-    RefreshError,
-    RefreshErrorCode,
-    RefreshEvent,
-    RoutingTable,
-)
+from motor.coordinator.routing import RoutingTable
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
 
 log = logging.getLogger(__name__)
 
