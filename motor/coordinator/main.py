@@ -17,6 +17,7 @@ from typing import Any
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.leader_client import LeaderFollowingClient
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.common.term_fence import TermFence, TermFenceInterceptor
@@ -62,9 +63,9 @@ class CoordinatorService:
             "coordinator",
             interceptors=[TermFenceInterceptor(self.term_fence, ["/motor.v1.Coordinator/Refresh"])],
         )
-        self.controller_sync = ControllerSync(
-            config.controller_addresses, self.table, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC,
-            tls=client_tls(None, config.security)) if config.controller_addresses else None
+        self.controller_sync = ControllerSync(LeaderFollowingClient(
+            config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),
+            label="coordinator controller client"), self.table) if config.controller_addresses else None
         ssl_context = None
         if config.security is not None:
             ssl_context = http_server_context(config.security,
