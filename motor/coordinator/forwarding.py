@@ -1,14 +1,15 @@
 """The attempts of one inference request, the same for a whole request and a resumable stream: pick
-an endpoint (holding the request while nothing can serve), send it, release the endpoint, and on a
-failure put the endpoint in cooldown and try another one.
+an endpoint, send the request, release the endpoint, and on a failure put the endpoint in cooldown
+and try another one (of another instance when one can serve).
 
 An attempt fails *before the first byte* when no response headers arrive (connection refused or
-reset, timeout) or when the engine answers 502/503/504; the relay of the answer (`Relay`) decides
-the rest: what a failure while reading means, and what happens after a failure (try elsewhere,
-continue a stream elsewhere, or end the answer). At most ``max_retries`` more attempts between two
-waits; the hold ends at ``hold_until``; a relay bounds its own migrations (each restarts the hold
-from its fault). When nothing can serve the answer is 503 with ``Retry-After``; a model no
-published instance serves is 404 at once.
+reset, timeout) or when the engine answers 502/503/504; the `Relay` of the answer decides the rest:
+what a failure while reading means, and what follows a failure (try elsewhere, continue a stream
+elsewhere, or end the answer). At most ``max_retries`` more attempts between two waits.
+
+While nothing can serve, the request is held (``hold_when_unavailable_sec`` from its arrival, or
+from the fault of its last migration, polling the routing table) and then answered 503 with
+``Retry-After``; a model no published instance serves is 404 at once.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class AttemptLoop:
 
     async def run(self, inbound: Inbound, relay: Relay) -> web.StreamResponse:
         st = relay.attempts
+        # Bounded: at most max_retries+1 attempts between two waits, the waits stop at hold_until, and
+        # the relay bounds its migrations (each one restarts the hold from its fault).
         while True:
             route = await self._pick(st, inbound)
             if isinstance(route, web.Response):
