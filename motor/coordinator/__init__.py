@@ -1,16 +1,26 @@
 """motor-coordinator: routes OpenAI-compatible inference to the serving view the Controller publishes.
 
 Modules:
+  serving_view   pure: the published instance/endpoint views, refresh events and errors, and the
+                 checks of a refresh that need no table state
   routing        pure routing table: published views, pause flags, revision checks, endpoint
                  selection (least outstanding, rank-aware, cooldown), outstanding accounting
   servicer       gRPC `motor.v1.Coordinator` (Refresh / ListInstances with re-inference counts /
-                 SendCanary) adapted to the table and the proxy, management key check
+                 SendCanary) adapted to the table, the ledger and the canary, management key check
   engine_client  the one aiohttp client of the engines (connect and total timeouts)
-  proxy          one inference request: route, retry before the first byte, re-inference after an
-                 engine fault (a stream continues elsewhere from what the client received), stream
-                 pass-through; the idle-fault probe's canary
+  proxy          one inference request: parse it, choose its relay, run its attempts, metrics
+  forwarding     the attempts of every request: pick an endpoint (holding while nothing can serve),
+                 send, release, cooldown and retry before the first byte; 503/404 answers
+  whole_relay    a request answered as the engine sends it (a stream passed through); a
+                 non-streamed one sent again whole once after an engine fault
+  stream_relay   a stream continued elsewhere from what the client received after an engine fault
+  stall_watch    started streams of a withdrawn endpoint move only once they stall
+  openai_format  request ids, body parsing, forwarded headers, OpenAI-shaped error answers
+  request_log    the per-request log adapter (request_id, instance, rank on every line)
+  canary         the Controller idle-fault probe's one-token completion
   reinference    pure: what can be continued, the SSE tracker and rewrite of a continuation, the next
-                 attempt's body, per-instance migration counts
+                 attempt's body
+  migration_ledger  pure: migrated and finally failed requests per instance
   metrics        CoordinatorMetrics: requests, retries, holding (per request), migrations, canaries,
                  routing table (at scrape)
   http_api       the aiohttp app (/v1/completions, /v1/chat/completions, /v1/models, /health,

@@ -6,19 +6,19 @@ answers only after its whole serving view (a SET through the one projection ever
 uses) was acknowledged here, so the routing table holds the survivors' view before the first
 request is routed (requests that arrive earlier are held, `hold_when_unavailable_sec`). It stops
 after the first acknowledged SET from anyone. Each call has the Coordinator's deadline; between
-attempts it waits a capped, doubling backoff, so it keeps trying while no replica leads.
+attempts it waits a capped, doubling backoff (tenacity), so it keeps trying while no replica leads;
+closing it cancels the wait or the call in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 
 import grpc
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import ClientTlsConfig
 from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
 from motor.coordinator.routing import RoutingTable
 
@@ -31,10 +31,9 @@ _MAX_BACKOFF_SEC = 2.0
 
 
 class ControllerSync:
-    def __init__(self, addresses: Sequence[str], table: RoutingTable, *, timeout_sec: float,
-                 tls: ClientTlsConfig | None = None) -> None:
-        self._client = LeaderFollowingClient(addresses, timeout_sec=timeout_sec, tls=tls,
-                                             label="coordinator controller client")
+    def __init__(self, client: LeaderFollowingClient, table: RoutingTable) -> None:
+        """``client``'s deadline bounds each call; closing the sync closes it."""
+        self._client = client
         self._table = table
         self._start_revision = table.revision
         self._task: asyncio.Task[None] | None = None
@@ -52,23 +51,31 @@ class ControllerSync:
         await self._client.close()
 
     async def _run(self) -> None:
-        backoff = _FIRST_BACKOFF_SEC
         failing = ""
+
+        def before_sleep(state: RetryCallState) -> None:
+            nonlocal failing
+            exc = state.outcome.exception() if state.outcome is not None else None
+            text = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            if text != failing:
+                log.warning("asking the Controller leader for the serving view failed (attempt %d): %s; "
+                            "retrying every <= %gs", self.attempts, text, _MAX_BACKOFF_SEC)
+            failing = text
+
         resp: controller_pb2.RequestPublicationResponse | None = None
-        while self._table.revision == self._start_revision:
-            self.attempts += 1
-            try:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((LeaderUnavailable, grpc.aio.AioRpcError)),
+            wait=wait_exponential(multiplier=_FIRST_BACKOFF_SEC, max=_MAX_BACKOFF_SEC),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                # Someone's SET (the leader answering an earlier call late, or publishing anyway) ends it.
+                if self._table.revision != self._start_revision:
+                    break
+                self.attempts += 1
                 resp = await self._client.call("RequestPublication", controller_pb2.RequestPublicationRequest())
-            except (LeaderUnavailable, grpc.aio.AioRpcError) as exc:
-                text = str(exc) if isinstance(exc, LeaderUnavailable) else f"{exc.code().name}: {exc.details()}"
-                if text != failing:
-                    log.warning("asking the Controller leader for the serving view failed (attempt %d): %s; "
-                                "retrying every <= %gs", self.attempts, text, _MAX_BACKOFF_SEC)
-                failing = text
-                await asyncio.sleep(backoff)
-                backoff = min(_MAX_BACKOFF_SEC, backoff * 2)
-                continue
-            break
         if resp is not None:
             log.info("serving view synced from the Controller leader at %s (term %d): instances %s, revision %d",
                      self._client.address, resp.term, list(resp.instance_ids), self._table.revision)

@@ -22,7 +22,8 @@ from aiohttp import web
 from motor.common.config import HttpListenConfig
 from motor.common.http_site import start_site
 from motor.common.metrics_http import add_metrics_route
-from motor.coordinator.proxy import InferenceProxy, openai_error
+from motor.coordinator.openai_format import openai_error
+from motor.coordinator.proxy import InferenceProxy
 from motor.coordinator.routing import RoutingTable, TableSnapshot
 
 log = logging.getLogger(__name__)

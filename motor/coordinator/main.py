@@ -17,13 +17,16 @@ from typing import Any
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.leader_client import LeaderFollowingClient
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.common.term_fence import TermFence, TermFenceInterceptor
+from motor.coordinator.canary import Canary
 from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.http_api import HttpFront, build_app
 from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.migration_ledger import MigrationLedger
 from motor.coordinator.proxy import InferenceProxy
 from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import CoordinatorServicer
@@ -38,11 +41,14 @@ class CoordinatorService:
         self.engine_client = EngineClient(config.upstream_connect_timeout_sec, config.upstream_timeout_sec)
         self.metrics = CoordinatorMetrics()
         self.metrics.watch_table(self.table)
+        ledger = MigrationLedger()
         self.proxy = InferenceProxy(
             self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
             hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics, migration=config.migration,
+            ledger=ledger,
         )
-        self.servicer = CoordinatorServicer(self.table, config.management_key, proxy=self.proxy)
+        self.servicer = CoordinatorServicer(self.table, config.management_key, ledger=ledger,
+                                            canary=Canary(self.table, self.engine_client, self.metrics))
         servicer = self.servicer
         # A deposed Controller leader's Refresh is refused (motor.common.term_fence).
         self.term_fence = TermFence("coordinator")
@@ -57,9 +63,9 @@ class CoordinatorService:
             "coordinator",
             interceptors=[TermFenceInterceptor(self.term_fence, ["/motor.v1.Coordinator/Refresh"])],
         )
-        self.controller_sync = ControllerSync(
-            config.controller_addresses, self.table, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC,
-            tls=client_tls(None, config.security)) if config.controller_addresses else None
+        self.controller_sync = ControllerSync(LeaderFollowingClient(
+            config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),
+            label="coordinator controller client"), self.table) if config.controller_addresses else None
         ssl_context = None
         if config.security is not None:
             ssl_context = http_server_context(config.security,

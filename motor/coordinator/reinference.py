@@ -12,11 +12,10 @@ continues on another endpoint. Pure: no I/O, no clock.
   generated text; chat: the partial assistant message appended (or the client's own final assistant
   message extended) with ``continue_final_message`` and no generation prompt, as vLLM takes it. The
   remaining ``max_tokens`` (and ``max_completion_tokens``, ``min_tokens``) is what was not generated.
-* `MigrationLedger`: migrated requests per instance (the instance whose engine faulted), bounded.
 
 Continuing from the received text equals an uninterrupted run only for deterministic decoding
 (greedy, as the reference engine's toy model is); with sampling it is a fresh sample of the rest.
-Not continued (a stream then fails as before, with an error event): n/best_of > 1, echo, several
+Not continued (such a stream fails with an error event): n/best_of > 1, echo, several
 prompts, structured outputs, tool calls or reasoning content in the stream, or a carried sequence
 longer than ``max_carried_length``.
 """
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -383,36 +381,3 @@ def continuation_body(tracker: StreamTracker) -> bytes | Finished | str:
         return f"the carried sequence ({len(prompt)}) exceeds max_carried_length {tracker.max_carried_length}"
     doc["prompt"] = prompt
     return json.dumps(doc).encode()
-
-
-@dataclass
-class InstanceMigrations:
-    migrated_requests: int = 0
-    failed_requests: int = 0
-
-
-class MigrationLedger:
-    """Requests migrated away from each instance (counted when its engine faulted under them) and how
-    many of those finally failed. At most ``max_instances`` instances, the least recently touched
-    dropped first."""
-
-    def __init__(self, max_instances: int = 4096) -> None:
-        self._max = max_instances
-        self._by_instance: OrderedDict[int, InstanceMigrations] = OrderedDict()
-
-    def _entry(self, instance_id: int) -> InstanceMigrations:
-        entry = self._by_instance.pop(instance_id, None) or InstanceMigrations()
-        self._by_instance[instance_id] = entry
-        while len(self._by_instance) > self._max:
-            self._by_instance.popitem(last=False)
-        return entry
-
-    def migrated(self, instance_id: int) -> None:
-        self._entry(instance_id).migrated_requests += 1
-
-    def failed(self, instance_id: int) -> None:
-        self._entry(instance_id).failed_requests += 1
-
-    def snapshot(self) -> dict[int, InstanceMigrations]:
-        return {iid: InstanceMigrations(e.migrated_requests, e.failed_requests)
-                for iid, e in sorted(self._by_instance.items())}

@@ -13,13 +13,15 @@ Publication (``refresh``) follows the Coordinator contract (protos/motor/v1/coor
 * The revision must be greater than the last acknowledged one, else FAILED_PRECONDITION.
 
 A refused refresh changes nothing (all-or-nothing across the request) and does not consume its
-revision. Validation failures are INVALID_ARGUMENT and name the offending value.
+revision. Validation failures (`motor.coordinator.serving_view`, checked before the revision) are
+INVALID_ARGUMENT and name the offending value.
 
 Selection (``pick``): among published, not-paused instances serving the requested model, the
 routable endpoints (not headless, not excluded for this request, not cooling down after a recent
 failure) are ordered by (outstanding requests, original DP rank); remaining ties rotate round robin
-across instances. A retry names the instances that already failed it: their endpoints come last. Outstanding requests are counted per (instance id, original rank) and survive
-withdrawal and re-publication, so in-flight requests to a withdrawn endpoint are released normally.
+across instances. A retry names the instances that already failed it: their endpoints come last.
+Outstanding requests are counted per (instance id, original rank) and survive withdrawal and
+re-publication, so in-flight requests to a withdrawn endpoint are released normally.
 
 No route is UNKNOWN_MODEL (HTTP 404) only when instances are published but none serves the model
 and none ever did since start; a model withdrawn for a while (the drain of a scale-down), paused
@@ -29,62 +31,22 @@ instances, nothing published at all, or every endpoint busy failing are UNAVAILA
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-MIN_PORT = 1
-MAX_PORT = 65535
+from motor.coordinator.serving_view import (
+    EndpointSpec,
+    InstanceSpec,
+    RefreshError,
+    RefreshErrorCode,
+    RefreshEvent,
+    format_ids,
+    validate_refresh,
+)
 
 EndpointKey = tuple[int, int]
 """(instance id, original DP rank): the identity of one routable endpoint."""
-
-
-class RefreshEvent(str, enum.Enum):
-    ADD = "ADD"
-    DEL = "DEL"
-    SET = "SET"
-    PAUSE = "PAUSE"
-    RESUME = "RESUME"
-
-
-class RefreshErrorCode(str, enum.Enum):
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    FAILED_PRECONDITION = "FAILED_PRECONDITION"
-    NOT_FOUND = "NOT_FOUND"
-
-
-class RefreshError(Exception):
-    """A refused refresh; nothing changed. ``message`` names the offending value."""
-
-    def __init__(self, code: RefreshErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class EndpointSpec:
-    id: int
-    ip: str
-    business_port: int
-    mgmt_port: int = 0
-    headless: bool = False
-
-
-@dataclass(frozen=True)
-class InstanceSpec:
-    id: int
-    model: str
-    endpoints: tuple[EndpointSpec, ...]
-    role: str = ""
-    dp_size: int = 0
-    # The publisher's own representation (the servicer keeps the proto here to echo it back).
-    source: Any = field(default=None, compare=False, repr=False)
-
-    @property
-    def endpoint_ids(self) -> list[int]:
-        return sorted(e.id for e in self.endpoints)
 
 
 @dataclass(frozen=True)
@@ -142,44 +104,6 @@ class TableSnapshot:
     instances: tuple[PublishedView, ...]
 
 
-def _ids(values: Iterable[int]) -> str:
-    return "[" + ", ".join(str(v) for v in sorted(values)) + "]"
-
-
-def _invalid(message: str) -> RefreshError:
-    return RefreshError(RefreshErrorCode.INVALID_ARGUMENT, message)
-
-
-def _check_endpoint_ids(instance: InstanceSpec) -> None:
-    seen: set[int] = set()
-    for ep in instance.endpoints:
-        if ep.id < 0:
-            raise _invalid(f"instance {instance.id}: endpoint id {ep.id} is negative (ids are original DP ranks)")
-        if ep.id in seen:
-            raise _invalid(f"instance {instance.id}: endpoint id {ep.id} appears more than once")
-        seen.add(ep.id)
-
-
-def validate_published_instance(instance: InstanceSpec) -> None:
-    """The checks of a view to publish (ADD/SET); raises INVALID_ARGUMENT naming the value."""
-    if not instance.endpoints:
-        raise _invalid(f"instance {instance.id} has no endpoints; a published view needs at least one")
-    _check_endpoint_ids(instance)
-    for ep in instance.endpoints:
-        if not ep.ip or ep.ip != ep.ip.strip() or any(ch.isspace() for ch in ep.ip):
-            raise _invalid(f"instance {instance.id} endpoint {ep.id}: ip {ep.ip!r} is empty or has spaces")
-        # A headless rank has no API of its own: it is never routed to, so its port is not used.
-        if not ep.headless and not MIN_PORT <= ep.business_port <= MAX_PORT:
-            raise _invalid(
-                f"instance {instance.id} endpoint {ep.id}: business_port {ep.business_port} "
-                f"not in {MIN_PORT}..{MAX_PORT}"
-            )
-        if not 0 <= ep.mgmt_port <= MAX_PORT:
-            raise _invalid(
-                f"instance {instance.id} endpoint {ep.id}: mgmt_port {ep.mgmt_port} not in 0..{MAX_PORT}"
-            )
-
-
 class RoutingTable:
     """Published serving views, pause flags, revision, endpoint selection and outstanding counts."""
 
@@ -205,23 +129,7 @@ class RoutingTable:
 
     def refresh(self, event: RefreshEvent | Any, instances: Sequence[InstanceSpec], revision: int) -> int:
         """Applies one publication event all-or-nothing; returns the revision now acknowledged."""
-        if not isinstance(event, RefreshEvent):
-            raise _invalid(f"event {event!r} is not one of {', '.join(e.value for e in RefreshEvent)}")
-        seen: set[int] = set()
-        for inst in instances:
-            if inst.id < 0:
-                raise _invalid(f"instance id {inst.id} is negative")
-            if inst.id in seen:
-                raise _invalid(f"{event.value}: instance {inst.id} appears more than once")
-            seen.add(inst.id)
-        if not instances and event is not RefreshEvent.SET:
-            raise _invalid(f"{event.value} names no instance (only SET may be empty: it withdraws everything)")
-        if event in (RefreshEvent.ADD, RefreshEvent.SET):
-            for inst in instances:
-                validate_published_instance(inst)
-        elif event is RefreshEvent.DEL:
-            for inst in instances:
-                _check_endpoint_ids(inst)
+        validate_refresh(event, instances)
         if revision <= self._revision:
             raise RefreshError(
                 RefreshErrorCode.FAILED_PRECONDITION,
@@ -232,13 +140,12 @@ class RoutingTable:
             for inst in instances:
                 current = self._instances.get(inst.id)
                 if current is None:
-                    mismatches.append(
-                        f"instance {inst.id} with endpoint ids {_ids(e.id for e in inst.endpoints)} is not published"
-                    )
+                    mismatches.append(f"instance {inst.id} with endpoint ids "
+                                      f"{format_ids(e.id for e in inst.endpoints)} is not published")
                 elif set(current.endpoint_ids) != {e.id for e in inst.endpoints}:
                     mismatches.append(
-                        f"instance {inst.id}: endpoint ids {_ids(e.id for e in inst.endpoints)} do not match "
-                        f"the published endpoint ids {_ids(current.endpoint_ids)}"
+                        f"instance {inst.id}: endpoint ids {format_ids(e.id for e in inst.endpoints)} do not match "
+                        f"the published endpoint ids {format_ids(current.endpoint_ids)}"
                     )
             if mismatches:
                 raise RefreshError(RefreshErrorCode.FAILED_PRECONDITION, "DEL refused: " + "; ".join(mismatches))
@@ -247,8 +154,8 @@ class RoutingTable:
             if unknown:
                 raise RefreshError(
                     RefreshErrorCode.NOT_FOUND,
-                    f"{event.value} refused: instance(s) {_ids(unknown)} not published "
-                    f"(published: {_ids(self._instances)})",
+                    f"{event.value} refused: instance(s) {format_ids(unknown)} not published "
+                    f"(published: {format_ids(self._instances)})",
                 )
         # Every check passed: apply.
         before = self._published_keys()
@@ -351,7 +258,7 @@ class RoutingTable:
         if not active:
             return NoRoute(
                 NoRouteKind.UNAVAILABLE,
-                f"every instance serving {what} is paused (instances {_ids(i.id for i in instances)})",
+                f"every instance serving {what} is paused (instances {format_ids(i.id for i in instances)})",
             )
         candidates: list[tuple[bool, int, int, int, EndpointSpec, InstanceSpec]] = []
         tried = cooling = headless = 0

@@ -1,6 +1,6 @@
 """The `motor.v1.Coordinator` gRPC servicer: adapts Refresh / ListInstances to the routing table, and
-SendCanary (the Controller's idle-fault probe) to the inference proxy. ListInstances also reports
-the proxy's re-inference counts per instance.
+SendCanary (the Controller's idle-fault probe) to the canary. ListInstances also reports the
+re-inference counts per instance.
 
 When a management key is configured, Refresh requires the gRPC metadata ``x-motor-key`` to equal
 it (constant-time comparison), else UNAUTHENTICATED. ListInstances is read-only and stays open. With
@@ -15,24 +15,16 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.common.validation import check_request
-from motor.coordinator.routing import (
-    EndpointSpec,
-    InstanceSpec,
-    RefreshError,
-    RefreshErrorCode,
-    RefreshEvent,
-    RoutingTable,
-)
-
-if TYPE_CHECKING:
-    from motor.coordinator.proxy import InferenceProxy
+from motor.coordinator.canary import Canary, CanaryRefused
+from motor.coordinator.migration_ledger import MigrationLedger
+from motor.coordinator.routing import RoutingTable
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +91,13 @@ def _describe(instances: list[InstanceSpec]) -> str:
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(
         self, table: RoutingTable, management_key: str | None = None, clock: Callable[[], float] = time.monotonic,
-        proxy: InferenceProxy | None = None,
+        ledger: MigrationLedger | None = None, canary: Canary | None = None,
     ) -> None:
         self._table = table
         self._key = management_key.encode() if management_key else None
         self._clock = clock
-        self._proxy = proxy
+        self._ledger = ledger
+        self._canary = canary
 
     async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
         if self._key is None:
@@ -165,7 +158,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             reinference=[
                 coordinator_pb2.InstanceReinference(instance_id=iid, migrated_requests=counts.migrated_requests,
                                                     failed_requests=counts.failed_requests)
-                for iid, counts in (self._proxy.ledger.snapshot().items() if self._proxy is not None else ())
+                for iid, counts in (self._ledger.snapshot().items() if self._ledger is not None else ())
             ],
         )
 
@@ -175,15 +168,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         # The same guard as Refresh: it makes the Coordinator send traffic to an engine.
         await self._authorize(context, "SendCanary")
         await check_request(request, context)
-        from motor.coordinator.proxy import CanaryRefused
-
-        if self._proxy is None:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this Coordinator has no inference proxy")
+        if self._canary is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this Coordinator sends no canaries")
             raise AssertionError("unreachable: abort raises")
         request_id = request.request_id or f"canary-{uuid.uuid4().hex[:12]}"
         try:
-            result = await self._proxy.canary(request.instance_id, list(request.endpoint_ids), request.timeout_sec,
-                                              request_id)
+            result = await self._canary.send(request.instance_id, list(request.endpoint_ids), request.timeout_sec,
+                                             request_id)
         except CanaryRefused as exc:
             log.warning("request_id=%s instance=%d canary refused (%s): %s", request_id, request.instance_id,
                         exc.code, exc.message)

@@ -17,7 +17,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from motor.controller.metrics import ControllerMetrics
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.routing import EndpointSpec, InstanceSpec, RefreshEvent, RoutingTable
+from motor.coordinator.routing import RoutingTable
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshEvent
 from nodemanager.metrics import NodeManagerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]

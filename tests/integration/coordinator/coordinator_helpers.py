@@ -5,7 +5,7 @@ Engines (all with fault tolerance and fault injection on, 0.02 s per token):
   group_a  2-rank DP group, model "motor-sim",   ranks on 127.0.0.1 and 127.0.0.2 (instance 1)
   group_b  1-rank group,    model "motor-sim-b", on 127.0.0.3                     (instance 2)
   victim   1-rank group,    model "motor-sim",   on 127.0.0.4, a fresh one per fault test
-           (the `victim` fixture of test_coordinator_faults.py)
+           (the `victim` fixture in conftest.py)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+import pytest
 from multidict import CIMultiDict
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -166,6 +167,17 @@ def chat(content: str = "hello", max_tokens: int = 6, model: str | None = MODEL_
     if model is not None:
         body["model"] = model
     return body
+
+
+async def instances_view(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    """The Coordinator's /coordinator/instances page at ``url``."""
+    async with session.get(url + "/coordinator/instances") as resp:
+        return await resp.json()
+
+
+def log_lines(caplog: pytest.LogCaptureFixture, containing: str) -> list[str]:
+    """The captured log messages that contain ``containing``."""
+    return [r.getMessage() for r in caplog.records if containing in r.getMessage()]
 
 
 CoordinatorFactory = Callable[..., Awaitable[CoordinatorHandle]]

@@ -22,6 +22,8 @@ from coordinator_helpers import (
     chat,
     completion,
     instance_proto,
+    instances_view,
+    log_lines,
     post_json,
     post_stream,
     victim_client,
@@ -36,7 +38,7 @@ VICTIM = "3/0"
 
 
 def retried_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "failed before the first byte" in r.getMessage()]
+    return log_lines(caplog, "failed before the first byte")
 
 
 async def test_failure_after_the_first_byte_is_not_retried(
@@ -140,8 +142,7 @@ async def test_killed_engine_is_retried_without_client_visible_failure(
         await asyncio.sleep(0.35)
     lines = retried_lines(caplog)
     assert lines and all("instance=3 rank=0" in line and "connect error" in line for line in lines), lines
-    async with http.get(url + "/coordinator/instances") as resp:
-        view = await resp.json()
+    view = await instances_view(http, url)
     assert all(e["outstanding_requests"] == 0 for i in view["instances"] for e in i["endpoints"])
 
 

@@ -21,6 +21,7 @@ from coordinator_helpers import (
     chat,
     completion,
     instance_proto,
+    instances_view,
     post_json,
     post_stream,
 )
@@ -76,8 +77,7 @@ async def test_coordinator_process_serves_routes_and_stops(engines: Engines, tmp
                                    metadata=(("x-motor-key", KEY),), timeout=10)
                 paused = await post_json(http, url + "/v1/completions", completion())
                 assert paused.status == 503 and paused.headers["Retry-After"] == "2"
-                async with http.get(url + "/coordinator/instances") as resp:
-                    view = await resp.json()
+                view = await instances_view(http, url)
                 assert view["revision"] == 2 and [i["paused"] for i in view["instances"]] == [True, False]
 
         assert await proc.astop(grace_sec=10) == 0, proc.log_tail()

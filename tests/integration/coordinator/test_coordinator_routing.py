@@ -30,6 +30,8 @@ from coordinator_helpers import (
     chat,
     completion,
     instance_proto,
+    instances_view,
+    log_lines,
     post_json,
     post_stream,
 )
@@ -69,8 +71,7 @@ async def test_publish_list_and_models(engines: Engines, coordinator: Coordinato
         assert resp.status == 200 and (await resp.json())["id"] == MODEL_B
     async with http.get(coordinator.http_url + "/v1/models/absent") as resp:
         assert resp.status == 404 and (await resp.json())["error"]["code"] == "model_not_found"
-    async with http.get(coordinator.http_url + "/coordinator/instances") as resp:
-        view = await resp.json()
+    view = await instances_view(http, coordinator.http_url)
     assert view["revision"] == 3
     assert [(i["id"], i["model"], i["paused"]) for i in view["instances"]] == [(1, MODEL_A, False), (2, MODEL_B, False)]
     assert [(e["id"], e["ip"], e["outstanding_requests"]) for e in view["instances"][0]["endpoints"]] == [
@@ -270,8 +271,7 @@ async def test_withdrawn_endpoint_gets_no_new_request_and_in_flight_ones_finish(
     assert served == ["1/1"] * 4
     reply = await asyncio.wait_for(long_stream, 20)
     assert reply.headers["X-Motor-Endpoint"] == "1/0" and reply.done, "the in-flight request finished"
-    async with http.get(coordinator.http_url + "/coordinator/instances") as resp:
-        view = await resp.json()
+    view = await instances_view(http, coordinator.http_url)
     assert [(e["id"], e["outstanding_requests"]) for e in view["instances"][0]["endpoints"]] == [(1, 0)]
 
 
@@ -334,7 +334,7 @@ async def test_request_id_is_accepted_or_generated(engines: Engines, coordinator
                                 headers={"X-Request-Id": "bad id\twith spaces"})
     rid = generated.headers["X-Request-Id"]
     assert rid != "bad id\twith spaces" and len(rid) == 32
-    lines = [r.getMessage() for r in caplog.records if "client-req-42" in r.getMessage()]
+    lines = log_lines(caplog, "client-req-42")
     assert lines and all("instance=2 rank=0" in line for line in lines), lines
 
 

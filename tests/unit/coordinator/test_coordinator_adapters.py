@@ -6,8 +6,8 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from gen.motor.v1 import common_pb2
-from motor.coordinator.proxy import BadRequest, parse_inference_body, request_id_of
-from motor.coordinator.routing import EndpointSpec, InstanceSpec
+from motor.coordinator.openai_format import BadRequest, parse_inference_body, request_id_of
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec
 from motor.coordinator.servicer import instance_from_proto, instance_to_proto
 
 

@@ -14,7 +14,6 @@ from motor.coordinator.reinference import (
     COMPLETIONS_PATH,
     FINISHED,
     EventKind,
-    MigrationLedger,
     ResumePlan,
     StreamTracker,
     continuation_body,
@@ -227,13 +226,3 @@ def test_continuous_usage_counts_tokens_and_oversized_events_are_refused() -> No
     assert tracker.tokens == 2 and json.loads(continuation_body(tracker))["max_tokens"] == 8  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="exceeds"):
         tracker.feed(b"data: " + b"x" * (5 * 1024 * 1024))
-
-
-def test_ledger_is_bounded_and_counts_per_instance() -> None:
-    ledger = MigrationLedger(max_instances=2)
-    for iid in (1, 2, 1, 3):
-        ledger.migrated(iid)
-    ledger.failed(3)
-    snap = ledger.snapshot()
-    assert sorted(snap) == [1, 3], "the least recently touched instance is dropped"
-    assert (snap[1].migrated_requests, snap[3].migrated_requests, snap[3].failed_requests) == (2, 1, 1)

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from motor.coordinator.routing import (
-    EndpointSpec,
-    InstanceSpec,
-    NoRoute,
-    NoRouteKind,
-    RefreshError,
-    RefreshErrorCode,
-    RefreshEvent,
-    Route,
-    RoutingTable,
-    TableSnapshot,
-)
+from motor.coordinator.routing import NoRoute, NoRouteKind, Route, RoutingTable, TableSnapshot
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
 
 ADD, DEL, SET, PAUSE, RESUME = (RefreshEvent.ADD, RefreshEvent.DEL, RefreshEvent.SET, RefreshEvent.PAUSE,
                                 RefreshEvent.RESUME)

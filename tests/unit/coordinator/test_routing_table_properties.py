@@ -9,17 +9,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from motor.coordinator.routing import (
-    EndpointSpec,
-    InstanceSpec,
-    NoRoute,
-    NoRouteKind,
-    RefreshError,
-    RefreshErrorCode,
-    RefreshEvent,
-    Route,
-    RoutingTable,
-)
+from motor.coordinator.routing import NoRoute, NoRouteKind, Route, RoutingTable
+from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
 
 COOLDOWN_SEC = 2.0
 MODELS = ["a", "b"]
