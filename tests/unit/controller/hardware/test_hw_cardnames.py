@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from motor.common.config import ConfigError, ControllerConfig, build_config
-from motor.controller.hardware.cardnames import (
+from motor.controller.hardware.formats.card_names import (
     DEFAULT_CARD_NAMES,
     PHYSICAL,
     SHARE,

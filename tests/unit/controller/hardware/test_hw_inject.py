@@ -8,18 +8,18 @@ import os
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import device_info_check_code
-from motor.controller.hardware.inject import (
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.check_code import device_info_check_code
+from motor.controller.hardware.formats.configmap import parse_configmap
+from motor.controller.hardware.injection.configmaps import (
     build_configmap,
     build_device_info_cfg,
     build_nodeinfo_configmap,
     write_configmap_fault,
     write_nodeinfo_fault,
 )
-from motor.controller.hardware.inject_rpc import build_report_request
+from motor.controller.hardware.injection.report_request import build_report_request
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
-from motor.controller.hardware.parser import parse_configmap
 
 CARDS = [f"Ascend910-{i}" for i in range(16)]
 LOST = HardwareFault("node-a", "Ascend910-10", ("80E18402", "A8028801"), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.25)

@@ -16,21 +16,21 @@ from hw_samples import NODE_READY, configmap_object, full_data, node_not_ready
 
 from gen.motor.v1 import controller_pb2
 from motor.common.config import HardwareMonitorConfig
-from motor.controller.hardware import levels
-from motor.controller.hardware.directory_source import DirectoryConfigMapSource
-from motor.controller.hardware.inject import (
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.injection.configmaps import (
     build_configmap,
     build_nodeinfo_configmap,
     write_configmap_fault,
     write_nodeinfo_fault,
 )
-from motor.controller.hardware.inject_rpc import build_report_request
-from motor.controller.hardware.kube import KubernetesConfigMapSource
-from motor.controller.hardware.kube_api import KubeUnavailable
+from motor.controller.hardware.injection.report_request import build_report_request
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 from motor.controller.hardware.monitor import HardwareMonitorError, ResourceMonitor
 from motor.controller.hardware.resolver import TopologyResolver
-from motor.controller.hardware.rpc_source import RpcSource, SourceNotStarted
+from motor.controller.hardware.sources.directory import DirectoryConfigMapSource
+from motor.controller.hardware.sources.kube_api import KubeUnavailable
+from motor.controller.hardware.sources.kube_watch import KubernetesConfigMapSource
+from motor.controller.hardware.sources.rpc import RpcSource, SourceNotStarted
 
 LOST = HardwareFault("node-a", "Ascend910-2", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)
 RESET = HardwareFault("node-a", "Ascend910-5", ("80CB8002",), levels.L5, "CardUnhealthy", "RestartNPU", 1760000010.0)

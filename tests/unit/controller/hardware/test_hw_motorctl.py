@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from motor.cli.motorctl import run
-from motor.controller.hardware import levels
-from motor.controller.hardware.parser import parse_configmap
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.configmap import parse_configmap
 
 
 def _hw(*argv: str) -> str:

@@ -29,11 +29,11 @@ from hw_samples import (
     normal,
 )
 
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import device_info_check_code
-from motor.controller.hardware.formats import document_kind, node_from_configmap_name
-from motor.controller.hardware.node_parser import parse_node
-from motor.controller.hardware.parser import parse_configmap
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.check_code import device_info_check_code
+from motor.controller.hardware.formats.configmap import parse_configmap
+from motor.controller.hardware.formats.names import document_kind, node_from_configmap_name
+from motor.controller.hardware.formats.node_ready import parse_node
 
 
 def _by_card(faults):

@@ -14,7 +14,7 @@ Every name MindCluster writes is understood, by source (Ascend/mind-cluster, rea
   "ResetFault" (a relayed report) is L6 too.
 - NodeD (`NodeInfo.FaultDevList[].FaultLevel`): NotHandleFault, PreSeparateFault, SeparateFault.
   Its NodeStatus words (Healthy / PreSeparate / UnHealthy, and the switch's SubHealthy) are node
-  states, read by `nodeinfo_parser` / `switch_parser`, not levels.
+  states, read by `node_info` / `switch_info`, not levels.
 
 Placement of the names outside the ladder, each with the reason:
 
@@ -34,7 +34,7 @@ Placement of the names outside the ladder, each with the reason:
 - RestartRequestFault → L2 (relayed name of the switch's RestartRequestFaultCodes).
 - NormalNPU / NormalNetwork: "no fault". `level_from_name` returns None and `is_healthy_name` says
   so; the device plugin writes them for the ring-mates of a card under hot reset (an entry with an
-  empty fault_code), which `fault_list` reads as "no fault of its own".
+  empty fault_code), which `device_faults` reads as "no fault of its own".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.source import FaultCallback, call_fault_callback
+from motor.controller.hardware.sources.base import FaultCallback, call_fault_callback
 
 
 class SourceNotStarted(RuntimeError):

@@ -1,7 +1,7 @@
 """What every hardware-fault source shares: the callback type, the source protocol, and how one
 parsed document becomes "new or changed" faults.
 
-Kept apart from `monitor` so that the sources (`rpc_source`, `directory_source`, `kube`) and the
+Kept apart from `hardware.monitor` so that the sources (`rpc`, `directory`, `kube_watch`) and the
 monitor that assembles them depend on this module, never on each other.
 """
 
@@ -12,9 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from motor.controller.hardware.dedup import FaultDeduper
-from motor.controller.hardware.formats import ParseResult
+from motor.controller.hardware.formats.names import ParseResult
 from motor.controller.hardware.model import FaultKey, HardwareFault
+from motor.controller.hardware.sources.dedup import FaultDeduper
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The Kubernetes calls the hardware source needs, behind a protocol of plain dicts.
 
-`KubeApi` is what `kube.KubernetesConfigMapSource` drives (tests give it a fake); the official
+`KubeApi` is what `kube_watch.KubernetesConfigMapSource` drives (tests give it a fake); the official
 `kubernetes` client behind it is imported only by `load_kube_api` and `KubernetesClientApi`, so
 Motor runs without the package.
 """

@@ -1,8 +1,7 @@
-"""MindCluster ConfigMaps → HardwareFaults. Pure.
+"""The device plugin's device-info ConfigMap → HardwareFaults. Pure.
 
-`parse_configmap` takes either document MindCluster writes per node: the device plugin's
-`kube-system/mindx-dl-deviceinfo-<node>` (here) or NodeD's `mindx-dl/mindx-dl-nodeinfo-<node>`
-(`nodeinfo_parser`). The device-info format (`NodeDeviceInfoCache`, field names as in the Go struct):
+`kube-system/mindx-dl-deviceinfo-<node>` (`NodeDeviceInfoCache`, field names as in the Go struct;
+`configmap` hands it here, whatever shape it arrived in):
 
     data:
       DeviceInfoCfg: '{"DeviceInfo":{"DeviceList":{"huawei.com/Ascend910":"Ascend910-0,…",
@@ -14,7 +13,7 @@
                        "SuperPodID":-2,"ServerIndex":-2,                  ← since 2024
                        "RackID":0,                                        ← A5 super pods only
                        "CheckCode":"<sha256 hex>"}'
-      SwitchInfoCfg: '{"FaultCode":[…],"FaultLevel":"",…}'  ← A3/A5 (`switch_parser`)
+      SwitchInfoCfg: '{"FaultCode":[…],"FaultLevel":"",…}'  ← A3/A5 (`switch_info`)
       ManuallySeparateNPU: "Ascend910-1"        ← cards isolated until a person releases them
       UpgradeFaultReason: '{"Ascend910-1":[{"fault_code":…,"fault_level":…,…}]}'
       Description: …
@@ -25,12 +24,12 @@ fault_handling and times, and no -Recovering list; both formats are read. The re
 DevicePublicType: every DeviceList key ending in a known suffix is read, whatever its resource.
 
 Per card, the evidence is:
-- its `-Fault` entries (`fault_list`); a NormalNPU / NormalNetwork entry is "no fault of its own";
+- its `-Fault` entries (`device_faults`); a NormalNPU / NormalNetwork entry is "no fault of its own";
 - the card lists, for a card with no entry at least as severe: `-Recovering` (under hot reset, L5),
   `-Unhealthy` (withdrawn by the plugin without a fault of its own — a ring-mate of a card being
-  reset — L5), `-NetworkUnhealthy` (L1, the plugin's default network level); levels in `formats`;
+  reset — L5), `-NetworkUnhealthy` (L1, the plugin's default network level); levels in `names`;
 - `ManuallySeparateNPU` (L6).
-The switch fault is the node's. CheckCode (`checkcode`) is sha256 over Go's json.Marshal of
+The switch fault is the node's. CheckCode (`check_code`) is sha256 over Go's json.Marshal of
 DeviceInfo; a mismatch is reported but the entries are still used (losing a real fault is worse than
 trusting an edited document). Whatever is malformed is reported in `problems` (naming the key or
 entry and the value) and skipped; every well-formed piece of the same document is kept.
@@ -42,15 +41,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
-from motor.controller.hardware import levels
-from motor.controller.hardware.cardnames import split_card_list
-from motor.controller.hardware.checkcode import device_info_check_code
-from motor.controller.hardware.fault_list import decode_fault_list, parse_fault_entry
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.card_names import split_card_list
+from motor.controller.hardware.formats.check_code import device_info_check_code
+from motor.controller.hardware.formats.device_faults import decode_fault_list, parse_fault_entry
+from motor.controller.hardware.formats.names import (
     CONFIGMAP_NAME_PREFIX,
-    DEVICE_INFO,
     DEVICE_INFO_KEY,
     FAULT_LIST_SUFFIX,
     FAULT_TYPE_MANUALLY_SEPARATED,
@@ -60,8 +56,6 @@ from motor.controller.hardware.formats import (
     MANUALLY_SEPARATE_KEY,
     NETWORK_LISTED_LEVEL,
     NETWORK_UNHEALTHY_SUFFIX,
-    NODE_INFO,
-    NODEINFO_KEY,
     RECOVERING_LEVEL,
     RECOVERING_SUFFIX,
     SWITCH_INFO_KEY,
@@ -69,12 +63,10 @@ from motor.controller.hardware.formats import (
     UPGRADE_REASON_KEY,
     WITHDRAWN_LEVEL,
     ParseResult,
-    document_kind,
     is_number,
 )
+from motor.controller.hardware.formats.switch_info import parse_switch_info
 from motor.controller.hardware.model import FaultKey, HardwareFault, normalize_fault_codes
-from motor.controller.hardware.nodeinfo_parser import parse_nodeinfo
-from motor.controller.hardware.switch_parser import parse_switch_info
 
 # A card listed under one of these suffixes, without an entry at least this severe: (type, level).
 _CARD_LISTS = (
@@ -84,60 +76,11 @@ _CARD_LISTS = (
 )
 
 
-def parse_configmap(
-    doc: Mapping[str, Any] | str | bytes, node_name: str | None = None, source: str = "configmap",
-    kind: str | None = None,
+def parse_device_info(
+    data: Mapping[str, Any], node_name: str, source: str = "configmap", label: str = ""
 ) -> ParseResult:
-    """A device-info or node-info ConfigMap → (faults, problems).
-
-    `doc` is the Kubernetes object (dict with metadata and data), just its data mapping, the
-    content of a mounted key file (`DeviceInfoCfg` or `NodeInfo`), or a JSON/YAML text of any of
-    these. The node and the kind come from `node_name` / `kind` (DEVICE_INFO, NODE_INFO), else from
-    the object's name, else from the keys.
-    """
-    label = f"{CONFIGMAP_NAME_PREFIX}{node_name}" if node_name else source
-    if isinstance(doc, bytes):
-        try:
-            doc = doc.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return ParseResult([], [f"{label}: not UTF-8 text ({exc})"])
-    if isinstance(doc, str):
-        decoded = _decode_text(doc)
-        if isinstance(decoded, str):
-            return ParseResult([], [f"{label}: {decoded}"])
-        doc = decoded
-    if not isinstance(doc, Mapping):
-        return ParseResult([], [f"{label}: expected a ConfigMap, its data or DeviceInfoCfg, got {type(doc).__name__}"])
-
-    data: Mapping[str, Any]
-    name: str | None = None
-    if "DeviceInfo" in doc:
-        data = {DEVICE_INFO_KEY: doc}
-    elif isinstance(doc.get(NODEINFO_KEY), Mapping):
-        data = {NODEINFO_KEY: doc}  # the NodeInfo key's value, decoded
-    elif "data" in doc and ("metadata" in doc or "kind" in doc):
-        meta = doc.get("metadata") or {}
-        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        if isinstance(raw_name, str):
-            name = label = raw_name
-        raw = doc.get("data") or {}
-        if not isinstance(raw, Mapping):
-            return ParseResult([], [f"{label}: data is {type(raw).__name__}, not a mapping"])
-        data = raw
-    else:
-        data = doc
-    named = document_kind(name) if name else None
-    if named is not None:
-        kind = kind or named[0]
-        node_name = node_name or named[1]
-    if kind is None:
-        kind = NODE_INFO if NODEINFO_KEY in data and DEVICE_INFO_KEY not in data else DEVICE_INFO
-    if not node_name:
-        return ParseResult([], [(f"{label}: no node name (neither given nor a {CONFIGMAP_NAME_PREFIX}<node> or "
-                                 "mindx-dl-nodeinfo-<node> name)")])
-    if kind == NODE_INFO:
-        return parse_nodeinfo(data, node_name, source, label if name else "")
-    label = f"{CONFIGMAP_NAME_PREFIX}{node_name}" if label == source else label
+    """A device-info ConfigMap's data (DeviceInfoCfg, SwitchInfoCfg, ManuallySeparateNPU, …) → (faults, problems)."""
+    label = label or f"{CONFIGMAP_NAME_PREFIX}{node_name}"
 
     faults: dict[FaultKey, HardwareFault] = {}
     problems: list[str] = []
@@ -166,17 +109,6 @@ def parse_configmap(
     return ParseResult(ordered, problems)
 
 
-def _decode_text(text: str) -> Any:
-    """JSON (what the device plugin writes) or YAML (a `kubectl get -o yaml` dump); a str is an error."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        json_error = f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return json_error
-    return value if isinstance(value, Mapping) else json_error
 
 
 def _parse_device_info_cfg(raw: Any, node: str, label: str, source: str) -> tuple[list[HardwareFault], list[str]]:
@@ -292,7 +224,7 @@ def _parse_manually_separated(
                 level=levels.LEVEL_BY_NAME[FAULT_TYPE_MANUALLY_SEPARATED],
                 fault_type=FAULT_TYPE_MANUALLY_SEPARATED,
                 fault_handling=FAULT_TYPE_MANUALLY_SEPARATED,
-                # No time of its own (UpdateTime changes on every refresh; see fault_list).
+                # No time of its own (UpdateTime changes on every refresh; see device_faults).
                 fault_time_unix_sec=0.0,
                 source=source,
             )
@@ -307,4 +239,4 @@ def _keep_worst(faults: dict[FaultKey, HardwareFault], fault: HardwareFault) -> 
         faults[fault.key] = fault
 
 
-__all__ = ["ParseResult", "parse_configmap"]
+__all__ = ["parse_device_info"]

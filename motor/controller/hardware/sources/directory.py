@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from motor.controller.hardware.dedup import FaultDeduper
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats.configmap import parse_configmap
+from motor.controller.hardware.formats.names import (
     DEVICE_INFO_KEY,
     MANUALLY_SEPARATE_KEY,
     NODEINFO_KEY,
@@ -21,8 +21,8 @@ from motor.controller.hardware.formats import (
     document_kind,
 )
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.parser import parse_configmap
-from motor.controller.hardware.source import FaultCallback, absorb, call_fault_callback, log_cleared
+from motor.controller.hardware.sources.base import FaultCallback, absorb, call_fault_callback, log_cleared
+from motor.controller.hardware.sources.dedup import FaultDeduper
 
 log = logging.getLogger(__name__)
 

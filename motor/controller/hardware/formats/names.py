@@ -2,12 +2,12 @@
 
 Documents read (Ascend/mind-cluster; field names and JSON tags as in its Go structs):
 
-- Device plugin, one per node, `kube-system/mindx-dl-deviceinfo-<node>` (`parser`): `DeviceInfoCfg`
-  (NodeDeviceInfoCache), `SwitchInfoCfg` (SwitchFaultInfo, A3/A5; `switch_parser`),
+- Device plugin, one per node, `kube-system/mindx-dl-deviceinfo-<node>` (`device_info`): `DeviceInfoCfg`
+  (NodeDeviceInfoCache), `SwitchInfoCfg` (SwitchFaultInfo, A3/A5; `switch_info`),
   `ManuallySeparateNPU`, `UpgradeFaultReason`, `Description`.
-- NodeD, one per node with a fault, `mindx-dl/mindx-dl-nodeinfo-<node>` (`nodeinfo_parser`): `NodeInfo`
+- NodeD, one per node with a fault, `mindx-dl/mindx-dl-nodeinfo-<node>` (`node_info`): `NodeInfo`
   (NodeInfoCM: FaultDevInfo and its CheckCode), `updateTime`.
-- Kubernetes Nodes: the Ready condition (`node_parser`).
+- Kubernetes Nodes: the Ready condition (`node_ready`).
 
 Not read, on purpose: Volcano's `volcano-system/vcjob-fault-npu-cm` (its NodeUnhealthy /
 heartbeatTimeOut node entries and per-job reasons). It is the scheduler's view rebuilt each session
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from motor.controller.hardware import levels
+from motor.controller.hardware.formats import levels
 from motor.controller.hardware.model import HardwareFault
 
 # Device plugin's device-info ConfigMap.

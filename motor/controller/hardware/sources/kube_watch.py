@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from motor.controller.hardware.dedup import FaultDeduper
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats.configmap import parse_configmap
+from motor.controller.hardware.formats.names import (
     CONFIGMAP_NAMESPACE,
     DEVICE_INFO,
     NODE_INFO,
@@ -35,11 +35,11 @@ from motor.controller.hardware.formats import (
     ParseResult,
     document_kind,
 )
-from motor.controller.hardware.kube_api import KubeApi
+from motor.controller.hardware.formats.node_ready import parse_node
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.node_parser import parse_node
-from motor.controller.hardware.parser import parse_configmap
-from motor.controller.hardware.source import FaultCallback, absorb, call_fault_callback, log_cleared
+from motor.controller.hardware.sources.base import FaultCallback, absorb, call_fault_callback, log_cleared
+from motor.controller.hardware.sources.dedup import FaultDeduper
+from motor.controller.hardware.sources.kube_api import KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import node_info_check_code
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.check_code import node_info_check_code
+from motor.controller.hardware.formats.names import (
     FAULT_TYPE_NODED,
     NODEINFO_KEY,
     NODEINFO_NAME_PREFIX,

@@ -6,7 +6,7 @@ it would read in a cluster; card faults go into DeviceInfoCfg's `-Fault` list (a
 a node fault into `SwitchInfoCfg` (`switch=True`); `write_nodeinfo_fault` does the same for NodeD's
 `mindx-dl-nodeinfo-<node>` (node faults). `build_configmap` / `build_nodeinfo_configmap` give the
 Kubernetes objects for watch tests or `kubectl apply`. (What `motorctl hw-fault` sends over the RPC is
-`inject_rpc.build_report_request`.) Documents are today's formats (CheckCodes included).
+`report_request.build_report_request`.) Documents are today's formats (CheckCodes included).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import device_info_check_code, node_info_check_code
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.check_code import device_info_check_code, node_info_check_code
+from motor.controller.hardware.formats.names import (
     CONFIGMAP_NAME_PREFIX,
     CONFIGMAP_NAMESPACE,
     DEVICE_INFO_KEY,
@@ -43,7 +43,7 @@ from motor.controller.hardware.formats import (
     SWITCH_INFO_KEY,
     UNHEALTHY_SUFFIX,
 )
-from motor.controller.hardware.inject_rpc import (
+from motor.controller.hardware.injection.report_request import (
     NODED_DEVICE_TYPE,
     noded_handling_name,
     switch_handling_name,

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from motor.common.text import shorten
-from motor.controller.hardware.formats import (
+from motor.controller.hardware.formats.names import (
     FAULT_TYPE_NODE_NOT_READY,
     NODE_NOT_READY_CODE,
     NODE_NOT_READY_LEVEL,

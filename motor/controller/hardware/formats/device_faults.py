@@ -8,8 +8,8 @@ of its own), and since late 2024 fault_time_and_level_map {code: {fault_time (ms
 
 A NormalNPU / NormalNetwork entry is no fault (the plugin writes one, with an empty fault_code, for
 each ring-mate of a card under hot reset; the reset itself is read from the -Recovering list by
-`parser`). An entry without npu_name is not the device plugin's: Volcano's node entry (NodeUnhealthy,
-heartbeatTimeOut) has that shape, and Motor does not read Volcano's documents (see `formats`).
+`device_info`). An entry without npu_name is not the device plugin's: Volcano's node entry (NodeUnhealthy,
+heartbeatTimeOut) has that shape, and Motor does not read Volcano's documents (see `names`).
 A malformed entry is skipped with a problem naming it; the time map's bad items are dropped one by one.
 """
 
@@ -19,8 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware import levels
-from motor.controller.hardware.formats import VOLCANO_NODE_FAULT_TYPE, fault_time_ms
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.names import VOLCANO_NODE_FAULT_TYPE, fault_time_ms
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 
 # Field order in which the level is read; the documentation recommends fault_handling.

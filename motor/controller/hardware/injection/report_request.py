@@ -1,6 +1,6 @@
 """What `motorctl hw-fault` sends over the ReportHardwareFault RPC, and which names each MindCluster
 source (device plugin, switch, NodeD) writes for a level: shared by the RPC request and the
-real-format documents of `inject`."""
+real-format documents of `configmaps`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import time
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware import levels
-from motor.controller.hardware.formats import FAULT_TYPE_CARD, FAULT_TYPE_NODED, FAULT_TYPE_SWITCH
+from motor.controller.hardware.formats import levels
+from motor.controller.hardware.formats.names import FAULT_TYPE_CARD, FAULT_TYPE_NODED, FAULT_TYPE_SWITCH
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 
 VIA_DEVICE_INFO = "deviceinfo"
