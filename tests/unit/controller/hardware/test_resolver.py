@@ -286,3 +286,9 @@ def test_mapped_ranks_are_exactly_the_ones_on_the_node_holding_the_card(instance
         assert got == frozenset(expected)
     if not any(p.node_name == node for inst in instances for p in inst.topology.pods):
         assert result.unmappable is Unmappable.NODE_NOT_OURS
+
+
+def test_resolver_from_config_knows_the_operator_prefix() -> None:
+    resolver = TopologyResolver.from_config(HardwareMonitorConfig(card_name_prefixes=["custom910-"]))
+    assert resolver.is_known_card_name("custom910-3") and resolver.is_known_card_name("npu-3")
+    assert not TopologyResolver().is_known_card_name("custom910-3")
