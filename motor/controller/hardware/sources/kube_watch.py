@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tenacity import Retrying, RetryCallState, retry_if_exception_type, wait_exponential
+
 from motor.controller.hardware.formats.configmap import parse_configmap
 from motor.controller.hardware.formats.names import (
     CONFIGMAP_NAMESPACE,
@@ -242,35 +244,76 @@ class KubernetesConfigMapSource:
         list_fn: Callable[[], tuple[list[dict[str, Any]], str]],
         watch_fn: Callable[[str], Iterator[tuple[str, dict[str, Any]]]],
     ) -> None:
-        """Worker thread: list, then watch from the list's resourceVersion, until stopped."""
-        backoff = self._retry_backoff_sec
+        """Worker thread: list, then watch from the list's resourceVersion, until stopped.
+
+        A 410 relists at once. Any other failure backs off exponentially (capped at 30 s), counted
+        from the last successful list: a failed watch is the first step, each failed list after it
+        one more, so an apiserver that answers the list but refuses the watch is not hammered.
+        """
+        list_backoff_sec = self._retry_backoff_sec
         while not self._stopping.is_set():
+            listed = self._list(kind, list_fn, list_backoff_sec)
+            if listed is None or not self._post(kind, "SYNC", listed[0]):
+                return
+            list_backoff_sec = self._retry_backoff_sec
             try:
-                items, version = list_fn()
-                if not self._post(kind, "SYNC", items):
-                    return
-                backoff = self._retry_backoff_sec
-                while not self._stopping.is_set():
-                    started_sec = time.monotonic()
-                    for event_type, obj in watch_fn(version):
-                        if self._stopping.is_set():
-                            return
-                        if event_type == "ERROR":
-                            if obj.get("code") == _GONE:
-                                raise _Expired(obj.get("message", ""))
-                            raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message', obj)}")
-                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                        if event_type != "BOOKMARK" and not self._post(kind, event_type, obj):
-                            return
-                    if time.monotonic() - started_sec < _MIN_WATCH_SEC:
-                        # A server that ends watches at once must not turn this into a busy loop.
-                        self._stopping.wait(_MIN_WATCH_SEC)
+                self._watch(kind, listed[1], watch_fn)
+                return
             except Exception as exc:
                 if self._stopping.is_set():
                     return
                 if _is_gone(exc):
                     log.info("hardware: %s watch expired (410); listing again", kind)
                     continue
-                log.warning("hardware: %s list/watch failed (%s); retrying in %.1fs", kind, exc, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_SEC)
+                log.warning("hardware: %s list/watch failed (%s); retrying in %.1fs", kind, exc,
+                            self._retry_backoff_sec)
+                if self._stopping.wait(self._retry_backoff_sec):
+                    return
+                list_backoff_sec = self._retry_backoff_sec * 2  # the failed watch took the first step
+
+    def _list(
+        self, kind: str, list_fn: Callable[[], tuple[list[dict[str, Any]], str]], first_backoff_sec: float
+    ) -> tuple[list[dict[str, Any]], str] | None:
+        """The stream's list, retried with exponential backoff from `first_backoff_sec` (capped at
+        30 s); None once the source stops (`stop()` ends a backoff sleep at once)."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning("hardware: %s list/watch failed (%s); retrying in %.1fs", kind, exc, state.upcoming_sleep)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(Exception),
+            stop=lambda _state: self._stopping.is_set(),
+            wait=wait_exponential(multiplier=first_backoff_sec, max=_MAX_BACKOFF_SEC),
+            sleep=self._stopping.wait,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    if self._stopping.is_set():
+                        return None
+                    return list_fn()
+        except Exception:  # the last failure, raised once stopping ended the retries
+            return None
+        return None
+
+    def _watch(self, kind: str, version: str, watch_fn: Callable[[str], Iterator[tuple[str, dict[str, Any]]]]) -> None:
+        """Watches from `version`, resuming after each server-side timeout, until stopped; raises on
+        failure (_Expired on 410)."""
+        while not self._stopping.is_set():
+            started_sec = time.monotonic()
+            for event_type, obj in watch_fn(version):
+                if self._stopping.is_set():
+                    return
+                if event_type == "ERROR":
+                    if obj.get("code") == _GONE:
+                        raise _Expired(obj.get("message", ""))
+                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message', obj)}")
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if event_type != "BOOKMARK" and not self._post(kind, event_type, obj):
+                    return
+            if time.monotonic() - started_sec < _MIN_WATCH_SEC:
+                # A server that ends watches at once must not turn this into a busy loop.
+                self._stopping.wait(_MIN_WATCH_SEC)

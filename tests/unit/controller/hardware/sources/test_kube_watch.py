@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from motor.controller.hardware.formats import levels
 from motor.controller.hardware.injection.configmaps import build_configmap, build_nodeinfo_configmap
@@ -122,3 +126,81 @@ async def test_list_and_watch_noded_configmaps() -> None:
     finally:
         await source.stop()
     assert "list cm mindx-dl" in api.calls and "watch nodeinfo 300" in api.calls
+
+
+# --- Kubernetes: backoff between failed lists and watches --------------------------------------
+
+
+class RecordingStop:
+    """Stands in for the source's stop flag: records each backoff sleep, and is set after `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.waits: list[float] = []
+        self._limit = limit
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout if timeout is not None else -1.0)
+        self._set = len(self.waits) >= self._limit
+        return self._set
+
+
+class PostEverything:
+    """Stands in for the event loop: accepts every posted event."""
+
+    def call_soon_threadsafe(self, *args: Any) -> None:
+        return None
+
+
+def _failing(failures: int, result: tuple[list[dict[str, Any]], str] = ([], "1")):
+    calls = {"n": 0}
+
+    def call() -> tuple[list[dict[str, Any]], str]:
+        calls["n"] += 1
+        if calls["n"] <= failures:
+            raise ConnectionError("apiserver unreachable")
+        return result
+
+    return call
+
+
+def test_failed_lists_back_off_exponentially_up_to_30_s() -> None:
+    source = KubernetesConfigMapSource(FakeKubeApi(), retry_backoff_sec=2.0)
+    source._stopping = RecordingStop(limit=7)  # type: ignore[assignment]
+    source._pump("configmaps", _failing(failures=100), lambda version: iter(()))
+    assert source._stopping.waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+def test_a_successful_list_restarts_the_backoff_and_a_failed_watch_is_its_first_step() -> None:
+    source = KubernetesConfigMapSource(FakeKubeApi(), retry_backoff_sec=2.0)
+    source._loop = PostEverything()  # type: ignore[assignment]
+    source._stopping = RecordingStop(limit=7)  # type: ignore[assignment]
+    lists = _failing(failures=3)
+
+    def flaky_list() -> tuple[list[dict[str, Any]], str]:
+        if len(source._stopping.waits) == 4:  # after the first failed watch, the apiserver is down once more
+            raise ConnectionError("apiserver unreachable")
+        return lists()
+
+    def failing_watch(version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        raise ConnectionError("watch reset")
+
+    source._pump("configmaps", flaky_list, failing_watch)
+    # three failed lists (2, 4, 8); a list that works, a failed watch (2), a failed list (4); then
+    # twice a list that works and a failed watch (2); then stopped.
+    assert source._stopping.waits == [2.0, 4.0, 8.0, 2.0, 4.0, 2.0, 2.0]
+
+
+async def test_stop_ends_a_backoff_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeKubeApi()
+    api.fail_next_list = 1000
+    source = KubernetesConfigMapSource(api, nodeinfo_namespace=None, watch_nodes=False, retry_backoff_sec=30.0)
+    await source.start(Sink())
+    await wait_until(lambda: "list cm kube-system" in api.calls, "the first list")
+    caplog.set_level(logging.INFO, logger="motor.controller.hardware")
+    await source.stop()
+    assert "still in a blocking read" not in caplog.text  # the thread left its 30 s backoff at once
+    assert api.calls == ["list cm kube-system"]
