@@ -93,6 +93,11 @@ def test_proxy_switch_from_controller_drops_the_guard(agent) -> None:
     assert a.guard.holder is None and not a.state.proxy_enabled
 
 
+def test_reports_wait_for_the_links_first_registration(agent) -> None:
+    a, _, _ = agent
+    assert a.reporter.registered is a.link.registered and not a.link.registered.is_set()
+
+
 def test_register_request_carries_topology_capability_and_retired(agent) -> None:
     a, _, _ = agent
     a.state.retire([1])
