@@ -7,7 +7,10 @@ Production code only: process and port helpers come from ``motor.common``, and n
 
 Modules:
   main               entry point, NodeManagerService (gRPC server + agent), exit statuses
-  agent              the daemon: wiring, engine-exit handling, heartbeat alive set, lifecycle, all-dead exit
+  agent              the composition root: builds and wires the parts, engine-exit handling, heartbeat
+                     alive set and registration, start/stop
+  engine_lifecycle   EngineLifecycle: initial launch, Start/Stop/RelaunchEngines, grace, DP master
+  exit_policy        the pod's own exit: every engine dead (frozen by a live guard), StopPod
   supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
   engine_command     engine argv templates (reference engine by default)
   engine_answers     the FT API's documents: status/apply/error answers checked by pydantic models

@@ -49,6 +49,7 @@ class ControllerLink:
         heartbeat_interval_sec: float,
         max_backoff_sec: float,
         on_leader_change: Callable[[int], None] = lambda term: None,
+        registered: asyncio.Event | None = None,
     ) -> None:
         self._client = client
         self._instance = instance_id
@@ -65,7 +66,8 @@ class ControllerLink:
         self._seq = 0
         self._heartbeat_failing = False
         self.registrations = 0
-        self.registered = asyncio.Event()
+        # Set at the first accepted registration (the fault reporter holds its reports until then).
+        self.registered = registered or asyncio.Event()
         self.last_alive: list[int] | None = None
 
     def poke(self) -> None:

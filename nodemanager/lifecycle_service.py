@@ -1,5 +1,6 @@
 """gRPC servicer of motor.v1.NodeManager (engine lifecycle, pod stop, describe): adapts requests to
-``NodeManagerAgent`` calls; errors map to status codes through ``nodemanager.rpc``."""
+calls of the agent's parts (``EngineLifecycle``, ``ExitPolicy``); errors map to status codes through
+``nodemanager.rpc``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("StartEngines")
     async def StartEngines(self, request: node_manager_pb2.StartEnginesRequest, context: grpc.aio.ServicerContext
                            ) -> node_manager_pb2.StartEnginesResponse:
-        endpoints = await self._agent.start_engines(
+        endpoints = await self._agent.engines.start_engines(
             instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
             dp_master_port=request.dp_master_port, endpoint_ids=list(request.endpoint_ids),
             timeout_sec=engine_timeout(context),
@@ -28,7 +29,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("StopEngines")
     async def StopEngines(self, request: node_manager_pb2.StopEnginesRequest, context: grpc.aio.ServicerContext
                           ) -> node_manager_pb2.StopEnginesResponse:
-        stopped = await self._agent.stop_engines(
+        stopped = await self._agent.engines.stop_engines(
             instance_id=request.instance_id, request_id=request.request_id, grace_sec=request.grace_sec,
             endpoint_ids=list(request.endpoint_ids),
         )
@@ -37,7 +38,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("RelaunchEngines")
     async def RelaunchEngines(self, request: node_manager_pb2.RelaunchEnginesRequest,
                               context: grpc.aio.ServicerContext) -> node_manager_pb2.RelaunchEnginesResponse:
-        endpoints = await self._agent.relaunch_engines(
+        endpoints = await self._agent.engines.relaunch_engines(
             instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
             dp_master_port=request.dp_master_port, grace_sec=request.grace_sec, timeout_sec=engine_timeout(context),
         )
@@ -46,7 +47,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("StopPod")
     async def StopPod(self, request: node_manager_pb2.StopPodRequest, context: grpc.aio.ServicerContext
                       ) -> node_manager_pb2.StopPodResponse:
-        self._agent.stop_pod(request.request_id, request.reason)
+        self._agent.exit_policy.stop_pod(request.request_id, request.reason)
         return node_manager_pb2.StopPodResponse(accepted=True)
 
     @rpc_method("DescribePod")
@@ -60,7 +61,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
             engines=[
                 node_manager_pb2.EngineProcess(endpoint=v.endpoint.to_pb(), pid=v.pid, running=v.running,
                                                exit_code=v.exit_code, retired=v.retired)
-                for v in agent.describe()
+                for v in agent.engines.describe()
             ],
             ft_proxy_enabled=agent.state.proxy_enabled,
             guard_request_id=holder or "",

@@ -165,8 +165,8 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) -> str:
-    from motor.controller.hardware.inject import write_configmap_fault, write_nodeinfo_fault
-    from motor.controller.hardware.inject_rpc import VIA_DEVICE_INFO, VIA_NODE_INFO, build_report_request
+    from motor.controller.hardware.injection.configmaps import write_configmap_fault, write_nodeinfo_fault
+    from motor.controller.hardware.injection.report_request import VIA_DEVICE_INFO, VIA_NODE_INFO, build_report_request
     from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 
     try:

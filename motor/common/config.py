@@ -254,7 +254,7 @@ class HardwareMonitorConfig(_Model):
     # refuses to start without one, "off" never.
     kubernetes: Literal["auto", "off", "on"] = "auto"
     # Card name prefixes of an operator's deviceNameCustomization.json (DevicePublicNamePre, written
-    # as there, e.g. "custom910-"), known beside MindCluster's own (motor.controller.hardware.cardnames).
+    # as there, e.g. "custom910-"), known beside MindCluster's own (motor.controller.hardware.formats.card_names).
     card_name_prefixes: list[str] = []
 
     @field_validator("card_name_prefixes")

@@ -27,7 +27,7 @@ from motor.common.config import (
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role
 from motor.controller.fault_tolerance.gate import Capability, evaluate_gate
-from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE
+from motor.controller.hardware.formats.names import CONFIGMAP_NAMESPACE
 from nodemanager.device_ids import check_device_ids
 
 pytestmark = pytest.mark.timeout(300)

@@ -2,12 +2,12 @@
 
 It is an adapter, not a MindCluster component: sources read what MindCluster publishes, turn it
 into HardwareFaults, and hand new or changed ones to one callback (the FaultManager's intake).
-Sources behind one protocol (`source.HardwareFaultSource`):
+Sources behind one protocol (`sources.base.HardwareFaultSource`):
 
-- RpcSource (`rpc_source`): what the Controller's ReportHardwareFault servicer calls.
-- DirectoryConfigMapSource (`directory_source`): device-info and NodeD node-info ConfigMaps mounted
+- RpcSource (`sources.rpc`): what the Controller's ReportHardwareFault servicer calls.
+- DirectoryConfigMapSource (`sources.directory`): device-info and NodeD node-info ConfigMaps mounted
   as files, polled.
-- KubernetesConfigMapSource (`kube`): list+watch of `kube-system/mindx-dl-deviceinfo-*`,
+- KubernetesConfigMapSource (`sources.kube_watch`): list+watch of `kube-system/mindx-dl-deviceinfo-*`,
   `mindx-dl/mindx-dl-nodeinfo-*` and of Nodes (NotReady).
 
 I/O happens only in the sources; parsing, de-duplication and mapping are pure modules.
@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from motor.controller.hardware.directory_source import DirectoryConfigMapSource
-from motor.controller.hardware.kube import KubernetesConfigMapSource
-from motor.controller.hardware.kube_api import KubeApi, KubeUnavailable, load_kube_api
 from motor.controller.hardware.model import HardwareFault
-from motor.controller.hardware.rpc_source import RpcSource, SourceNotStarted
-from motor.controller.hardware.source import FaultCallback, HardwareFaultSource, call_fault_callback
+from motor.controller.hardware.sources.base import FaultCallback, HardwareFaultSource, call_fault_callback
+from motor.controller.hardware.sources.directory import DirectoryConfigMapSource
+from motor.controller.hardware.sources.kube_api import KubeApi, KubeUnavailable, load_kube_api
+from motor.controller.hardware.sources.kube_watch import KubernetesConfigMapSource
+from motor.controller.hardware.sources.rpc import RpcSource, SourceNotStarted
 
 if TYPE_CHECKING:
     from motor.common.config import HardwareMonitorConfig

@@ -5,7 +5,7 @@ Rules:
   endpoints are those the pods list (`Pod.endpoint_ids`) and those whose `ip` is one of their
   `pod_ip`s. The endpoint id is the original DP rank.
 - A card fault maps to the candidates whose `device_infos[].device_id` names the same physical card
-  as `npu_name` (`cardnames`: every form the device plugin publishes — `Ascend910-3`, `npu-3`,
+  as `npu_name` (`formats.card_names`: every form the device plugin publishes — `Ascend910-3`, `npu-3`,
   `Ascend310P-3`, `Ascend310P-V-3`, an operator's prefix, the vNPU `Ascend910-2c-100-3`, the share
   slice `Ascend910-3-1` — stands for card 3 of its node); the result is the union over all the
   instance's pods on that node. The device ids are the host's card names (the pod's
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gen.motor.v1 import common_pb2
-from motor.controller.hardware.cardnames import DEFAULT_CARD_NAMES, CardName, CardNames
+from motor.controller.hardware.formats.card_names import DEFAULT_CARD_NAMES, CardName, CardNames
 from motor.controller.hardware.model import FaultKey, HardwareFault
 
 if TYPE_CHECKING:

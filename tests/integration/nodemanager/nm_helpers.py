@@ -90,8 +90,8 @@ async def running_nm(config: NodeManagerConfig, *, wait_launched: bool = True) -
     nm = RunningNm(service, channel, exits)
     try:
         if wait_launched:
-            assert service.agent.launched is not None
-            await asyncio.wait_for(service.agent.launched.wait(), 30)
+            assert service.agent.engines.launched is not None
+            await asyncio.wait_for(service.agent.engines.launched.wait(), 30)
         yield nm
     finally:
         await channel.close()

@@ -238,7 +238,7 @@ def _coordinator_state(svc: CoordinatorService) -> Any:
 def _nodemanager_state(svc: NodeManagerService) -> Any:
     agent = svc.agent
     engines = [(v.endpoint.endpoint_id if hasattr(v.endpoint, "endpoint_id") else repr(v.endpoint), v.pid,
-                v.running, v.retired) for v in agent.describe()]
+                v.running, v.retired) for v in agent.engines.describe()]
     guard = agent.guard
     return (agent.state.proxy_enabled, sorted(agent.state.retired), engines, guard.live_holder(),
             getattr(guard, "_deadline", None), list(getattr(agent.proxy.applies, "_ids", {})))
@@ -297,7 +297,7 @@ def services(tmp_path_factory: pytest.TempPathFactory):
         }), exit_request=lambda code, why: exits.append((code, why)))
         nm_info = loop.run(nm.start())
         started.append(nm)
-        loop.run(asyncio.wait_for(nm.agent.launched.wait(), 30))
+        loop.run(asyncio.wait_for(nm.agent.engines.launched.wait(), 30))
         controller_addr = f"127.0.0.1:{ctl_info['grpc_port']}"
         coordinator_addr = f"127.0.0.1:{coord_info['grpc_port']}"
         _seed(controller_addr, coordinator_addr)

@@ -146,7 +146,7 @@ def test_hw_fault_calls_report_hardware_fault() -> None:
 
 
 def test_hw_fault_writes_a_mounted_configmap(tmp_path) -> None:
-    from motor.controller.hardware.parser import parse_configmap
+    from motor.controller.hardware.formats.configmap import parse_configmap
 
     assert run(["hw-fault", "node-a", "Ascend910-1", "--configmap-dir", str(tmp_path)], out=io.StringIO()) == 0
     text = (tmp_path / "mindx-dl-deviceinfo-node-a" / "DeviceInfoCfg").read_text()

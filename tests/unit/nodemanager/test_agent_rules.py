@@ -1,5 +1,5 @@
-"""The daemon's rules without processes: which exits are reported, the heartbeat alive set, the
-"all engines dead" exit and its freeze under a live guard, proxy adoption; and the error→status map."""
+"""The daemon's rules without processes: which exits are reported, the heartbeat alive set, proxy
+adoption, the registration; and the error→status map."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from gen.motor.v1 import controller_pb2
 from motor.common.config import NodeManagerConfig
 from nodemanager import errors
-from nodemanager.agent import EXIT_ALL_ENGINES_DEAD, NodeManagerAgent
+from nodemanager.agent import NodeManagerAgent
 from nodemanager.ft_poller import ENGINE_DEAD
 from nodemanager.rpc import status_code_of
 from nodemanager.supervisor import EngineExit, RunState
@@ -84,37 +84,6 @@ def test_heartbeat_alive_set(agent) -> None:
     assert a.alive_ids() == []
 
 
-def test_exit_when_all_engines_dead_and_frozen_by_a_live_guard(agent) -> None:
-    a, exits, clock = agent
-    a.supervisor.slot(0).state = RunState.EXITED
-    a.supervisor.slot(1).state = RunState.READY
-    a._check_all_dead()
-    assert exits == []
-    a.supervisor.slot(1).state = RunState.EXITED
-    a.guard.acquire("r1", 10)
-    a._check_all_dead()
-    assert exits == []  # frozen while the guard is live
-    clock.now += 11
-    a._check_all_dead()
-    assert exits and exits[0][0] == EXIT_ALL_ENGINES_DEAD and "[0, 1]" in exits[0][1]
-    a._check_all_dead()
-    assert len(exits) == 1
-
-
-def test_intentional_stops_and_all_retired_are_not_death(agent) -> None:
-    a, exits, _ = agent
-    a.supervisor.slot(0).state = RunState.EXITED
-    a.supervisor.slot(1).state = RunState.STOPPED
-    a._check_all_dead()
-    a.state.retire([0, 1])
-    a._check_all_dead()
-    assert exits == []
-    a.state.unretire([1])
-    a.supervisor.slot(1).state = RunState.EXITED
-    a._check_all_dead()
-    assert len(exits) == 1
-
-
 def test_proxy_switch_from_controller_drops_the_guard(agent) -> None:
     a, _, _ = agent
     a.guard.acquire("r1", 10)
@@ -122,6 +91,11 @@ def test_proxy_switch_from_controller_drops_the_guard(agent) -> None:
     assert a.guard.holder == "r1" and a.state.proxy_enabled
     a._on_config(controller_pb2.NodeManagerFtConfig(enable_dp_scale_down_proxy=False), "heartbeat")
     assert a.guard.holder is None and not a.state.proxy_enabled
+
+
+def test_reports_wait_for_the_links_first_registration(agent) -> None:
+    a, _, _ = agent
+    assert a.reporter.registered is a.link.registered and not a.link.registered.is_set()
 
 
 def test_register_request_carries_topology_capability_and_retired(agent) -> None:

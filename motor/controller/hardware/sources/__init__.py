@@ -1,0 +1,1 @@
+"""Where hardware faults come from: the RPC, mounted ConfigMaps, Kubernetes list+watch. I/O lives here."""

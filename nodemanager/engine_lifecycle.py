@@ -1,0 +1,177 @@
+"""EngineLifecycle: the local engines started, stopped and relaunched as a whole (motor.v1.NodeManager).
+
+The initial launch runs once at start-up and sets ``launched`` when it has ended (every engine ready,
+or failed): registration waits for it. StartEngines / StopEngines / RelaunchEngines are serialised
+by one lock (spawning and stopping only; readiness is awaited outside it, bounded by the call's
+deadline). A start clears the retired flag of the engines it starts; every local engine starting
+into a new DP group drops the scale-down guard of the old one. The DP master address is checked
+here: the ip must be an IP address, a port of 0 means the configured one, else a free one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import math
+from dataclasses import dataclass
+
+from motor.common.config import NodeManagerConfig
+from motor.common.ports import free_port
+from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance
+from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from nodemanager.guard import GuardState
+from nodemanager.pod_state import PodState
+from nodemanager.supervisor import ProcessSupervisor
+
+log = logging.getLogger("nodemanager.engine_lifecycle")
+
+_MAX_GRACE_SEC = 3600.0
+
+
+@dataclass(frozen=True)
+class EngineView:
+    endpoint: LocalEndpoint
+    pid: int
+    running: bool
+    exit_code: int
+    retired: bool
+    state: str
+
+
+class EngineLifecycle:
+    def __init__(self, config: NodeManagerConfig, supervisor: ProcessSupervisor, state: PodState,
+                 guard: GuardState) -> None:
+        self._config = config
+        self._instance = config.instance_id
+        self._supervisor = supervisor
+        self._state = state
+        self._guard = guard
+        self.dp_master_port = config.dp_master_port
+        self.launched = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def initial_launch(self) -> None:
+        try:
+            async with self._lock:
+                self.dp_master_port = self._master_port()
+                failed = self._supervisor.spawn(self._supervisor.ids, self._config.dp_master_ip, self.dp_master_port,
+                                                "initial-launch")
+            results = {**failed, **await self._supervisor.wait_ready(
+                [i for i in self._supervisor.ids if i not in failed])}
+            bad = {i: why for i, why in results.items() if why}
+            if bad:
+                log.error("instance=%d initial launch: engines not ready: %s", self._instance, bad)
+            else:
+                log.info("instance=%d initial launch: every engine ready %s", self._instance, self._supervisor.ids)
+        finally:
+            self.launched.set()
+
+    async def start_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
+                            endpoint_ids: list[int], timeout_sec: float | None = None) -> list[LocalEndpoint]:
+        check_instance(instance_id, self._instance)
+        ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, allow_empty=True, allow_headless=True,
+                                 allow_retired=True) or self._supervisor.ids
+        ip = self._master_ip(dp_master_ip, dp_master_port)
+        async with self._lock:  # spawning is serialised; readiness is awaited outside the lock
+            port = self._master_port(dp_master_port)
+            failed = self._supervisor.spawn(ids, ip, port, request_id)
+            back = self._state.unretire(ids)
+            self.dp_master_port = port
+            self._drop_guard_for_new_group(ids, request_id)
+        log.info("instance=%d request_id=%s start engines %s master=%s:%d (retired flag cleared for %s)",
+                 self._instance, request_id or "-", ids, ip, port, back)
+        return await self._wait_launched(ids, failed, request_id, timeout_sec)
+
+    async def stop_engines(self, *, instance_id: int, request_id: str, grace_sec: float,
+                           endpoint_ids: list[int]) -> list[int]:
+        check_instance(instance_id, self._instance)
+        ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, allow_empty=True, allow_headless=True,
+                                 allow_retired=True) or self._supervisor.ids
+        grace = self._grace(grace_sec)
+        async with self._lock:
+            stopped = await self._supervisor.stop(ids, grace, "StopEngines", request_id)
+        log.info("instance=%d request_id=%s stop engines %s: stopped %s", self._instance, request_id or "-", ids,
+                 stopped)
+        return stopped
+
+    async def relaunch_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
+                               grace_sec: float, timeout_sec: float | None = None) -> list[LocalEndpoint]:
+        check_instance(instance_id, self._instance)
+        grace = self._grace(grace_sec)
+        ip = self._master_ip(dp_master_ip, dp_master_port)
+        ids = self._supervisor.ids
+        async with self._lock:
+            stopped = await self._supervisor.stop(ids, grace, "RelaunchEngines", request_id)
+            port = self._master_port(dp_master_port)  # after the stop: the old store port is free again
+            failed = self._supervisor.spawn(ids, ip, port, request_id)
+            back = self._state.unretire(ids)
+            self.dp_master_port = port
+            self._drop_guard_for_new_group(ids, request_id)
+        log.info("instance=%d request_id=%s relaunch engines %s (stopped %s, retired flag cleared for %s) "
+                 "master=%s:%d", self._instance, request_id or "-", ids, stopped, back, ip, port)
+        return await self._wait_launched(ids, failed, request_id, timeout_sec)
+
+    def describe(self) -> list[EngineView]:
+        views = []
+        for i in self._supervisor.ids:
+            s = self._supervisor.slot(i)
+            views.append(EngineView(
+                endpoint=self._supervisor.endpoint(i), pid=s.pid, running=s.alive,
+                exit_code=s.returncode if s.returncode is not None else 0,
+                retired=self._state.is_retired(i), state=s.state.value,
+            ))
+        return views
+
+    def _master_port(self, requested: int = 0) -> int:
+        if requested:
+            return requested
+        if self._config.dp_master_port:
+            return self._config.dp_master_port
+        return free_port(self._config.dp_master_ip)
+
+    def _grace(self, grace_sec: float) -> float:
+        if grace_sec == 0:
+            return self._config.engine_stop_grace_sec
+        if not math.isfinite(grace_sec) or not 0 < grace_sec <= _MAX_GRACE_SEC:
+            raise InvalidArgument(f"grace_sec={grace_sec!r} is not in [0, {_MAX_GRACE_SEC:g}] (0: the default "
+                                  f"{self._config.engine_stop_grace_sec:g}s)")
+        return grace_sec
+
+    def _master_ip(self, dp_master_ip: str, dp_master_port: int) -> str:
+        """The checked master ip (empty: the configured one); the port is only range-checked."""
+        ip = dp_master_ip or self._config.dp_master_ip
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise InvalidArgument(f"dp_master_ip {dp_master_ip!r} is not an IP address") from None
+        if not 0 <= dp_master_port <= 65535:
+            raise InvalidArgument(f"dp_master_port {dp_master_port} is not a port (0: the configured one)")
+        return ip
+
+    async def _wait_launched(self, ids: list[int], failed: dict[int, str], request_id: str,
+                             timeout_sec: float | None) -> list[LocalEndpoint]:
+        waiting = asyncio.ensure_future(self._supervisor.wait_ready([i for i in ids if i not in failed]))
+        try:
+            results = await asyncio.wait_for(asyncio.shield(waiting), timeout_sec) if timeout_sec else await waiting
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"engines {ids} started (request_id {request_id!r}) but not all ready within the call's deadline "
+                f"({timeout_sec:.1f}s); they keep starting (engine_ready_timeout_sec="
+                f"{self._config.engine_ready_timeout_sec:g})"
+            ) from None
+        bad = {**failed, **{i: why for i, why in results.items() if why}}
+        if bad:
+            raise Unavailable(f"engines not ready (request_id {request_id!r}): " + "; ".join(
+                f"rank {i}: {why}" for i, why in sorted(bad.items())))
+        return self._supervisor.endpoints(ids)
+
+    def _drop_guard_for_new_group(self, ids: list[int], request_id: str) -> None:
+        """Every local engine starting into a new DP group voids any scale-down transaction on the old
+        one (e.g. a round interrupted by a Controller restart): its guard must not block the next round."""
+        if sorted(ids) != sorted(self._supervisor.ids):
+            return
+        dropped = self._guard.clear()
+        if dropped:
+            log.warning("instance=%d request_id=%s guard of %s dropped: every engine restarts into a new DP group",
+                        self._instance, request_id or "-", dropped)
