@@ -7,6 +7,7 @@ Production code only: process and port helpers come from ``motor.common``, and n
 
 Modules:
   main               entry point, NodeManagerService (gRPC server + agent), exit statuses
+  config             NodeManagerConfig: the pod, its engines, the Controller, bounds of calls and reports
   agent              the daemon: wiring, engine-exit handling, heartbeat alive set, lifecycle, all-dead exit
   supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
   engine_command     engine argv templates (reference engine by default)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gen.motor.v1 import common_pb2, controller_pb2
-from motor.common.config import NodeManagerConfig
 from motor.common.ports import free_port
 from motor.common.security import client_tls
 from motor.common.term_fence import TermFence
+from nodemanager.config import NodeManagerConfig
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.device_ids import check_device_ids

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import grpc
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import ClientTlsConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
 from motor.coordinator.routing import RoutingTable
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gen.motor.v1 import coordinator_pb2_grpc
-from motor.common.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.common.term_fence import TermFence, TermFenceInterceptor
+from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.http_api import HttpFront, build_app

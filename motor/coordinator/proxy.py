@@ -47,7 +47,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from motor.common.config import MigrationConfig
+from motor.coordinator.config import MigrationConfig
 from motor.coordinator.engine_client import EngineClient, UpstreamError, describe_client_error
 from motor.coordinator.metrics import CoordinatorMetrics, RequestTrace
 from motor.coordinator.reinference import (

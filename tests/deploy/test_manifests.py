@@ -18,16 +18,14 @@ import pytest
 import yaml
 
 from deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
-from motor.common.config import (
-    ControllerConfig,
-    CoordinatorConfig,
-    NodeManagerConfig,
-    build_config,
-)
+from motor.common.config.loader import build_config
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role
+from motor.controller.config import ControllerConfig
 from motor.controller.fault_tolerance.gate import Capability, evaluate_gate
 from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE
+from motor.coordinator.config import CoordinatorConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.device_ids import check_device_ids
 
 pytestmark = pytest.mark.timeout(300)

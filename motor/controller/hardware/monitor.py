@@ -28,7 +28,7 @@ from motor.controller.hardware.rpc_source import RpcSource, SourceNotStarted
 from motor.controller.hardware.source import FaultCallback, HardwareFaultSource, call_fault_callback
 
 if TYPE_CHECKING:
-    from motor.common.config import HardwareMonitorConfig
+    from motor.controller.config import HardwareMonitorConfig
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from motor.controller.hardware.cardnames import DEFAULT_CARD_NAMES, CardName, Ca
 from motor.controller.hardware.model import FaultKey, HardwareFault
 
 if TYPE_CHECKING:
-    from motor.common.config import HardwareMonitorConfig
+    from motor.controller.config import HardwareMonitorConfig
 
 
 class Unmappable(str, enum.Enum):

@@ -6,15 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from motor.common.config import (
-    ConfigError,
-    ControllerConfig,
-    CoordinatorConfig,
-    FaultToleranceConfig,
-    NodeManagerConfig,
-    load_config,
-    parse_override,
-)
+from motor.common.config.fault_tolerance import FaultToleranceConfig
+from motor.common.config.loader import ConfigError, load_config, parse_override
+from motor.controller.config import ControllerConfig
+from motor.coordinator.config import CoordinatorConfig
+from nodemanager.config import NodeManagerConfig
 
 NM_MINIMAL = {
     "controller_address": "127.0.0.1:50051",

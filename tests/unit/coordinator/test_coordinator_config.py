@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, CoordinatorConfig, build_config
+from motor.common.config.loader import ConfigError, build_config
+from motor.coordinator.config import CoordinatorConfig
 
 
 def test_defaults() -> None:

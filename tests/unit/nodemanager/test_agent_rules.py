@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import NodeManagerConfig
 from nodemanager import errors
 from nodemanager.agent import EXIT_ALL_ENGINES_DEAD, NodeManagerAgent
+from nodemanager.config import NodeManagerConfig
 from nodemanager.ft_poller import ENGINE_DEAD
 from nodemanager.rpc import status_code_of
 from nodemanager.supervisor import EngineExit, RunState

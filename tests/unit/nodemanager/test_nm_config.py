@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, NodeManagerConfig, load_config
+from motor.common.config.loader import ConfigError, load_config
+from nodemanager.config import NodeManagerConfig
 
 NM = {"controller_address": "127.0.0.1:50051", "instance_id": 7, "dp_size": 2,
       "engines": [{"dp_rank": 0}, {"dp_rank": 1}]}

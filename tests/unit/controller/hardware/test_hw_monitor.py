@@ -15,7 +15,7 @@ import pytest
 from hw_samples import NODE_READY, configmap_object, full_data, node_not_ready
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import HardwareMonitorConfig
+from motor.controller.config import HardwareMonitorConfig
 from motor.controller.hardware import levels
 from motor.controller.hardware.directory_source import DirectoryConfigMapSource
 from motor.controller.hardware.inject import (
