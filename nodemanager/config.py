@@ -53,7 +53,8 @@ class EngineSpec(ConfigModel):
     dp_rank: Annotated[int, Field(ge=0)] = Field(description="The engine's original global DP rank.")
     port: Port = Field(default=0, description="The engine's HTTP port; 0 picks a free one at launch.")
     headless: bool = Field(
-        default=False, description="The rank has no API of its own (DP group only): guard/finalize, never status/apply.")
+        default=False,
+        description="The rank has no API of its own (DP group only): guard/finalize, never status/apply.")
     device_infos: list[DeviceInfoConfig] = Field(default=[], description="The NPUs this engine uses.")
 
 
@@ -65,7 +66,8 @@ class FtCapabilityConfig(ConfigModel):
     engine_ft_enabled: bool = Field(
         default=True, description="Engines run their fault-tolerance framework (vLLM --enable-fault-tolerance).")
     scale_down_supported: bool = Field(default=True, description="Engines accept the scale_down instruction.")
-    external_lb: bool = Field(default=True, description="Engines run external load balancing (one API server per rank).")
+    external_lb: bool = Field(
+        default=True, description="Engines run external load balancing (one API server per rank).")
     auto_recovery: bool = Field(
         default=False, description="Engine-side automatic recovery is on (conflicts with Motor driving recovery).")
     enable_eplb: bool = Field(default=True, description="Expert-parallel load balancing (EPLB) is on.")
@@ -80,20 +82,19 @@ class NodeManagerFaultInjection(ConfigModel):
     guard_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = Field(
         default=0.0, description="Seconds every guard answer is held after granting it (a round stays in DECIDING).")
     apply_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = Field(
-        default=0.0,
-        description="Seconds every apply is held before it reaches the engines (survivors check in late).")
+        default=0.0, description="Seconds every apply is held before it reaches the engines (survivors check in late).")
     finalize_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = Field(
-        default=0.0,
-        description="Seconds every finalize(commit) is held (the RFC §5 commit window stays open).")
+        default=0.0, description="Seconds every finalize(commit) is held (the RFC §5 commit window stays open).")
 
 
 class NodeManagerConfig(ConfigModel):
-    """motor-nodemanager: one per pod. engines must hold distinct dp_rank values below dp_size;
-    dp_store_port_base + dp_size - 1 must be a port; dp_master_port 0 needs every rank on this pod;
-    `security` excludes server.tls and client_tls."""
+    """The NodeManager's settings, one per pod. Across keys: engines hold distinct dp_rank values below
+    dp_size, dp_store_port_base + dp_size - 1 is a port, dp_master_port 0 needs every rank on this
+    pod, and `security` excludes server.tls and client_tls."""
 
     server: ServerConfig = Field(default=ServerConfig(), description="The gRPC server the Controller calls.")
-    pod_ip: str = Field(default="127.0.0.1", description="This pod's IP address (engines' endpoints are reported on it).")
+    pod_ip: str = Field(
+        default="127.0.0.1", description="This pod's IP address (engines' endpoints are reported on it).")
     node_name: str = Field(
         default_factory=socket.gethostname,
         description="The Kubernetes node hosting the pod (hardware faults are matched on it); default: the host name.")
@@ -112,7 +113,8 @@ class NodeManagerConfig(ConfigModel):
         description="GET /metrics (Prometheus) on a listener of its own; port 0: a free one (ready file).")
     role: Literal["prefill", "decode", "union"] = Field(default="union", description="The instance's serving role.")
     model: str = Field(default="motor-sim", description="Model name the engines serve (the Coordinator routes by it).")
-    dp_size: Annotated[int, Field(ge=1, le=4096)] = Field(description="DP size of the whole instance, every pod's ranks.")
+    dp_size: Annotated[int, Field(ge=1, le=4096)] = Field(
+        description="DP size of the whole instance, every pod's ranks.")
     engines: list[EngineSpec] = Field(description="The engines of this pod, one per local DP rank (at least one).")
     # A downwardAPI volume (fieldPath: metadata.annotations) writes the file.
     pod_annotations_file: str | None = Field(
@@ -121,7 +123,8 @@ class NodeManagerConfig(ConfigModel):
                     "unset: not checked.")
     engine_command: list[str] | None = Field(
         default=None,
-        description="argv of one engine, {placeholders} filled per rank; unset: the reference engine.")
+        description="argv of one engine, with " + ", ".join("{" + n + "}" for n in sorted(ENGINE_COMMAND_PLACEHOLDERS))
+                    + " filled per rank; unset: the reference engine.")
     engine_ft_api_prefix: str = Field(
         default="/v1/fault_tolerance", description="Path prefix of the engines' FT API ('/…', no trailing '/').")
     dp_master_ip: str = Field(default="127.0.0.1", description="IP address of the DP group's master (rank 0's host).")
@@ -133,7 +136,8 @@ class NodeManagerConfig(ConfigModel):
     ft_capability: FtCapabilityConfig = Field(
         default=FtCapabilityConfig(), description="What the local engines support, reported at registration.")
     fault_tolerance_config: FaultToleranceConfig = Field(
-        default=FaultToleranceConfig(), description="RFC §7 fault-tolerance switches and timers (the same as the Controller's).")
+        default=FaultToleranceConfig(),
+        description="RFC §7 switches and timers; here: the scale-down proxy and the engines' status polls.")
     engine_request_timeout_sec: PositiveSec = Field(
         default=5.0, description="Deadline of one call to an engine's FT API, in seconds.")
     engine_ready_timeout_sec: PositiveSec = Field(
@@ -145,7 +149,8 @@ class NodeManagerConfig(ConfigModel):
     engine_extra_args: list[str] = Field(
         default=[], description="Appended to every engine's argv, with the same {placeholders} filled in.")
     log_dir: str | None = Field(
-        default=None, description="Directory of the engines' logs (rank<r>.log, appended); unset: a fresh temporary one.")
+        default=None,
+        description="Directory of the engines' logs (rank<r>.log, appended); unset: a fresh temporary one.")
     # Frozen while a scale-down guard is live.
     exit_when_all_engines_dead: bool = Field(
         default=False,

@@ -80,7 +80,8 @@ class LeaderElectionConfig(ConfigModel):
     (one replica only). The leader key is `{store.key_prefix}/leader`."""
 
     mode: Literal["auto", "on", "off"] = Field(
-        default="auto", description="auto: elect when etcd is configured; on: require etcd; off: one replica, no election.")
+        default="auto",
+        description="auto: elect when etcd is configured; on: require etcd; off: one replica, no election.")
     # etcd's own floor is about 2 s; a leader that cannot renew stops acting before its lease ends.
     lease_ttl_sec: Annotated[int, Field(ge=2, le=300)] = Field(
         default=5, description="etcd lease TTL in whole seconds: a crashed leader is replaced within it.")
@@ -104,8 +105,9 @@ class LeaderElectionConfig(ConfigModel):
 
 
 class ControllerConfig(ConfigModel):
-    """motor-controller. heartbeat_timeout_sec must exceed heartbeat_interval_sec;
-    leader_election.mode "on" needs store.etcd_endpoints; `security` excludes server.tls and client_tls."""
+    """The Controller's settings. Across keys: heartbeat_timeout_sec must exceed heartbeat_interval_sec,
+    leader_election.mode "on" needs store.etcd_endpoints, and `security` excludes server.tls and
+    client_tls."""
 
     server: ServerConfig = Field(default=ServerConfig(), description="The gRPC server (NodeManagers, motorctl).")
     status_http: HttpListenConfig = Field(
@@ -142,8 +144,7 @@ class ControllerConfig(ConfigModel):
         default=300.0, description="Cap of the doubling delay between reconfiguration attempts, in seconds.")
     # Not waiting for the NodeManagers' 1 Hz polls shortens the time to a complete snapshot.
     snapshot_pull_interval_sec: Annotated[float, Field(ge=0.0, le=10.0)] = Field(
-        default=0.2,
-        description="Seconds between the Controller's own status reads of an instance with fault evidence "
+        default=0.2, description="Seconds between the Controller's own status reads of an instance with fault evidence "
                     "and no complete snapshot; 0: off.")
 
     _check_coordinator = field_validator("coordinator_address")(check_host_ports)

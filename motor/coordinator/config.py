@@ -39,10 +39,11 @@ class MigrationConfig(ConfigModel):
 
 
 class CoordinatorConfig(ConfigModel):
-    """motor-coordinator. upstream_connect_timeout_sec must not exceed upstream_timeout_sec;
-    `security` excludes server.tls."""
+    """The Coordinator's settings. Across keys: upstream_connect_timeout_sec must not exceed
+    upstream_timeout_sec, and `security` excludes server.tls."""
 
-    server: ServerConfig = Field(default=ServerConfig(), description="The gRPC management server (Controller, motorctl).")
+    server: ServerConfig = Field(
+        default=ServerConfig(), description="The gRPC management server (Controller, motorctl).")
     http: HttpListenConfig = Field(default=HttpListenConfig(), description="The OpenAI-compatible inference front.")
     # Without TLS it is the only guard of Refresh; with `security` the caller's role is checked too.
     management_key: str | None = Field(

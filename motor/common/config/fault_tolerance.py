@@ -32,18 +32,24 @@ class FaultToleranceConfig(ConfigModel):
     3600 s; `enable_dp_scale_down_proxy` derives from the two switches and is refused as input."""
 
     enable_fault_tolerance: bool = Field(
-        default=True, description="Master switch of fault handling; off, faults are only reported.")
+        default=True,
+        description="Master switch: off, NodeManagers do not poll the engines' FT status and no scale-down runs.")
     enable_dp_scale_down: bool = Field(
         default=False, description="Recover by scaling the DP group down around failed ranks (RFC §4).")
     enable_dp_scale_up: bool = Field(
-        default=False, description="After a scale-down commits, stop the pods whose ranks are all retired (recyclable).")
+        default=False,
+        description="After a scale-down commits, stop the pods whose ranks are all retired (recyclable).")
     dp_scale_down_config: DpScaleDownConfig = Field(
         default=DpScaleDownConfig(), description="Timers of one scale-down round.")
     hardware_ft_correlation_window_sec: PositiveSec = Field(
-        default=5.0, description="Seconds a hardware fault and software evidence of the same rank count as one fault.")
+        default=5.0,
+        description="Seconds a hardware fault waits for matching engine FT evidence before the instance is "
+                    "reconfigured.")
     # RFC name kept as is (it carries no unit).
     strategy_center_check_interval: PositiveSec = Field(
-        default=10.0, description="Seconds between the strategy center's checks of waiting instances.")
+        default=10.0,
+        description="Seconds between the strategy center's scans of every instance; the first reconfiguration "
+                    "retry delay.")
     # Motor derives its default from the engines' gloo timeout.
     software_status_collection_timeout_sec: PositiveSec = Field(
         default=60.0,
@@ -54,8 +60,7 @@ class FaultToleranceConfig(ConfigModel):
     # HEALTHY; one canary request makes their collective fail, the snapshot completes and the
     # instance scales down instead of reconfiguring after the collection timeout.
     idle_fault_probe: bool = Field(
-        default=False,
-        description="While a rank is DEAD and its survivors stay HEALTHY, send one canary request to a "
+        default=False, description="While a rank is DEAD and its survivors stay HEALTHY, send one canary request to a "
                     "survivor so the instance scales down; off: the RFC's idle row.")
     idle_fault_probe_timeout_sec: Annotated[float, Field(gt=0, le=30.0)] = Field(
         default=2.0, description="Bound of one canary in seconds, the Coordinator's request to the engine included.")

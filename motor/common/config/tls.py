@@ -20,7 +20,8 @@ class TlsConfig(ConfigModel):
     client_ca_file: ConfigFile | None = Field(
         default=None, description="PEM CA that client certificates must chain to; unset: clients are not verified.")
     require_client_auth: bool = Field(
-        default=False, description="Refuse clients without a certificate of client_ca_file (mTLS); needs client_ca_file.")
+        default=False,
+        description="Refuse clients without a certificate of client_ca_file (mTLS); needs client_ca_file.")
 
     @model_validator(mode="after")
     def _check(self) -> TlsConfig:
@@ -53,7 +54,8 @@ class SecurityConfig(ConfigModel):
     with a client certificate towards etcd. The role is the certificate's SAN URI
     spiffe://motor/<role>."""
 
-    ca_file: ConfigFile = Field(description="PEM CA that signed every Motor certificate (peers are checked against it).")
+    ca_file: ConfigFile = Field(
+        description="PEM CA that signed every Motor certificate (peers are checked against it).")
     cert_file: ConfigFile = Field(
         description="PEM certificate of this process; its SAN URI spiffe://motor/<role> is its role.")
     key_file: ConfigFile = Field(description="PEM private key of cert_file.")
