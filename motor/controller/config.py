@@ -109,7 +109,8 @@ class ControllerConfig(ConfigModel):
     leader_election.mode "on" needs store.etcd_endpoints, and `security` excludes server.tls and
     client_tls."""
 
-    server: ServerConfig = Field(default=ServerConfig(), description="The gRPC server (NodeManagers, motorctl).")
+    server: ServerConfig = Field(
+        default=ServerConfig(), description="The gRPC server (NodeManagers, the Coordinator, motorctl).")
     status_http: HttpListenConfig = Field(
         default=HttpListenConfig(), description="The HTTP status, timeline and /metrics pages.")
     store: StoreConfig = Field(default=StoreConfig(), description="Where the runtime is persisted.")
