@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
-from motor.common.config import set_dotted
+from motor.common.config.loader import set_dotted
 from motor.common.process import ManagedProcess, signal_group, start_process
 from motor.common.text import rank_ranges
 from motor.launch.cluster import descendant_pids, spawn_service

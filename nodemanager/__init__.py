@@ -7,6 +7,7 @@ Production code only: process and port helpers come from ``motor.common``, and n
 
 Modules:
   main               entry point, NodeManagerService (gRPC server + agent), exit statuses
+  config             NodeManagerConfig: the pod, its engines, the Controller, bounds of calls and reports
   agent              the composition root: builds and wires the parts, engine-exit handling, heartbeat
                      alive set and registration, start/stop
   engine_lifecycle   EngineLifecycle: initial launch, Start/Stop/RelaunchEngines, grace, DP master

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gen.motor.v1 import common_pb2, controller_pb2
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from motor.common.security import client_tls
 from motor.common.term_fence import TermFence
 from nodemanager.controller_client import ControllerClient

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import ClientTlsConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
 
 __all__ = ["ControllerClient", "LeaderUnavailable", "rpc_error_text"]

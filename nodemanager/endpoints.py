@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gen.motor.v1 import common_pb2
-from motor.common.config import DeviceInfoConfig
+from nodemanager.config import DeviceInfoConfig
 from nodemanager.errors import InvalidArgument
 
 

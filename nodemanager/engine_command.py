@@ -1,7 +1,7 @@
 """The argv of one local engine: a configurable template (real vLLM or the reference engine).
 
 ``engine_command`` items and ``engine_extra_args`` are ``str.format`` templates over the
-placeholders of ``motor.common.config.ENGINE_COMMAND_PLACEHOLDERS``; unset, the command is the
+placeholders of ``nodemanager.config.ENGINE_COMMAND_PLACEHOLDERS``; unset, the command is the
 reference engine ``python -m motor.sim.main`` with its real flags.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 
 
 def default_engine_command(engine_ft_enabled: bool) -> list[str]:

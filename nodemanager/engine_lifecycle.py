@@ -16,7 +16,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from motor.common.ports import free_port
 from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance
 from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable

@@ -15,7 +15,7 @@ import enum
 import logging
 from collections.abc import Callable, Container, Mapping
 
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.guard import GuardState
 from nodemanager.pod_state import PodState
 from nodemanager.supervisor import ProcessSupervisor, RunState

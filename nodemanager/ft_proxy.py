@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gen.motor.v1 import node_manager_pb2
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
 from nodemanager.engine_answers import (
     EngineCallError,

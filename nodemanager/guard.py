@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from motor.common.config import MAX_GUARD_LEASE_SEC
+from motor.common.config.fault_tolerance import MAX_GUARD_LEASE_SEC
 from nodemanager.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 
 Clock = Callable[[], float]

@@ -19,13 +19,13 @@ from typing import Any
 
 from gen.motor.v1 import node_manager_pb2_grpc
 from motor.common.authz import METRICS_ROLES, http_role_middleware
-from motor.common.config import NodeManagerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.metrics_http import MetricsListener
 from motor.common.security import http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.common.term_fence import TermFenceInterceptor
 from nodemanager.agent import NodeManagerAgent
+from nodemanager.config import NodeManagerConfig
 from nodemanager.ft_service import FtServicer
 from nodemanager.lifecycle_service import LifecycleServicer
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from motor.common.config import EngineSpec, NodeManagerConfig
 from motor.common.ports import free_port, port_free
 from motor.common.process import (
     ManagedProcess,
@@ -29,6 +28,7 @@ from motor.common.process import (
     describe_returncode,
     start_process,
 )
+from nodemanager.config import EngineSpec, NodeManagerConfig
 from nodemanager.endpoints import LocalEndpoint
 from nodemanager.engine_command import engine_argv
 from nodemanager.engine_http import EngineAddress

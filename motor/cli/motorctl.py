@@ -35,7 +35,8 @@ from google.protobuf import json_format
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from motor.cli import engine_check
 from motor.cli.stage_bar import stage_bar
-from motor.common.config import ClientTlsConfig, ConfigError, build_config
+from motor.common.config.loader import ConfigError, build_config
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_sync_channel
 from motor.controller.fault_tolerance.stages import transaction_stages
 from motor.sim.client import InjectionError, inject_fault

@@ -1,8 +1,9 @@
 """What every Motor process shares (production code: no test or launcher helpers here).
 
 Modules:
-  config       typed configuration of every service (pydantic models, RFC §7 keys and defaults),
-               load_config / set_dotted / parse_override, ConfigError naming each bad key and value
+  config       the config loader (file + dotted overrides, ConfigError naming each bad key and value)
+               and the types every service's model shares: TLS/security, listeners, host:port and
+               RFC §7's fault_tolerance_config
   service      process entry of a service: arguments, config, logging, SIGTERM/SIGINT, ready file
   grpc_server  the grpc.aio server bootstrap (health, reflection, TLS/mTLS) and client channels
   metadata     gRPC metadata keys of Motor's contracts

@@ -18,7 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from motor.common.authz import AuthorizationInterceptor
-from motor.common.config import ClientTlsConfig, ServerConfig, TlsConfig
+from motor.common.config.listeners import ServerConfig
+from motor.common.config.tls import ClientTlsConfig, TlsConfig
 from motor.common.security import roles_enforced
 
 log = logging.getLogger(__name__)

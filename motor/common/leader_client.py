@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from gen.motor.v1 import controller_pb2_grpc
-from motor.common.config import ClientTlsConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import LEADER_ADDRESS_METADATA
 from motor.common.term_fence import term_of

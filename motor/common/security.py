@@ -1,6 +1,6 @@
 """Transport security of every Motor process: the one `security` switch, roles from certificates.
 
-With a `security` block (`motor.common.config.SecurityConfig`: ca_file, cert_file, key_file) a
+With a `security` block (`motor.common.config.tls.SecurityConfig`: ca_file, cert_file, key_file) a
 process serves gRPC with mTLS (client certificate required, signed by ca_file) and role
 authorization (`motor.common.authz`), calls its peers with its own certificate, serves its HTTP
 pages over TLS and talks TLS with a client certificate to etcd. Without it everything is plaintext,
@@ -21,7 +21,8 @@ import ssl
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
 
-from motor.common.config import ClientTlsConfig, SecurityConfig, ServerConfig, TlsConfig
+from motor.common.config.listeners import ServerConfig
+from motor.common.config.tls import ClientTlsConfig, SecurityConfig, TlsConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from motor.common.config import ConfigError, load_config, parse_override
+from motor.common.config.loader import ConfigError, load_config, parse_override
 
 log = logging.getLogger(__name__)
 

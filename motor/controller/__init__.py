@@ -3,6 +3,7 @@ runs recovery strategies and reports the RFC §7 runtime.
 
 Modules:
   main             the process: config, gRPC and HTTP servers, ready file {grpc_port, http_port}
+  config           ControllerConfig: servers, store, hardware sources, leader election, timers
   core             ControllerCore: registration, heartbeats, fault intake, periodic SET, restore,
                    taking over and giving up leadership (a standby serves a read-only view)
   election         LeaderElection: campaign / observe / keep the lease of replicas on one etcd key

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
-from motor.common.config import ClientTlsConfig, ControllerConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.common.security import client_tls
+from motor.controller.config import ControllerConfig
 from motor.controller.fencing import Leadership, NotLeaderError
 
 log = logging.getLogger(__name__)

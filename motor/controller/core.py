@@ -15,9 +15,9 @@ import asyncio
 import logging
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import ControllerConfig
 from motor.controller.clients import ControllerPeers
 from motor.controller.clock import Clock, SystemClock
+from motor.controller.config import ControllerConfig
 from motor.controller.election import LeaderElection
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.fault_manager import FaultManager

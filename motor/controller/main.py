@@ -14,11 +14,11 @@ from aiohttp import web
 
 from gen.motor.v1 import controller_pb2_grpc
 from motor.common.authz import STATUS_PAGE_ROLES, http_role_middleware
-from motor.common.config import ControllerConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
+from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.election import LeaderElection, ReplicaIdentity
 from motor.controller.fencing import Leadership

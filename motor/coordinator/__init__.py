@@ -29,6 +29,7 @@ Modules:
                  SET) before the ready file; a deposed leader's Refresh is refused by the term
                  fence (motor.common.term_fence)
   main           the process: config, both servers, ready file {grpc_port, http_port}
+  config         CoordinatorConfig: servers, controller sync, upstream timeouts, retries, migration
 
 HTTP answers: the engine's own status and body (streams passed through event by event) with
 ``X-Motor-Endpoint: <instance_id>/<rank>`` and ``X-Request-Id``; a request continued elsewhere after

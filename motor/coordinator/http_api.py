@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from motor.common.config import HttpListenConfig
+from motor.common.config.listeners import HttpListenConfig
 from motor.common.http_site import start_site
 from motor.common.metrics_http import add_metrics_route
 from motor.coordinator.openai_format import openai_error

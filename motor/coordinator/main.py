@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gen.motor.v1 import coordinator_pb2_grpc
-from motor.common.config import CoordinatorConfig
+from motor.coordinator.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.leader_client import LeaderFollowingClient
 from motor.common.security import client_tls, http_server_context, log_transport, server_config

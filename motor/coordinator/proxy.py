@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from motor.common.config import MigrationConfig
+from motor.coordinator.config import MigrationConfig
 from motor.coordinator.engine_client import EngineClient
 from motor.coordinator.forwarding import AttemptLoop, Attempts, Inbound
 from motor.coordinator.metrics import CoordinatorMetrics, RequestTrace

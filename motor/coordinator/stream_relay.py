@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from motor.common.config import MigrationConfig
+from motor.coordinator.config import MigrationConfig
 from motor.coordinator.engine_client import describe_client_error
 from motor.coordinator.forwarding import AttemptFailure, Attempts, Inbound, read_answer
 from motor.coordinator.metrics import CoordinatorMetrics

@@ -40,7 +40,8 @@ from gen.motor.v1 import (
     node_manager_pb2,
     node_manager_pb2_grpc,
 )
-from motor.common.config import ClientTlsConfig, set_dotted
+from motor.common.config.loader import set_dotted
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_sync_channel
 from motor.common.pki import ETCD, DevPki, create_dev_pki
 from motor.common.ports import free_port, port_free

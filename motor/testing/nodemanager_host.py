@@ -25,8 +25,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from motor.common.config import NodeManagerConfig
 from motor.common.service import configure_logging, write_ready_file
+from nodemanager.config import NodeManagerConfig
 from nodemanager.main import NodeManagerService
 
 log = logging.getLogger("motor.testing.nodemanager_host")

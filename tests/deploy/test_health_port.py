@@ -8,7 +8,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from motor.common.config import ConfigError, SecurityConfig, ServerConfig, build_config
+from motor.common.config.listeners import ServerConfig
+from motor.common.config.loader import ConfigError, build_config
+from motor.common.config.tls import SecurityConfig
 from motor.common.grpc_server import GrpcServer
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role, server_config

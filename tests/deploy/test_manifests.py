@@ -18,12 +18,10 @@ import pytest
 import yaml
 
 from deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
-from motor.common.config import (
-    ControllerConfig,
-    CoordinatorConfig,
-    NodeManagerConfig,
-    build_config,
-)
+from motor.common.config.loader import build_config
+from motor.controller.config import ControllerConfig
+from motor.coordinator.config import CoordinatorConfig
+from nodemanager.config import NodeManagerConfig
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role
 from motor.controller.fault_tolerance.gate import Capability, evaluate_gate

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from motor.common.config import FaultToleranceConfig
+from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import FallbackCause
 from motor.controller.fault_tolerance.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore

@@ -28,7 +28,7 @@ from motor.controller.hardware.sources.kube_watch import KubernetesConfigMapSour
 from motor.controller.hardware.sources.rpc import RpcSource, SourceNotStarted
 
 if TYPE_CHECKING:
-    from motor.common.config import HardwareMonitorConfig
+    from motor.controller.config import HardwareMonitorConfig
 
 log = logging.getLogger(__name__)
 

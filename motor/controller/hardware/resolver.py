@@ -35,7 +35,7 @@ from motor.controller.hardware.formats.card_names import DEFAULT_CARD_NAMES, Car
 from motor.controller.hardware.model import FaultKey, HardwareFault
 
 if TYPE_CHECKING:
-    from motor.common.config import HardwareMonitorConfig
+    from motor.controller.config import HardwareMonitorConfig
 
 
 class Unmappable(str, enum.Enum):

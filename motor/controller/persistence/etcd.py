@@ -10,7 +10,9 @@ from typing import Any
 import aetcd
 import aetcd.utils
 
-from motor.common.config import ClientTlsConfig, StoreConfig, parse_host_port
+from motor.common.config.addresses import parse_host_port
+from motor.common.config.tls import ClientTlsConfig
+from motor.controller.config import StoreConfig
 from motor.controller.fencing import Fence, Leadership, NotLeaderError
 from motor.controller.persistence.base import check_expected, check_put
 from motor.controller.persistence.errors import FencedWriteError, StoreError, stale_write

@@ -21,7 +21,7 @@ import aetcd.rpc
 import aetcd.watcher
 import grpc
 
-from motor.common.config import ClientTlsConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import channel_credentials
 from motor.controller.persistence.errors import StoreError
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from motor.common.config import ClientTlsConfig, StoreConfig
+from motor.common.config.tls import ClientTlsConfig
+from motor.controller.config import StoreConfig
 from motor.controller.persistence.base import RuntimeStore
 from motor.controller.persistence.etcd import EtcdRuntimeStore
 from motor.controller.persistence.memory import MemoryRuntimeStore

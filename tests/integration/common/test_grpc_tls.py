@@ -15,7 +15,8 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gen.motor.v1 import coordinator_pb2, coordinator_pb2_grpc
-from motor.common.config import ClientTlsConfig, ServerConfig, TlsConfig
+from motor.common.config.listeners import ServerConfig
+from motor.common.config.tls import ClientTlsConfig, TlsConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding, open_channel
 
 

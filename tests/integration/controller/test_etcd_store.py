@@ -21,8 +21,8 @@ from pathlib import Path
 import aetcd
 import pytest
 
-from motor.common.config import StoreConfig
 from motor.common.ports import free_port
+from motor.controller.config import StoreConfig
 from motor.controller.persistence import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,

@@ -23,15 +23,16 @@ import grpc
 import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from motor.common.config import ControllerConfig, CoordinatorConfig
 from motor.common.grpc_server import open_channel
 from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
 from motor.common.metadata import LEADER_ADDRESS_METADATA, LEADER_TERM_METADATA
+from motor.controller.config import ControllerConfig
 from motor.controller.election import LeaderElection, ReplicaIdentity
 from motor.controller.fencing import Fence, Leadership
 from motor.controller.main import ControllerService
 from motor.controller.persistence import EtcdRuntimeStore, PersistedInstance
 from motor.controller.persistence.errors import FencedWriteError
+from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.etcd]

@@ -24,7 +24,8 @@ from coordinator_helpers import (
     Engines,
 )
 
-from motor.common.config import CoordinatorConfig, build_config
+from motor.common.config.loader import build_config
+from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 from motor.sim.cluster import SimCluster
 

@@ -15,7 +15,7 @@ import aiohttp
 import grpc
 
 from gen.motor.v1 import node_manager_pb2_grpc
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.main import NodeManagerService
 
 POD_IP = "127.0.0.2"

@@ -12,10 +12,11 @@ import pytest
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.common import authz
-from motor.common.config import ClientTlsConfig, ControllerConfig, StoreConfig
+from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.pki import ETCD, DevPki, create_dev_pki
 from motor.common.security import Role
+from motor.controller.config import ControllerConfig, StoreConfig
 from motor.controller.main import ControllerService
 from motor.controller.persistence import EtcdRuntimeStore, PersistedInstance, StoreError
 from motor.launch.etcd import EtcdTls, astart_etcd

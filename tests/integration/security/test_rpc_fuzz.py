@@ -45,12 +45,14 @@ from gen.motor.v1 import (
     coordinator_pb2_grpc,
     node_manager_pb2,
 )
-from motor.common.config import ControllerConfig, CoordinatorConfig, NodeManagerConfig
 from motor.common.validation import DEFAULT_REPEATED_LIMIT, DEFAULT_STRING_LIMIT, REPEATED_LIMITS, STRING_LIMITS
+from motor.controller.config import ControllerConfig
 from motor.controller.main import ControllerService
 from motor.controller.status import runtime_proto
+from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 from motor.testing.fake_controller import FakeController
+from nodemanager.config import NodeManagerConfig
 from nodemanager.main import NodeManagerService
 
 EXAMPLES = int(os.environ.get("MOTOR_FUZZ_EXAMPLES", "25"))

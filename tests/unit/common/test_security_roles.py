@@ -16,7 +16,8 @@ from cryptography.x509.oid import NameOID
 from gen.motor.v1 import controller_pb2, coordinator_pb2, node_manager_pb2
 from motor.cli.motorctl import run as motorctl
 from motor.common.authz import METHOD_ROLES, OPEN_SERVICES, denial
-from motor.common.config import ConfigError, ControllerConfig, ServerConfig, build_config
+from motor.common.config.listeners import ServerConfig
+from motor.common.config.loader import ConfigError, build_config
 from motor.common.pki import ETCD, PkiError, create_dev_pki
 from motor.common.security import (
     NO_ROLE,
@@ -27,6 +28,7 @@ from motor.common.security import (
     roles_enforced,
     server_config,
 )
+from motor.controller.config import ControllerConfig
 
 SERVICES = [
     controller_pb2.DESCRIPTOR.services_by_name["Controller"],
@@ -169,7 +171,7 @@ def test_security_block_derives_mtls_server_and_client(tmp_path: Path) -> None:
 
 def test_security_block_refusals_name_the_key(tmp_path: Path) -> None:
     pki = create_dev_pki(tmp_path)
-    with pytest.raises(ConfigError, match="security: cert_file=.*missing.crt.* is not a readable file"):
+    with pytest.raises(ConfigError, match=r"security\.cert_file=.*missing\.crt.*: Path does not point to a file"):
         build_config(ControllerConfig, {"security": {**pki.security(Role.CONTROLLER),
                                                      "cert_file": str(tmp_path / "missing.crt")}})
     with pytest.raises(ConfigError, match="security and client_tls are exclusive"):

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from gen.motor.v1 import common_pb2, controller_pb2, coordinator_pb2, node_manager_pb2
-from motor.common.config import ControllerConfig, load_config
+from motor.common.config.loader import load_config
 from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.clock import ManualClock
+from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.persistence import MemoryRuntimeStore
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from motor.common.config import StoreConfig
+from motor.controller.config import StoreConfig
 from motor.controller.persistence import (
     EtcdRuntimeStore,
     MemoryRuntimeStore,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, CoordinatorConfig, build_config
+from motor.common.config.loader import ConfigError, build_config
+from motor.coordinator.config import CoordinatorConfig
 
 
 def test_defaults() -> None:
@@ -31,6 +32,7 @@ def test_zero_cooldown_is_allowed() -> None:
          "upstream_connect_timeout_sec=5 exceeds upstream_timeout_sec=3"),
         ({"retry_after_sec": 0}, "retry_after_sec=0"),
         ({"max_retries": 17}, "max_retries=17"),
+        ({"max_retries": -1}, "max_retries=-1"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(data: dict, named: str) -> None:

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager import errors
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.ft_poller import ENGINE_DEAD

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from motor.common.config import ConfigError, NodeManagerConfig, build_config
+from motor.common.config.loader import ConfigError, build_config
+from nodemanager.config import NodeManagerConfig
 from nodemanager.device_ids import (
     DeviceIdMismatch,
     check_device_ids,

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from motor.common.config import NodeManagerConfig
 from motor.sim.config import parse_config
+from nodemanager.config import NodeManagerConfig
 from nodemanager.engine_command import engine_argv, fill_template
 
 BASE = {"controller_address": "127.0.0.1:1", "instance_id": 3, "dp_size": 4, "pod_ip": "127.0.0.2",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.exit_policy import EXIT_ALL_ENGINES_DEAD, Decision, ExitPolicy, all_engines_dead, decide
 from nodemanager.guard import GuardState
 from nodemanager.pod_state import PodState

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gen.motor.v1 import node_manager_pb2
-from motor.common.config import NodeManagerConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.engine_http import EngineHttpClient
 from nodemanager.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ProxyDisabled, Unavailable
 from nodemanager.ft_proxy import FtProxy

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, NodeManagerConfig, load_config
+from motor.common.config.loader import ConfigError, load_config
+from nodemanager.config import NodeManagerConfig
 
 NM = {"controller_address": "127.0.0.1:50051", "instance_id": 7, "dp_size": 2,
       "engines": [{"dp_rank": 0}, {"dp_rank": 1}]}
+NM_MINIMAL = {"controller_address": "127.0.0.1:50051", "instance_id": 7, "dp_size": 4,
+              "engines": [{"dp_rank": 0}, {"dp_rank": 1}]}
 
 
 def test_defaults() -> None:
@@ -53,3 +56,24 @@ def test_bad_values_are_refused_naming_the_key(data: dict, named: str) -> None:
         load_config(NodeManagerConfig, None, list({**NM, **data}.items()))
     assert named in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({}, "controller_address: Field required"),
+        ({**NM_MINIMAL, "pod_ip": "pod-a"}, "pod_ip='pod-a'"),
+        ({**NM_MINIMAL, "dp_size": 0}, "dp_size=0"),
+        ({**NM_MINIMAL, "engines": [{"dp_rank": 0}, {"dp_rank": 0}]}, "repeat a rank"),
+        ({**NM_MINIMAL, "engines": [{"dp_rank": 4}]}, "dp_rank [4] not below dp_size=4"),
+        ({**NM_MINIMAL, "engines": [{"dp_rank": -1}]}, "engines.0.dp_rank=-1"),
+        ({**NM_MINIMAL, "dp_store_port_base": 65534}, "dp_store_port_base=65534"),
+        ({**NM_MINIMAL, "role": "both"}, "role='both'"),
+        ({**NM_MINIMAL, "engine_ft_api_prefix": "v1/ft/"}, "engine_ft_api_prefix='v1/ft/'"),
+        ({**NM_MINIMAL, "ft_capability": {"num_redundant_experts": -2}}, "ft_capability.num_redundant_experts=-2"),
+    ],
+)
+def test_topology_and_field_refusals_name_the_key(data: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(NodeManagerConfig, None, list(data.items()))
+    assert named in str(info.value)

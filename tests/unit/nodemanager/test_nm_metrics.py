@@ -12,8 +12,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gen.motor.v1 import controller_pb2, node_manager_pb2
-from motor.common.config import NodeManagerConfig
 from nodemanager.agent import NodeManagerAgent
+from nodemanager.config import NodeManagerConfig
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import EngineAddress
 from nodemanager.errors import FailedPrecondition

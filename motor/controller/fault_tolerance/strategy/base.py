@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from motor.common.config import ControllerConfig
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
+from motor.controller.config import ControllerConfig
 from motor.controller.fault_tolerance.evidence import RankEvidence
 from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
 from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction

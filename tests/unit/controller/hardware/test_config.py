@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, ControllerConfig, HardwareMonitorConfig, build_config, load_config
+from motor.common.config.loader import ConfigError, build_config, load_config
+from motor.controller.config import ControllerConfig, HardwareMonitorConfig
 
 
 def test_defaults() -> None:

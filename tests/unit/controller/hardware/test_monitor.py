@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.common.config import HardwareMonitorConfig
+from motor.controller.config import HardwareMonitorConfig
 from motor.controller.hardware.injection.configmaps import write_configmap_fault
 from motor.controller.hardware.injection.report_request import build_report_request
 from motor.controller.hardware.model import HardwareFault

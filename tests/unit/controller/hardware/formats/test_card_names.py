@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from motor.common.config import ConfigError, ControllerConfig, build_config
+from motor.common.config.loader import ConfigError, build_config
+
+from motor.controller.config import ControllerConfig
 from motor.controller.hardware.formats.card_names import (
     DEFAULT_CARD_NAMES,
     PHYSICAL,

@@ -1,0 +1,100 @@
+"""RFC §7 `fault_tolerance_config`: key names and defaults exactly those of the RFC, the timers the
+RFC names elsewhere (§4.4) beside them, and what derives from them (the scale-down proxy switch,
+refused as input, and the NodeManager guard lease)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from motor.common.config.base import ConfigModel, PositiveSec
+
+# Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
+MAX_GUARD_LEASE_SEC = 3600.0
+
+
+class DpScaleDownConfig(ConfigModel):
+    """RFC §7 `dp_scale_down_config`: the timers of one scale-down round."""
+
+    request_timeout_sec: PositiveSec = Field(
+        default=5.0, description="Deadline of one Controller call to a NodeManager or the Coordinator, in seconds.")
+    poll_interval_sec: PositiveSec = Field(
+        default=1.0, description="Seconds between the Controller's status reads while a round executes.")
+    execution_deadline_sec: PositiveSec = Field(
+        default=30.0, description="Seconds a round's apply may take on every survivor before the round fails.")
+
+
+class FaultToleranceConfig(ConfigModel):
+    """RFC §7 `fault_tolerance_config`, plus the timers of RFC §4.4. The guard lease a round holds on
+    the NodeManagers derives from dp_scale_down_config (2 × execution_deadline_sec + 4 ×
+    request_timeout_sec + max(5, poll_interval_sec), 85 s with the defaults) and must stay within
+    3600 s; `enable_dp_scale_down_proxy` derives from the two switches and is refused as input."""
+
+    enable_fault_tolerance: bool = Field(
+        default=True,
+        description="Master switch: off, NodeManagers do not poll the engines' FT status and no scale-down runs.")
+    enable_dp_scale_down: bool = Field(
+        default=False, description="Recover by scaling the DP group down around failed ranks (RFC §4).")
+    enable_dp_scale_up: bool = Field(
+        default=False,
+        description="After a scale-down commits, stop the pods whose ranks are all retired (recyclable).")
+    dp_scale_down_config: DpScaleDownConfig = Field(
+        default=DpScaleDownConfig(), description="Timers of one scale-down round.")
+    hardware_ft_correlation_window_sec: PositiveSec = Field(
+        default=5.0,
+        description="Seconds a hardware fault waits for matching engine FT evidence before the instance is "
+                    "reconfigured.")
+    # RFC name kept as is (it carries no unit).
+    strategy_center_check_interval: PositiveSec = Field(
+        default=10.0,
+        description="Seconds between the strategy center's scans of every instance; the first reconfiguration "
+                    "retry delay.")
+    # Motor derives its default from the engines' gloo timeout.
+    software_status_collection_timeout_sec: PositiveSec = Field(
+        default=60.0,
+        description="Seconds, from a round's first UNHEALTHY/DEAD report, to collect every rank's status.")
+    engine_status_poll_interval_sec: PositiveSec = Field(
+        default=1.0, description="Seconds between a NodeManager's polls of each engine's FT status.")
+    # Beyond the RFC, opt-in: an idle instance runs no collective, so a DEAD rank's survivors stay
+    # HEALTHY; one canary request makes their collective fail, the snapshot completes and the
+    # instance scales down instead of reconfiguring after the collection timeout.
+    idle_fault_probe: bool = Field(
+        default=False, description="While a rank is DEAD and its survivors stay HEALTHY, send one canary request to a "
+                    "survivor so the instance scales down; off: the RFC's idle row.")
+    idle_fault_probe_timeout_sec: Annotated[float, Field(gt=0, le=30.0)] = Field(
+        default=2.0, description="Bound of one canary in seconds, the Coordinator's request to the engine included.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "enable_dp_scale_down_proxy" in data:
+            raise ValueError(
+                "enable_dp_scale_down_proxy="
+                f"{data['enable_dp_scale_down_proxy']!r} cannot be set: it is derived from "
+                "enable_fault_tolerance and enable_dp_scale_down"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> FaultToleranceConfig:
+        lease = self.guard_lease_sec
+        if lease > MAX_GUARD_LEASE_SEC:
+            c = self.dp_scale_down_config
+            raise ValueError(
+                f"guard lease {lease:g}s derived from dp_scale_down_config (execution_deadline_sec="
+                f"{c.execution_deadline_sec:g}, request_timeout_sec={c.request_timeout_sec:g}, "
+                f"poll_interval_sec={c.poll_interval_sec:g}) exceeds the NodeManager bound of "
+                f"{MAX_GUARD_LEASE_SEC:g}s"
+            )
+        return self
+
+    @property
+    def enable_dp_scale_down_proxy(self) -> bool:
+        return self.enable_fault_tolerance and self.enable_dp_scale_down
+
+    @property
+    def guard_lease_sec(self) -> float:
+        """Two recovery windows plus request and poll slack (85 s with the RFC defaults)."""
+        c = self.dp_scale_down_config
+        return 2 * c.execution_deadline_sec + 4 * c.request_timeout_sec + max(5.0, c.poll_interval_sec)
