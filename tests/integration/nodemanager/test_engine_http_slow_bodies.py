@@ -18,6 +18,11 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# Hypothesis imports its optimiser lazily, which here would happen in the worker thread that runs the
+# examples while the loop thread parses too; CPython 3.11.7's parser then fails with "AST constructor
+# recursion depth mismatch". Imported up front, nothing is parsed in the worker.
+import hypothesis.internal.conjecture.optimiser  # noqa: F401  # isort: skip
+
 from nodemanager.engine_answers import EngineStatusMalformed, EngineTimeout
 from nodemanager.engine_http import MAX_BODY_BYTES, EngineAddress, EngineHttpClient
 
