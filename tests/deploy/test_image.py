@@ -25,7 +25,7 @@ from container_cluster import IMAGE_UID, ContainerCluster
 from deploy_helpers import IMAGE_TEST, K8S, REPO
 from image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
 from motor.common.config import NodeManagerConfig, build_config
-from motor.launch.cluster import ClusterSpec
+from motor.launch.spec import ClusterSpec
 from motor.testing.fake_controller import wait_for
 
 pytestmark = pytest.mark.timeout(1200)
