@@ -155,10 +155,12 @@ class LightEngines:
                placeholder_pid: Callable[[], int]) -> dict[str, Any]:
         """POST /fake/inject; `kill_process` first SIGKILLs the rank's placeholder process."""
         if fault == "kill_process":
-            try:
-                os.kill(placeholder_pid(), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            pid = placeholder_pid()
+            if pid > 0:  # 0 would signal this process's own group
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         req = urllib.request.Request(f"{url}/fake/inject", data=json.dumps({"fault": fault, **params}).encode(),
                                      headers={"Content-Type": "application/json"})
         try:

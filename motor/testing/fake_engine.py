@@ -24,8 +24,10 @@ and rebuild, 503 while not healthy) and serve OpenAI completions (toy tokens of
 
 Group routes per port: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply``,
 ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /fake/inject``
-``{"fault": "executor_death"|"kill_process"|"unhealthy"}``, ``GET /fake/journal[?since=N]`` (every
-transition with its wall time), ``GET /fake/group``, ``POST /fake/exit``.
+``{"fault": NAME, ...params}`` (the reference engine's fault names and parameters, see
+`motor.testing.fake_group`) → 200 ``{"fault", "rank", "entry", "injections"}`` or 400 ``{"detail"}``,
+``GET /fake/journal[?since=N]`` (every transition with its wall time), ``GET /fake/group``,
+``POST /fake/exit``.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     rank_header = {"X-Motor-DP-Rank": str(rank)}
 
     async def status(_: web.Request) -> web.Response:
+        await group.ranks[rank].injections.wait_status_released()  # hang_status
         return web.json_response({"schema_version": 1, "total_engines": 1, "engines": [group.ranks[rank].entry()]})
 
     async def apply(request: web.Request) -> web.Response:
@@ -218,11 +221,15 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
 
     async def inject(request: web.Request) -> web.Response:
         try:
-            fault = (await request.json()).get("fault")
-            entry = group.inject(rank, fault)
-        except (ValueError, AttributeError) as exc:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError(f"body must be a JSON object, got {type(body).__name__}")
+            params = {k: v for k, v in body.items() if k != "fault"}
+            entry = group.inject(rank, body.get("fault"), params)
+        except ValueError as exc:
             return web.json_response({"detail": str(exc)}, status=400)
-        return web.json_response({"fault": fault, "rank": rank, "entry": entry})
+        return web.json_response({"fault": body["fault"], "rank": rank, "entry": entry,
+                                  "injections": group.ranks[rank].injections.to_json()})
 
     async def journal(request: web.Request) -> web.Response:
         since = int(request.query.get("since", "0") or 0)
