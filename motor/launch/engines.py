@@ -9,19 +9,16 @@
   an engine). `kill_process` kills the placeholder *and* the rank's fake API, so the NodeManager's
   process watch sees the death at once, as for a real engine. Hundreds of ranks per process.
 
-Both take the same fault names (`motor.sim.injection.FAULTS`) through `inject`, so a test injects
-the same way on either.
+Both take the same fault names (`motor.sim.injection.FAULTS`) on the same admin route
+(``POST /motor/admin/inject``, what `motorctl inject` calls), so a test injects the same way on either.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,7 +27,7 @@ from motor.common.ports import free_port, port_free
 from motor.common.process import ManagedProcess, start_process
 from motor.launch.render import device_infos
 from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan, fixed_ports
-from motor.sim.client import InjectionError, inject_fault
+from motor.sim.client import inject_fault
 
 LIGHT_ENGINE_PORT_BASE = 18000
 
@@ -153,7 +150,8 @@ class LightEngines:
 
     def inject(self, url: str, fault: str, params: dict[str, Any],
                placeholder_pid: Callable[[], int]) -> dict[str, Any]:
-        """POST /fake/inject; `kill_process` first SIGKILLs the rank's placeholder process."""
+        """Through the fake's copy of the reference engine's admin route; `kill_process` first
+        SIGKILLs the rank's placeholder, so its NodeManager's process watch sees the death."""
         if fault == "kill_process":
             pid = placeholder_pid()
             if pid > 0:  # 0 would signal this process's own group
@@ -161,14 +159,4 @@ class LightEngines:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        req = urllib.request.Request(f"{url}/fake/inject", data=json.dumps({"fault": fault, **params}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return json.load(resp)
-        except urllib.error.HTTPError as exc:
-            raise InjectionError(f"{url} refused fault {fault!r}: HTTP {exc.code} {exc.read().decode()}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            if fault == "kill_process":  # the listener may go down before the answer is out
-                return {"fault": fault, "note": f"engine went away as asked: {exc}"}
-            raise InjectionError(f"cannot reach {url} to inject {fault!r}: {exc}") from None
+        return inject_fault(url, fault, params)

@@ -23,9 +23,9 @@ and rebuild, 503 while not healthy) and serve OpenAI completions (toy tokens of
   python -m motor.testing.fake_engine --group --endpoints 127.0.0.2:9001,127.0.0.3:9002 --ranks 0,1
 
 Group routes per port: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply``,
-``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /fake/inject``
-``{"fault": NAME, ...params}`` (the reference engine's fault names and parameters, see
-`motor.testing.fake_group`) → 200 ``{"fault", "rank", "entry", "injections"}`` or 400 ``{"detail"}``,
+``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /motor/admin/inject``
+``{"fault": NAME, ...params}`` (the reference engine's route, fault names and parameters, so
+`motorctl inject` works here too; see `motor.testing.fake_group`) → 200 ``{"fault", "rank", "entry", "injections"}`` or 400 ``{"detail"}``,
 ``GET /fake/journal[?since=N]`` (every transition with its wall time), ``GET /fake/group``,
 ``POST /fake/exit``.
 """
@@ -46,6 +46,7 @@ from typing import Any
 
 from aiohttp import web
 
+from motor.sim.injection import ADMIN_PREFIX
 from motor.sim.toy_model import chat_prompt, token_text
 from motor.sim.toy_model import generate as generate_tokens
 from motor.testing.fake_group import ApplyRejected, FakeDpGroup
@@ -311,7 +312,7 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     app.router.add_get("/health", _health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
-    app.router.add_post("/fake/inject", inject)
+    app.router.add_post(f"{ADMIN_PREFIX}/inject", inject)
     app.router.add_get("/fake/journal", journal)
     app.router.add_get("/fake/group", describe)
     app.router.add_post("/fake/exit", _exit_now)

@@ -1,16 +1,19 @@
 """The light engine's fault modes over real HTTP (the group app on 127.0.0.1, port 0), injected
-through `LightEngines.inject` as `LocalCluster.inject` does: the reference engine's fault names, the
-vLLM protocol's answers on the status and apply routes."""
+through `LightEngines.inject` as `LocalCluster.inject` does, or `motorctl inject`: the reference
+engine's route and fault names, the vLLM protocol's answers on the status and apply routes."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from motor.cli.motorctl import run as motorctl
 from motor.launch.engines import LightEngines
 from motor.sim.client import InjectionError
 from motor.testing.fake_engine import build_group_app
@@ -108,3 +111,12 @@ async def test_bad_injections_are_refused_with_the_reason(served: Group) -> None
         await served.inject(0, "explode")
     with pytest.raises(InjectionError, match="delay_sec"):
         await served.inject(0, "slow_rebuild", delay_sec=-1)
+
+
+async def test_motorctl_inject_reaches_the_light_engine(served: Group) -> None:
+    out = io.StringIO()
+    code = await asyncio.to_thread(motorctl, ["inject", served.urls[1], "slow_rebuild", "delay_sec=0.5"], out=out)
+    assert code == 0, out.getvalue()
+    answer = json.loads(out.getvalue())
+    assert answer["rank"] == 1 and answer["injections"]["slow_rebuild_sec"] == 0.5
+    assert served.group.ranks[1].injections.slow_rebuild_sec == 0.5
