@@ -16,7 +16,7 @@ from aiohttp import web
 from motor.cli.motorctl import run as motorctl
 from motor.launch.engines import LightEngines
 from motor.sim.client import InjectionError
-from motor.testing.fake_engine import build_group_app
+from motor.testing.fake_group_app import build_group_app
 from motor.testing.fake_group import RECOVERY_FAILED_INFO, FakeDpGroup
 
 PREFIX = "/v1/fault_tolerance"
