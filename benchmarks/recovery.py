@@ -50,9 +50,10 @@ from typing import Any
 import psutil
 
 from benchmarks.timing import critical_path_sec
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
 from motor.launch.load import LoadGenerator, RequestResult
 from motor.launch.shutdown import exit_on_sigterm
+from motor.launch.spec import ClusterSpec
 from motor.sim.toy_model import expected_completion
 
 STAGES = (

@@ -5,7 +5,7 @@
 
 Real Controller, Coordinator and NodeManager processes over the light fake engines
 (`motor.testing.fake_engine --group`: every rank of an instance in one helper process, the
-reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; see benchmarks/fleet.py).
+reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; `motor.launch.engines.LightEngines`).
 
 1. Scale-down rounds on one instance of DP = 16, 64, 256 (8 ranks per NodeManager: 2, 8, 32 real
    NodeManager processes), --rounds rounds each, the same victims in every DP (ranks 1, 2, 3, ...;
@@ -60,10 +60,12 @@ from typing import Any
 import grpc
 import psutil
 
-from benchmarks.fleet import Fleet, FleetSpec
 from benchmarks.timing import calls, cpu_sec, critical_path_sec, end, fanout_walls, median, pct
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.launch.cluster import LocalCluster
+from motor.launch.engines import LightEngines
 from motor.launch.shutdown import exit_on_sigterm
+from motor.launch.spec import ClusterSpec
 
 log = logging.getLogger("benchmarks.scale")
 
@@ -112,12 +114,20 @@ def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, 
     return out
 
 
+def fleet_spec(*, engine_poll_interval_sec: float = 1.0, **kwargs: Any) -> ClusterSpec:
+    """A fleet as this benchmark runs it: 8 ranks per pod on per-instance addresses, 1 s heartbeats,
+    the services' own defaults for every other timing (a production-like Controller load)."""
+    return ClusterSpec(address_plan="per_instance", ranks_per_pod=8, num_redundant_experts=16,
+                       heartbeat_timeout_sec=None, publish_interval_sec=None, reconfiguration_timeout_sec=None,
+                       engine_poll_interval_sec=engine_poll_interval_sec, log_level="INFO", **kwargs)
+
+
 def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> dict[str, Any]:
-    spec = FleetSpec(instances=1, dp_size=dp, ranks_per_pod=8, diagnosing_sec=diagnosing_sec)
-    fleet = Fleet(spec, work / f"dp{dp}")
+    spec = fleet_spec(dp_size=dp)
+    fleet = LocalCluster(spec, work / f"dp{dp}", engines=LightEngines(diagnosing_sec=diagnosing_sec))
     out: list[dict[str, Any]] = []
     started = time.monotonic()
-    fleet.start()
+    fleet.start(300)
     startup = time.monotonic() - started
     try:
         time.sleep(2.0)  # every NodeManager polled once and heartbeated
@@ -125,21 +135,22 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
         removed: set[int] = set()
         for n in range(rounds):
             victim = n + 1
-            before = len(fleet.timeline(1))
-            mark = fleet.journal_length(1)
+            before = len(fleet.timeline())
+            mark = fleet.journal_length()
             groups = _process_groups(fleet)
             cpu0 = {k: sum(cpu_sec(p) for p in v) for k, v in groups.items()}
-            fault_sec = fleet.inject(1, victim, "executor_death")
+            fault_sec = time.time()
+            fleet.inject(victim, "executor_death")
             alive.remove(victim)
             removed.add(victim)
-            fleet.wait_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
+            fleet.wait_instances_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
             # Before the timeline is fetched: rendering it is the benchmark's load, not the round's.
             cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
-            txns, txn = fleet.finished_round(1, before)
+            txns, txn = fleet.finished_round(before)
             if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
                                    f"{txn['outcome']}")
-            _, events = fleet.journal(1, mark)
+            _, events = fleet.journal(mark)
             r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed), "cpu_ms": cpu}
             out.append(r)
             print(f"  DP={dp:<4} round {n + 1:>2}/{rounds} rank {victim:>2}: fault→published "
@@ -159,7 +170,7 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
 class Probes:
     """Heartbeat and status probes from a thread of their own (one event loop), until stopped."""
 
-    def __init__(self, fleet: Fleet, heartbeat_hz: float = 5.0, status_interval_sec: float = 1.0) -> None:
+    def __init__(self, fleet: LocalCluster, heartbeat_hz: float = 5.0, status_interval_sec: float = 1.0) -> None:
         self.fleet = fleet
         self.heartbeat_hz = heartbeat_hz
         self.status_interval_sec = status_interval_sec
@@ -188,9 +199,9 @@ class Probes:
 
     async def _heartbeats(self) -> None:
         spec = self.fleet.spec
-        ref = self.fleet.nodemanagers[(min(spec.instances, 3), min(spec.pods_per_instance - 1, 5))]
-        req = controller_pb2.HeartbeatRequest(pod_ip=ref.pod_ip, instance_id=ref.instance_id,
-                                              alive_endpoint_ids=ref.ranks, seq=1)
+        iid, pod = spec.instance_ids()[min(spec.instances, 3) - 1], min(spec.pods_per_instance - 1, 5)
+        req = controller_pb2.HeartbeatRequest(pod_ip=spec.pod_ip(iid, pod), instance_id=iid,
+                                              alive_endpoint_ids=spec.pod_ranks(pod), seq=1)
         async with grpc.aio.insecure_channel(self.fleet.controller_address) as channel:
             stub = controller_pb2_grpc.ControllerStub(channel)
             while not self._stop.is_set():
@@ -236,17 +247,16 @@ class Probes:
                 "status_http_one": dist(self.status_one_ms), "status_grpc_all": dist(self.status_grpc_ms)}
 
 
-def _process_groups(fleet: Fleet) -> dict[str, list[int]]:
-    return {"controller": [fleet.controller.pid], "nodemanagers": [p.pid for p in fleet.nm_procs],  # type: ignore[union-attr]
-            "fake engines": [p.pid for p in fleet.engines.values()], "coordinator": [fleet.coordinator.pid]}  # type: ignore[union-attr]
+def _process_groups(fleet: LocalCluster) -> dict[str, list[int]]:
+    return {"controller": [fleet.controller.proc.pid], "nodemanagers": [p.pid for p in fleet.nodemanager_processes()],  # type: ignore[union-attr]
+            "fake engines": [p.pid for p in fleet.engine_processes.values()], "coordinator": [fleet.coordinator.proc.pid]}  # type: ignore[union-attr]
 
 
-def measure_steady(fleet: Fleet, window_sec: float, warmup_sec: float) -> dict[str, Any]:
+def measure_steady(fleet: LocalCluster, window_sec: float, warmup_sec: float) -> dict[str, Any]:
     time.sleep(warmup_sec)
-    pid = fleet.controller.pid  # type: ignore[union-attr]
+    pid = fleet.controller.proc.pid  # type: ignore[union-attr]
     proc = psutil.Process(pid)
-    others = {"nodemanagers": [p.pid for p in fleet.nm_procs], "fake engines": [p.pid for p in fleet.engines.values()],
-              "coordinator": [fleet.coordinator.pid]}  # type: ignore[union-attr]
+    others = {k: v for k, v in _process_groups(fleet).items() if k != "controller"}
     cpu0, others0, logs0, t0 = cpu_sec(pid), {k: sum(cpu_sec(p) for p in v) for k, v in others.items()}, \
         fleet.log_bytes(), time.monotonic()
     probes = Probes(fleet).start()
@@ -269,32 +279,33 @@ def measure_steady(fleet: Fleet, window_sec: float, warmup_sec: float) -> dict[s
 
 # ---- 3. every instance faulting at once ---------------------------------------------------------
 
-def run_simultaneous(fleet: Fleet, trials: int) -> list[dict[str, Any]]:
+def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
     spec = fleet.spec
     iids = spec.instance_ids()
     out = []
     alive = {i: list(range(spec.dp_size)) for i in iids}
     for trial in range(trials):
         victim = trial + 1
-        pids = {i: fleet.engine_pid(i, victim) for i in iids}
-        before = {i: len(fleet.timeline(i)) for i in iids}
-        marks = {i: fleet.journal_length(i) for i in iids}
+        pids = {i: fleet.engine_pid(victim, i) for i in iids}
+        before = {i: len(fleet.timeline(instance_id=i)) for i in iids}
+        marks = {i: fleet.journal_length(instance_id=i) for i in iids}
         groups = _process_groups(fleet)
         cpu0, wall0 = {k: sum(cpu_sec(p) for p in v) for k, v in groups.items()}, time.monotonic()
         faults: dict[int, float] = {}
         for i in iids:
-            faults[i] = fleet.inject(i, victim, "kill_process", pids[i])
+            faults[i] = time.time()
+            fleet.inject(victim, "kill_process", instance_id=i, engine_pid=pids[i])
             alive[i].remove(victim)
-        fleet.wait_serving(iids, 180, alive={i: list(alive[i]) for i in iids}, poll_sec=0.25)
+        fleet.wait_instances_serving(iids, 180, alive={i: list(alive[i]) for i in iids}, poll_sec=0.25)
         wall = time.monotonic() - wall0
         cpu_pct = {k: 100 * (sum(cpu_sec(p) for p in v) - cpu0[k]) / wall for k, v in groups.items()}
         per: dict[int, dict[str, Any]] = {}
         intervals = []
         for i in iids:
-            txns, txn = fleet.finished_round(i, before[i])
+            txns, txn = fleet.finished_round(before[i], instance_id=i)
             if len(txns) <= before[i] or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"instance {i} did not scale down: {txn['strategy']} {txn['outcome']}")
-            _, events = fleet.journal(i, marks[i])
+            _, events = fleet.journal(marks[i], instance_id=i)
             per[i] = analyse_round(txn, faults[i], events, set(range(1, victim + 1)))
             intervals.append((txn["started_at_unix_sec"], end(calls(txn, "publish")[-1])))
         points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
@@ -455,11 +466,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # 8 applies and several status reads while all the others do too, which a real NodeManager
         # (its own host) never waits for. The calls' deadline is raised so the rounds measure that
         # queueing instead of failing on it (printed with the results).
-        spec = FleetSpec(instances=args.fleet_instances, dp_size=args.fleet_dp, hosted=True,
-                         pods_per_host=args.pods_per_host, engine_poll_interval_sec=args.fleet_poll_sec,
-                         diagnosing_sec=args.diagnosing_sec, controller_overrides={
-                             "fault_tolerance_config.dp_scale_down_config.request_timeout_sec": args.fleet_request_timeout_sec})
-        fleet = Fleet(spec, work / "fleet")
+        spec = fleet_spec(instances=args.fleet_instances, dp_size=args.fleet_dp,
+                          nodemanagers_per_process=args.pods_per_host, engine_poll_interval_sec=args.fleet_poll_sec,
+                          controller_overrides={"fault_tolerance_config.dp_scale_down_config.request_timeout_sec":
+                                                args.fleet_request_timeout_sec})
+        fleet = LocalCluster(spec, work / "fleet", engines=LightEngines(diagnosing_sec=args.diagnosing_sec))
         t = time.monotonic()
         fleet.start(600)
         print(f"  fleet of {args.fleet_instances} x {args.fleet_dp} endpoints serving after {time.monotonic() - t:.0f} s",

@@ -31,9 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from motor.launch.cluster import ClusterSpec, LocalCluster, ServiceProc
+from motor.launch.cluster import LocalCluster
 from motor.launch.load import trigger_traffic
+from motor.launch.processes import ServiceProc
 from motor.launch.shutdown import exit_on_sigterm
+from motor.launch.spec import ClusterSpec
 
 _POLL_SEC = 0.02
 MID_ROUND = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "POST_SCALE_CLEANUP")

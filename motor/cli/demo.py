@@ -26,9 +26,10 @@ from typing import Any
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.cli.stage_bar import stage_bar
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
 from motor.launch.load import LoadGenerator
 from motor.launch.shutdown import Terminated, exit_on_sigterm, sigterm_deferred
+from motor.launch.spec import ClusterSpec
 
 
 class Progress:

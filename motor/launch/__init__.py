@@ -4,9 +4,14 @@ Never imported by production services (the NodeManager takes its process and por
 ``motor.common``).
 
 Modules:
-  cluster   ClusterSpec and LocalCluster: controller, coordinator, NodeManagers on distinct loopback
-            IPs and their reference engines, readiness, observation (runtime, timeline, published
-            set), fault injection, teardown by pid; a cluster starts once
+  spec      ClusterSpec (instances, pods, control-plane settings), pod addresses, port plans
+  render    the services' configs rendered from a spec (pure)
+  engines   the engine backends: ReferenceEngines (motor-engine-sim per rank, started by the
+            NodeManagers) and LightEngines (fake groups, many ranks per process, for fleets)
+  processes spawning services, ready files, relaunch, teardown by pid and process group
+  observe   runtime, timeline, etcd view, scrapes, published view, journals and the waits on them
+  cluster   LocalCluster: controller, coordinator and NodeManagers on their own loopback IPs over an
+            engine backend; start, fault injection, kills and restarts, teardown; starts once
   etcd      a throw-away single-member etcd server (start_etcd / astart_etcd)
   load      LoadGenerator: a bounded stream of completions through the Coordinator, every outcome kept
   shutdown  SIGTERM in a cluster holder: exit_on_sigterm (raise Terminated, exit 143 after cleanup)

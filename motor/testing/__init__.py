@@ -12,7 +12,10 @@ Modules:
                    wait_for / async_wait_for polling helpers
   fake_group       the DP communication domain of the light fake engine's ``--group`` mode: every
                    rank of an instance in one process, the reference engine's FT protocol
-                   (diagnosing, vote, rebuild) without torch, for hundreds of ranks
+                   (diagnosing, vote, rebuild) and fault names without torch, for hundreds of ranks
+  fake_group_app   the ``--group`` mode's HTTP app per rank (FT API, OpenAI completions, the
+                   reference engine's admin inject route, journal)
+  fake_http        routes and signal handling the fake engine's apps share
   nodemanager_host many real NodeManagerServices in one process (one event loop), for fleet-scale
                    benchmarks on a small machine
 """

@@ -10,6 +10,14 @@ What it does, per rank (original ids kept):
   under load), so a peer's death is always seen.
 * ``executor_death`` → ``dead`` ("EngineDeadError"), API up; ``kill_process`` → the same in the
   group, and the serving layer stops the rank's listener (``killed``).
+* The reference engine's other faults, by the same names and parameters (`motor.sim.injection`):
+  ``fail_next_apply`` (the next accepted apply ends the rank ``dead``, "Recovery failed; full
+  restart required", without checking in: the round then fails on every survivor),
+  ``stall_next_apply`` (the next accepted apply never completes: the rank stays ``unhealthy`` in
+  recovery, later applies are ignored), ``fail_vote`` (the rank checks in, then votes against
+  committing: every survivor ``dead``), ``slow_rebuild`` (the round's rebuild waits ``delay_sec``
+  more), ``hang_status`` (the status route does not answer for ``duration_sec``, or until
+  ``clear``), ``unhealthy`` and ``clear``; the armed state is `motor.sim.injection_state`'s.
 * ``POST apply`` ``scale_down``: the engine's rules (only while ``unhealthy``; non-empty
   ``request_id``; ``removed_dp_ranks`` in range, not this rank, not every member, at least one newly
   removed, master address required when the lowest member is removed). Each accepted apply is a
@@ -26,10 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from motor.sim.injection_state import InjectionState
 
 log = logging.getLogger("motor.testing.fake_group")
 
@@ -38,6 +49,9 @@ DEAD_INFO = "EngineDeadError"
 RECOVERY_FAILED_INFO = "Recovery failed; full restart required"
 # Bounded: a long benchmark run must not grow it forever.
 MAX_JOURNAL = 200_000
+# The reference engine's fault names (motor.sim.injection.FAULTS), every one simulated here.
+FAULTS = ("kill_process", "executor_death", "hang_status", "unhealthy", "fail_next_apply", "fail_vote",
+          "stall_next_apply", "slow_rebuild", "clear")
 
 
 class ApplyRejected(Exception):
@@ -55,6 +69,9 @@ class GroupRank:
     killed: bool = False
     # The request id this rank checked in to (a running round), if any.
     round_id: str | None = None
+    # The request id of an apply that stalled (injected): it never completes.
+    stalled: str | None = None
+    injections: InjectionState = field(default_factory=InjectionState)
 
     def entry(self) -> dict[str, Any]:
         e: dict[str, Any] = {"id": self.rank, "status": self.status}
@@ -79,6 +96,10 @@ class _Round:
     checked_in: dict[int, float] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
     done: bool = False
+    # Survivor → why it votes against committing (fail_vote, taken when it checked in).
+    votes_no: dict[int, str] = field(default_factory=dict)
+    # The slowest survivor's slow_rebuild delay.
+    extra_rebuild_sec: float = 0.0
 
 
 class FakeDpGroup:
@@ -115,8 +136,11 @@ class FakeDpGroup:
         return asyncio.get_running_loop().call_later(max(0.0, delay_sec), fn)
 
     # -- faults ----------------------------------------------------------------------------------
-    def inject(self, rank: int, fault: str) -> dict[str, Any]:
+    def inject(self, rank: int, fault: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One of FAULTS on `rank`, with the reference engine's parameters; the rank's entry after it."""
+        params = params or {}
         r = self.ranks[rank]
+        armed = r.injections
         if fault in ("executor_death", "kill_process"):
             if r.status != "dead":
                 r.push("dead", DEAD_INFO)
@@ -126,10 +150,25 @@ class FakeDpGroup:
                 self.on_kill(rank)
             self._peers_fail(exclude=rank)
         elif fault == "unhealthy":
+            _reason(params, "injected fault")
             self._note(rank, "fault", fault=fault)
             self._fail_rank(rank, [])
+        elif fault == "hang_status":
+            armed.hang_status(_seconds(params, "duration_sec", required=False, zero_ok=False))
+        elif fault == "fail_next_apply":
+            armed.fail_next_apply = _reason(params, "injected apply failure")
+        elif fault == "fail_vote":
+            armed.fail_vote = _reason(params, "injected vote failure")
+        elif fault == "stall_next_apply":
+            armed.stall_next_apply = True
+        elif fault == "slow_rebuild":
+            armed.slow_rebuild_sec = _seconds(params, "delay_sec", required=True, zero_ok=True) or 0.0
+        elif fault == "clear":
+            armed.clear()
         else:
-            raise ValueError(f"unknown fault {fault!r} (executor_death, kill_process, unhealthy)")
+            raise ValueError(f"unknown fault {fault!r}; expected one of: {', '.join(FAULTS)}")
+        if fault not in ("executor_death", "kill_process", "unhealthy"):
+            self._note(rank, "armed", fault=fault, params=params)
         return r.entry()
 
     def _peers_fail(self, exclude: int) -> None:
@@ -173,6 +212,9 @@ class FakeDpGroup:
             raise ApplyRejected("Invalid instruction")
         if not isinstance(request_id, str) or not request_id:
             raise ApplyRejected(f"request_id {request_id!r} must be a non-empty string")
+        if r.stalled is not None:  # as the engine ignores a command while its recovery runs
+            self._note(rank, "ignored", request_id=request_id, stalled=r.stalled)
+            return request_id
         if r.status != "unhealthy" or r.round_id is not None:
             self._reject(r, request_id, f"rank {rank} is {r.status}; scale_down is only accepted while the engine "
                                         "is unhealthy")
@@ -204,6 +246,20 @@ class FakeDpGroup:
         elif rnd.removed != removed or rnd.survivors != survivors:
             self._reject(r, request_id, f"round {request_id} removes {sorted(rnd.removed)}, this apply "
                                         f"{sorted(removed)}")
+        failure = r.injections.take_fail_next_apply()
+        if failure is not None:  # accepted, then fails before checking in: the round cannot commit
+            r.push("dead", RECOVERY_FAILED_INFO)
+            r.last_ft_request_id, r.ft_error = request_id, f"injected failure: {failure}"
+            self._note(rank, "dead", request_id=request_id, reason="injected apply failure")
+            return request_id
+        if r.injections.take_stall_next_apply():  # accepted, never checks in nor recovers
+            r.round_id = r.stalled = request_id
+            self._note(rank, "stalled", request_id=request_id)
+            return request_id
+        vote_no = r.injections.take_fail_vote()
+        if vote_no is not None:
+            rnd.votes_no[rank] = vote_no
+        rnd.extra_rebuild_sec = max(rnd.extra_rebuild_sec, r.injections.slow_rebuild_sec)
         rnd.checked_in[rank] = self._clock()
         r.round_id = request_id
         self._note(rank, "apply", request_id=request_id)
@@ -212,7 +268,7 @@ class FakeDpGroup:
             if rnd.timer is not None:
                 rnd.timer.cancel()
             self._note(-1, "all_checked_in", request_id=request_id)
-            self._later(self.rebuild_sec, lambda: self._commit(rnd))
+            self._later(self.rebuild_sec + rnd.extra_rebuild_sec, lambda: self._commit(rnd))
         return request_id
 
     def _reject(self, r: GroupRank, request_id: str, error: str) -> None:
@@ -221,6 +277,10 @@ class FakeDpGroup:
         raise ApplyRejected(error)
 
     def _commit(self, rnd: _Round) -> None:
+        if rnd.votes_no:
+            noes = ", ".join(f"rank {rank}: {why}" for rank, why in sorted(rnd.votes_no.items()))
+            self._fail_round(rnd, f"scale_down failed: the vote to commit failed ({noes})", "vote failed")
+            return
         self._generation += 1
         self.removed = set(rnd.removed)
         self.members = set(rnd.survivors)
@@ -242,14 +302,19 @@ class FakeDpGroup:
         if rnd.done:
             return
         missing = sorted(rnd.survivors - set(rnd.checked_in))
+        self._fail_round(rnd, f"survivors {missing} did not check in to {rnd.request_id} within "
+                              f"{self.checkin_sec:g}s", "check-in timeout")
+
+    def _fail_round(self, rnd: _Round, error: str, reason: str) -> None:
+        """vLLM: survivors that cannot commit a scale_down are beyond repair."""
         for rank in sorted(rnd.checked_in):
             r = self.ranks[rank]
             r.round_id = None
             if r.status != "dead":
                 r.push("dead", RECOVERY_FAILED_INFO)
             r.last_ft_request_id = rnd.request_id
-            r.ft_error = f"survivors {missing} did not check in to {rnd.request_id} within {self.checkin_sec:g}s"
-            self._note(rank, "dead", request_id=rnd.request_id, reason="check-in timeout")
+            r.ft_error = error
+            self._note(rank, "dead", request_id=rnd.request_id, reason=reason)
         self._rounds.pop(rnd.request_id, None)
 
     # -- views -----------------------------------------------------------------------------------
@@ -261,3 +326,22 @@ class FakeDpGroup:
         return {"dp_size": self.dp_size, "members": sorted(self.members), "removed": sorted(self.removed),
                 "master": list(self.master), "generation": self._generation,
                 "statuses": {str(r): s.status for r, s in self.ranks.items()}}
+
+
+def _reason(params: dict[str, Any], default: str) -> str:
+    value = params.get("reason", default)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"reason must be a non-blank string, got {value!r}")
+    return value
+
+
+def _seconds(params: dict[str, Any], key: str, *, required: bool, zero_ok: bool) -> float | None:
+    if key not in params:
+        if required:
+            raise ValueError(f"this fault needs {key!r}")
+        return None
+    value = params[key]
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or value < 0 or (value == 0 and not zero_ok)):
+        raise ValueError(f"{key} must be a number {'>=' if zero_ok else '>'} 0, got {value!r}")
+    return float(value)

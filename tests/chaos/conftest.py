@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
+from motor.launch.spec import ClusterSpec
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("chaos-%Y%m%d-%H%M%S")))

@@ -14,7 +14,9 @@ from typing import Any
 from image_build import CONTAINER_PREFIX, Podman
 from motor.common.ports import free_port
 from motor.common.process import start_process
-from motor.launch.cluster import ClusterSpec, LocalCluster, ServiceProc
+from motor.launch.cluster import LocalCluster
+from motor.launch.processes import Launch, ready_path
+from motor.launch.spec import ClusterSpec
 
 # The image's user (deploy/Containerfile).
 IMAGE_UID = 10001
@@ -33,8 +35,7 @@ class ContainerCluster(LocalCluster):
         # The services write ready files and engine logs here as the image's unprivileged user.
         os.chown(self.run_dir, IMAGE_UID, IMAGE_UID)
 
-    def _start_service(self, name: str, script: str, config: dict[str, Any], ready_keys: list[str],
-                       timeout_sec: float = 60.0) -> ServiceProc:
+    def _spawn(self, name: str, script: str, config: dict[str, Any]) -> Launch:
         host = config["server"]["host"]
         if not config["server"].get("port"):
             config["server"]["port"] = free_port(host)
@@ -45,8 +46,7 @@ class ContainerCluster(LocalCluster):
             health = f"{host}:{config['server']['health_port']}"
         config_path = self.run_dir / f"{name}.config.json"
         config_path.write_text(json.dumps(config, indent=2))
-        ready = self.run_dir / f"{name}.ready.json"
-        ready.unlink(missing_ok=True)
+        ready = ready_path(self.run_dir, name)
         container = self.prefix + name.replace("nodemanager-127.0.0.", "nm")
         image = self.demo_image if script == "motor-nodemanager" else self.runtime_image
         argv = self.podman.argv(
@@ -58,8 +58,7 @@ class ContainerCluster(LocalCluster):
         self.container_names[name] = container
         self.health_addresses[name] = health
         proc = start_process(argv, log_path=self.run_dir / f"{name}.log", name=name, env=self.podman.env)
-        info = proc.wait_ready_file(ready, timeout_sec, required_keys=ready_keys)
-        return ServiceProc(name, proc, info, config_path, argv)
+        return Launch(name, proc, config_path, ready, argv)
 
     def healthchecks(self) -> dict[str, tuple[int, float]]:
         """The image's HEALTHCHECK (grpc.health.v1) run in each container: name → (exit, seconds)."""

@@ -25,9 +25,9 @@ from container_cluster import IMAGE_UID, ContainerCluster
 from deploy_helpers import IMAGE_TEST, K8S, REPO
 from image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
 from motor.common.config.loader import build_config
-from motor.launch.cluster import ClusterSpec
-from motor.testing.fake_controller import wait_for
 from nodemanager.config import NodeManagerConfig
+from motor.launch.spec import ClusterSpec
+from motor.testing.fake_controller import wait_for
 
 pytestmark = pytest.mark.timeout(1200)
 

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from motor.cli.motorctl import run as motorctl
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
+from motor.launch.spec import ClusterSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

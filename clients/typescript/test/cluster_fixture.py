@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
 from motor.launch.load import trigger_traffic
+from motor.launch.spec import ClusterSpec
 
 REPO = Path(__file__).resolve().parents[3]
 

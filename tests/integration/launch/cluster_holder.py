@@ -14,8 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from motor.launch.cluster import ClusterSpec, LocalCluster
+from motor.launch.cluster import LocalCluster
 from motor.launch.shutdown import exit_on_sigterm
+from motor.launch.spec import ClusterSpec
 
 
 def hold(run_dir: Path) -> None:

@@ -82,3 +82,99 @@ async def test_commands_other_than_scale_down_are_refused() -> None:
         group.apply(0, {"instruction": "scale_down", "request_id": ""})
     with pytest.raises(ValueError, match="every rank"):
         FakeDpGroup([1, 2])
+
+
+def test_the_reference_engines_fault_names_are_simulated() -> None:
+    from motor.sim.injection import FAULTS as REFERENCE_FAULTS
+    from motor.testing.fake_group import FAULTS
+
+    assert FAULTS == REFERENCE_FAULTS
+    group = FakeDpGroup([0, 1])
+    with pytest.raises(ValueError, match="unknown fault 'explode'"):
+        group.inject(0, "explode")
+    with pytest.raises(ValueError, match="needs 'delay_sec'"):
+        group.inject(0, "slow_rebuild")
+    with pytest.raises(ValueError, match="duration_sec must be a number > 0"):
+        group.inject(0, "hang_status", {"duration_sec": 0})
+    with pytest.raises(ValueError, match="reason must be a non-blank string"):
+        group.inject(0, "fail_vote", {"reason": " "})
+
+
+async def _faulted(group: FakeDpGroup, victim: int) -> list[int]:
+    group.inject(victim, "executor_death")
+    survivors = sorted(set(group.ranks) - {victim})
+    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in survivors), "unhealthy")
+    return survivors
+
+
+async def test_failed_apply_is_accepted_then_the_round_fails_on_every_survivor() -> None:
+    group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, checkin_sec=0.05)
+    survivors = await _faulted(group, 3)
+    group.inject(1, "fail_next_apply", {"reason": "disk full"})
+    for r in survivors:
+        assert group.apply(r, _body("r1", [3])) == "r1"  # every apply is accepted (202)
+    assert group.ranks[1].entry() == {"id": 1, "status": "dead", "fault_info": RECOVERY_FAILED_INFO,
+                                      "last_ft_request_id": "r1", "ft_error": "injected failure: disk full"}
+    await _until(lambda: all(group.ranks[r].status == "dead" for r in survivors), "round failed")
+    assert group.ranks[0].fault_info == RECOVERY_FAILED_INFO and group.ranks[0].last_ft_request_id == "r1"
+    assert "did not check in" in group.ranks[0].ft_error and "[1]" in group.ranks[0].ft_error
+    assert group.describe()["members"] == [0, 1, 2, 3], "nothing committed"
+    assert group.ranks[1].injections.fail_next_apply is None, "taken by the apply"
+
+
+async def test_stalled_apply_is_accepted_and_never_recovers() -> None:
+    group = FakeDpGroup([0, 1, 2], diagnosing_sec=0, checkin_sec=0.05)
+    survivors = await _faulted(group, 2)
+    group.inject(0, "stall_next_apply")
+    for r in survivors:
+        group.apply(r, _body("r1", [2]))
+    await _until(lambda: group.ranks[1].status == "dead", "the other survivor's round fails")
+    assert group.ranks[0].entry() == {"id": 0, "status": "unhealthy", "fault_info": "RuntimeError", "mask": [2]}
+    assert not group.serving(0) and group.ranks[0].stalled == "r1"
+    assert group.apply(0, _body("r2", [2])) == "r2", "a later command is ignored, not refused"
+    await asyncio.sleep(0.06)
+    assert group.ranks[0].status == "unhealthy" and not group.serving(0)
+    events = [(e["rank"], e["event"]) for e in group.journal]
+    assert (0, "stalled") in events and (0, "ignored") in events
+
+
+async def test_failed_vote_makes_every_survivor_dead_after_all_checked_in() -> None:
+    group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, rebuild_sec=0.01, checkin_sec=5.0)
+    survivors = await _faulted(group, 0)
+    group.inject(2, "fail_vote")
+    for r in survivors:
+        group.apply(r, _body("r1", [0], dp_master_ip="127.0.0.3", dp_store_port=20001))
+    await _until(lambda: all(group.ranks[r].status == "dead" for r in survivors), "vote failed")
+    for r in survivors:
+        entry = group.ranks[r].entry()
+        assert entry["fault_info"] == RECOVERY_FAILED_INFO and entry["last_ft_request_id"] == "r1"
+        assert entry["ft_error"] == "scale_down failed: the vote to commit failed (rank 2: injected vote failure)"
+    assert group.describe()["members"] == [0, 1, 2, 3] and group.describe()["generation"] == 0
+    assert any(e["event"] == "all_checked_in" for e in group.journal), "every survivor checked in first"
+
+
+async def test_slow_rebuild_delays_the_commit_and_clear_disarms() -> None:
+    group = FakeDpGroup([0, 1, 2], diagnosing_sec=0, rebuild_sec=0.0)
+    survivors = await _faulted(group, 2)
+    group.inject(0, "slow_rebuild", {"delay_sec": 0.2})
+    group.inject(1, "fail_vote")
+    group.inject(1, "clear")
+    assert group.ranks[1].injections.fail_vote is None
+    for r in survivors:
+        group.apply(r, _body("r1", [2]))
+    await asyncio.sleep(0.05)
+    assert not group.serving(0), "still rebuilding"
+    await _until(lambda: group.serving(0) and group.serving(1), "committed after the delay")
+    assert group.describe()["members"] == [0, 1]
+
+
+async def test_hang_status_holds_the_status_read_until_cleared() -> None:
+    group = FakeDpGroup([0, 1])
+    group.inject(1, "hang_status")
+    read = asyncio.create_task(group.ranks[1].injections.wait_status_released())
+    await asyncio.sleep(0.02)
+    assert not read.done()
+    group.inject(1, "clear")
+    await asyncio.wait_for(read, 1)
+    group.inject(1, "hang_status", {"duration_sec": 0.01})
+    await asyncio.wait_for(group.ranks[1].injections.wait_status_released(), 1)
