@@ -22,23 +22,20 @@ from motor.controller.election import LeaderElection
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.fault_manager import FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.runtime import (
-    SERVABLE_PHASES,
-    TRANSACTION_PHASES,
-    FtPhase,
-    FtRuntimeStore,
-)
-from motor.controller.fault_tolerance.strategy.base import (
-    FALLBACK_RECONFIGURATION,
-    ControllerDeps,
-    publish_serving_view,
-)
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, publish_serving_view
 from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.fencing import Fence, Leadership
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.metrics import ControllerMetrics
+from motor.controller.model.runtime import (
+    FALLBACK_RECONFIGURATION,
+    SERVABLE_PHASES,
+    TRANSACTION_PHASES,
+    FtPhase,
+    FtRuntimeStore,
+)
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
 from motor.controller.serving import EventPusher, PublishError, project_serving_view

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from gen.motor.v1 import controller_pb2
 from motor.common.metrics_http import add_metrics_route
-from motor.controller.fault_tolerance.runtime import FtRuntime
 from motor.controller.fault_tolerance.timeline import gate_reason_proto, phase_proto
+from motor.controller.model.runtime import FtRuntime
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
-"""Fault tolerance of DP instances (RFC §3–§5). Pure modules have no I/O and no clock reads.
+"""Fault tolerance of DP instances (RFC §3–§5). Pure modules have no I/O and no clock reads; the
+runtime, capability and placement types they share with the rest of the Controller live in
+`motor.controller.model`.
 
 Domain (pure):
-  runtime          FtPhase, the one transition function, FtRuntime and FtRuntimeStore, can_serve
   evidence         Health, EvidenceKind, RankEvidence, FaultNormalizer (report → original rank)
   context          ScaleDownContext, the frozen input of one round
   decision         decide(): the RFC §4.3 priority decision; FallbackCause

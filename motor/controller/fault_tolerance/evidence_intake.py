@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind, FaultNormalizer, Health, RankEvidence
-from motor.controller.fault_tolerance.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
+from motor.controller.model.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
 
 
 @dataclass

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from motor.common.config import FaultToleranceConfig
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import FallbackCause
-from motor.controller.fault_tolerance.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore
 from motor.controller.hardware.levels import is_severe, level_text
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.resolver import InstanceMapping, InstanceTopology, TopologyResolver, Unmappable
 from motor.controller.instances import InstanceRegistry
+from motor.controller.model.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,10 @@ from motor.controller.fault_tolerance.decision import Action, FallbackCause, dec
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
-from motor.controller.fault_tolerance.runtime import FtPhase
-from motor.controller.fault_tolerance.strategy.base import (
-    FALLBACK_RECONFIGURATION,
-    ControllerDeps,
-    Outcome,
-    Strategy,
-)
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Strategy
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
+from motor.controller.model.runtime import FALLBACK_RECONFIGURATION, FtPhase
 
 log = logging.getLogger(__name__)
 

@@ -8,18 +8,10 @@ from hypothesis import strategies as st
 
 from motor.controller.fault_tolerance.decision import Action, decide
 from motor.controller.fault_tolerance.evidence import Health
-from motor.controller.fault_tolerance.gate import (
-    REASON_ORDER,
-    Capability,
-    evaluate_gate,
-)
-from motor.controller.fault_tolerance.topology import (
-    EndpointInfo,
-    PodInfo,
-    TopologyError,
-    plan_round,
-    recyclable_pods,
-)
+from motor.controller.fault_tolerance.gate import REASON_ORDER, evaluate_gate
+from motor.controller.fault_tolerance.topology import TopologyError, plan_round, recyclable_pods
+from motor.controller.model.capability import Capability
+from motor.controller.model.placement import EndpointInfo, PodInfo
 
 GOOD = Capability(True, True, True, False, True, 8)
 

@@ -13,8 +13,8 @@ from gen.motor.v1 import coordinator_pb2
 from motor.controller.clients import ControllerPeers
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fencing import Fence, Leadership
+from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore
 from motor.controller.persistence.persister import read_only_view
 from motor.controller.serving import EventPusher

@@ -15,17 +15,14 @@ from motor.common.config import ControllerConfig
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.evidence import RankEvidence
-from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
 from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
 from motor.controller.instances import InstanceRegistry
+from motor.controller.model.runtime import FtPhase, FtRuntimeStore
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-FALLBACK_RECONFIGURATION = "instance_reconfiguration"
-
 
 class Priority(IntEnum):
     """Higher preempts lower. Fast recovery is never preempted by scale-down (RFC §4.3)."""
