@@ -21,7 +21,8 @@ Orchestration:
                    directly (bounded), fed through the evidence intake
   idle_probe       IdleProbe (opt-in): a DEAD rank with HEALTHY survivors gets one canary request at a
                    time through the Coordinator, so the survivors' collective fails and the round runs
-  fault_manager    FaultManager: the Controller's entry point wiring intake, decision and centre
+  running          RunningStrategies: which strategy runs on each instance (the centre writes it)
+  fault_manager    FaultManager: the Controller's entry point building intake, decision and centre
 
 Executors (package `strategy`):
   base             ControllerDeps, Strategy, Outcome, timed_call, drain and publish shared by both

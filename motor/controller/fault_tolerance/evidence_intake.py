@@ -37,6 +37,10 @@ class EvidenceIntake:
     def of(self, instance_id: int) -> InstanceEvidence:
         return self._by_instance.setdefault(instance_id, InstanceEvidence())
 
+    def window_open(self, instance_id: int) -> bool:
+        """Whether a collection window is open on the instance (RFC §4.3)."""
+        return self.of(instance_id).window_started_sec is not None
+
     def instances(self) -> list[InstanceEvidence]:
         return list(self._by_instance.values())
 

@@ -75,7 +75,7 @@ async def test_a_replica_acts_only_after_taking_over_and_stops_when_deposed() ->
     assert [(r.instance_id, r.phase) for r in core.status_runtimes()] == [(7, FtPhase.SCALING_DOWN)]
 
     fence = Fence(11, b"/p/leader", math.inf)
-    core.leadership.fence = fence
+    core.leadership.adopt(fence)
     core.elected(fence)
     await core._promotion
     assert core.acting and core.takeovers == 1
