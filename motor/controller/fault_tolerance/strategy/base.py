@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
 class Priority(IntEnum):
     """Higher preempts lower. Fast recovery is never preempted by scale-down (RFC §4.3)."""
 
