@@ -214,8 +214,10 @@ class LeaderElection:
             sent = self._clock()
             try:
                 # Bounded by the fence too: a refresh still unanswered at the deadline is a loss now.
-                ttl, kv = await asyncio.wait_for(self._refresh_and_read(fence),
-                                                 max(0.05, fence.deadline - self._clock()))
+                # (asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that lands as
+                # the refresh completes, and close() would then wait for a loop that never ends.)
+                async with asyncio.timeout(max(0.05, fence.deadline - self._clock())):
+                    ttl, kv = await self._refresh_and_read(fence)
             except TimeoutError:
                 fence.lose(f"no keepalive of lease {fence.lease_id:x} answered before the deadline")
                 break
@@ -239,7 +241,8 @@ class LeaderElection:
 
     async def _wait(self, lost: asyncio.Event, sec: float) -> None:
         try:
-            await asyncio.wait_for(lost.wait(), sec)
+            async with asyncio.timeout(sec):
+                await lost.wait()
         except TimeoutError:
             pass
 
