@@ -19,7 +19,20 @@ Modules:
   metrics          ControllerMetrics: Prometheus metrics fed by the typed timeline and the runtime
 
 Packages:
+  model            the shared domain types: runtime and phases, capability, placement (pure)
   fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)
   persistence      the persisted record, memory and etcd stores, RuntimePersister and the restart rule
   hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
+
+Layers, each importing only the ones below it (siblings on one line import each other neither; the
+`layers` contract in pyproject.toml checks this):
+  main
+  servicer
+  core                                  the composition root
+  election | metrics | status
+  fault_tolerance
+  persistence | serving
+  instances | clients
+  fencing | model | clock | hardware
+  config
 """

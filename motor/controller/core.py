@@ -22,23 +22,20 @@ from motor.controller.election import LeaderElection
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.fault_manager import FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.runtime import (
-    SERVABLE_PHASES,
-    TRANSACTION_PHASES,
-    FtPhase,
-    FtRuntimeStore,
-)
-from motor.controller.fault_tolerance.strategy.base import (
-    FALLBACK_RECONFIGURATION,
-    ControllerDeps,
-    publish_serving_view,
-)
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, publish_serving_view
 from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.fencing import Fence, Leadership
 from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.metrics import ControllerMetrics
+from motor.controller.model.runtime import (
+    FALLBACK_RECONFIGURATION,
+    SERVABLE_PHASES,
+    TRANSACTION_PHASES,
+    FtPhase,
+    FtRuntimeStore,
+)
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
@@ -56,7 +53,9 @@ class ControllerCore:
         clock: Clock | None = None,
         fast_recovery: FastRecovery | None = None,
         leadership: Leadership | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
+        """`metrics`: shared with what the process built before the core (its leadership's refusals)."""
         self.config = config
         self.clock = clock or SystemClock()
         self.leadership = leadership or Leadership.solo()
@@ -64,10 +63,10 @@ class ControllerCore:
         self.scale_down_enabled = ft.enable_fault_tolerance and ft.enable_dp_scale_down
         self.runtimes = FtRuntimeStore(self.scale_down_enabled)
         self.registry = InstanceRegistry()
-        self.metrics = ControllerMetrics()
+        self.metrics = metrics or ControllerMetrics()
         self.timelines = TimelineBook(observer=self.metrics)
-        self.broadcaster = RuntimeBroadcaster()
-        self.broadcaster.add_listener(lambda iid: self.metrics.observe_runtime(self.runtimes.find(iid)))
+        self.broadcaster = RuntimeBroadcaster(
+            on_change=lambda iid: self.metrics.observe_runtime(self.runtimes.find(iid)))
         self.store = store
         self.persister = RuntimePersister(store, self.runtimes, self.registry)
         self.nodemanagers = peers.nodemanagers
@@ -84,13 +83,11 @@ class ControllerCore:
             changed=self.broadcaster.changed,
         )
         self._fast_recovery = fast_recovery
-        self.faults = FaultManager(self.deps, fast_recovery)
-        self.faults.hardware.on_fault = self.metrics.hardware_fault
+        self.faults = FaultManager(self.deps, fast_recovery, self.metrics.hardware_fault)
         self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
-        self.leadership.on_refused = self.metrics.not_leader
-        # Set by the process (motor.controller.main) when replicas elect a leader.
-        self.election: LeaderElection | None = None
-        # Acting: leading and done taking over (always, without election, as before replicas).
+        # The election start() campaigns through, when replicas elect a leader.
+        self._election: LeaderElection | None = None
+        # Acting: leading and done taking over (always, without election).
         self._acting = not self.leadership.election_enabled
         self._acting_tasks: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -111,21 +108,24 @@ class ControllerCore:
             return self.runtimes.all()
         return list(self._standby_view)
 
-    async def start(self) -> None:
+    async def start(self, election: LeaderElection | None = None) -> None:
+        """Acts at once without `election`; with it (built on this core's elected and deposed),
+        campaigns and acts only once a term is won."""
         log.info("controller store: %s", self.store.description)
-        if self.election is None:
+        if election is None:
             await self._start_acting()
             return
+        self._election = election
         self._tasks.append(asyncio.create_task(self._standby_refresh_loop(), name="standby-view"))
-        await self.election.start()
+        await election.start()
         if self._promotion is not None:
             # Won the first round: serve only once the takeover is done (it resigns by itself on failure).
             await asyncio.gather(asyncio.shield(self._promotion), return_exceptions=True)
 
     async def stop(self) -> None:
-        if self.election is not None:
+        if self._election is not None:
             # Resigning first lets a standby take over while this one finishes stopping.
-            await self.election.close(resign=True)
+            await self._election.close(resign=True)
         if self._promotion is not None:
             self._promotion.cancel()
             await asyncio.gather(self._promotion, return_exceptions=True)
@@ -162,8 +162,7 @@ class ControllerCore:
         self.registry.clear()
         self.persister.reset()
         self.pusher.forget()
-        self.faults = FaultManager(self.deps, self._fast_recovery)
-        self.faults.hardware.on_fault = self.metrics.hardware_fault
+        self.faults = FaultManager(self.deps, self._fast_recovery, self.metrics.hardware_fault)
         self.monitor = ResourceMonitor.from_config(self.config.hardware_monitor)
 
     def elected(self, fence: Fence) -> None:

@@ -16,7 +16,7 @@ returned does the replica campaign again, so no task of the old term is left whe
 A graceful stop resigns (revokes the lease), so a standby takes over at once.
 
 Every etcd call is bounded by the store's request timeout (`EtcdConnection`); every loop iteration
-is bounded in time, and a failed iteration waits a short, bounded backoff.
+is bounded in time, and a failed iteration waits a short, bounded backoff (tenacity, for the campaign).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aetcd
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_fixed
 
 from motor.controller.fencing import Fence, Leadership
 from motor.controller.persistence.errors import StoreError
@@ -125,12 +126,11 @@ class LeaderElection:
 
     async def _run(self) -> None:
         while True:
-            fence = await self._campaign()
+            lost = asyncio.Event()
+            fence = await self._campaign(lambda reason, lost=lost: lost.set())
             self._fence = fence
             self.terms_won += 1
-            lost = asyncio.Event()
-            fence.on_lost = lambda reason, lost=lost: lost.set()
-            self._leadership.fence = fence
+            self._leadership.adopt(fence)
             self._leadership.set_leader(self.me.replica_id, self.me.address, fence.term)
             log.warning("replica %s leads: term %d, lease %x (ttl %ds)", self.me.replica_id, fence.term,
                         fence.lease_id, self.ttl_sec)
@@ -142,27 +142,31 @@ class LeaderElection:
             await self._on_deposed(reason)
             await self._revoke(fence.lease_id)
 
-    async def _campaign(self) -> Fence:
-        """Returns once this replica won; each iteration is bounded (one read, maybe one transaction,
-        one bounded observe wait)."""
+    async def _campaign(self, on_lost: Callable[[str], None]) -> Fence:
+        """Returns once this replica won, with a fence that calls `on_lost` when it is lost. Each
+        iteration is bounded (one read, maybe one transaction, one bounded observe wait); etcd
+        failing, it is tried again after the fixed backoff for as long as the replica runs
+        (cancelling the election ends the wait)."""
+        retrying = AsyncRetrying(retry=retry_if_exception_type(StoreError), wait=wait_fixed(self._backoff),
+                                 before_sleep=self._campaign_failed, reraise=True)
         while True:
-            try:
-                fence = await self._campaign_once()
-                self._ok()
-                if fence is not None:
-                    return fence
-            except StoreError as exc:
-                self._failed("campaign", exc)
-                await asyncio.sleep(self._backoff)
+            fence = await retrying(self._campaign_once, on_lost)
+            self._ok()
+            if fence is not None:
+                return fence
 
-    async def _campaign_once(self) -> Fence | None:
+    def _campaign_failed(self, state: RetryCallState) -> None:
+        if state.outcome is not None:
+            self._failed("campaign", state.outcome.exception())
+
+    async def _campaign_once(self, on_lost: Callable[[str], None]) -> Fence | None:
         kv = await self._read_key()
         if kv is not None and kv.lease in self._own_leases:
             # Our own key of a term we already gave up (etcd was unreachable when we revoked it).
             await self._revoke(kv.lease)
             return None
         if kv is None:
-            fence = await self._try_to_win()
+            fence = await self._try_to_win(on_lost)
             if fence is not None:
                 return fence
             kv = await self._read_key()
@@ -176,7 +180,7 @@ class LeaderElection:
                                     wait_sec=min(_OBSERVE_WAIT_SEC, self.ttl_sec / 2))
         return None
 
-    async def _try_to_win(self) -> Fence | None:
+    async def _try_to_win(self, on_lost: Callable[[str], None]) -> Fence | None:
         sent = self._clock()
 
         async def grant(client: aetcd.Client) -> Any:
@@ -202,7 +206,7 @@ class LeaderElection:
             return None
         kv = responses[1][0][1]
         deadline = sent + lease.ttl - self._margin
-        return Fence(kv.create_revision, key, deadline, clock=self._clock, lease_id=lease.id)
+        return Fence(kv.create_revision, key, deadline, clock=self._clock, lease_id=lease.id, on_lost=on_lost)
 
     async def _lead(self, fence: Fence, lost: asyncio.Event) -> str:
         """Keeps the lease alive until the leadership is lost; returns why it was."""
@@ -210,8 +214,10 @@ class LeaderElection:
             sent = self._clock()
             try:
                 # Bounded by the fence too: a refresh still unanswered at the deadline is a loss now.
-                ttl, kv = await asyncio.wait_for(self._refresh_and_read(fence),
-                                                 max(0.05, fence.deadline - self._clock()))
+                # (asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that lands as
+                # the refresh completes, and close() would then wait for a loop that never ends.)
+                async with asyncio.timeout(max(0.05, fence.deadline - self._clock())):
+                    ttl, kv = await self._refresh_and_read(fence)
             except TimeoutError:
                 fence.lose(f"no keepalive of lease {fence.lease_id:x} answered before the deadline")
                 break
@@ -235,7 +241,8 @@ class LeaderElection:
 
     async def _wait(self, lost: asyncio.Event, sec: float) -> None:
         try:
-            await asyncio.wait_for(lost.wait(), sec)
+            async with asyncio.timeout(sec):
+                await lost.wait()
         except TimeoutError:
             pass
 
@@ -274,7 +281,7 @@ class LeaderElection:
                 return
         self._own_leases.discard(lease_id)
 
-    def _failed(self, what: str, exc: Exception) -> None:
+    def _failed(self, what: str, exc: BaseException) -> None:
         if not self._failing:
             log.warning("leader election: %s failed (logged once per outage): %s", what, exc)
         self._failing = True

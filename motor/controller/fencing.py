@@ -11,7 +11,7 @@ a new fence.
 `Leadership` is the one shared holder: the store, the peer clients, the servicer and the core ask
 it (`check`, `leading`, `call_metadata`), so a task of a term that just ended is refused by the same
 check as anything else. Without election the fence is `Fence.solo()`: term 0, no key, no deadline
-(a lone Controller always leads, as before replicas existed).
+(a lone Controller always leads).
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ class NotLeaderError(RuntimeError):
 
 class Fence:
     def __init__(self, term: int, key: bytes | None, deadline: float, *, clock: Callable[[], float] = time.monotonic,
-                 lease_id: int = 0, lost: str | None = None) -> None:
+                 lease_id: int = 0, lost: str | None = None,
+                 on_lost: Callable[[str], None] = lambda reason: None) -> None:
         self.term = term
         self.key = key
         self.lease_id = lease_id
         self._deadline = deadline
         self._clock = clock
         self._lost = lost
-        self.on_lost: Callable[[str], None] = lambda reason: None
+        self._on_lost = on_lost
 
     @classmethod
     def solo(cls) -> Fence:
@@ -74,7 +75,7 @@ class Fence:
             return
         self._lost = reason
         log.warning("leadership of term %d lost: %s", self.term, reason)
-        self.on_lost(reason)
+        self._on_lost(reason)
 
     def check(self, what: str) -> None:
         reason = self.lost_reason
@@ -94,14 +95,16 @@ class LeaderView:
 class Leadership:
     """The current fence and what this replica knows about the leader (the status page's source)."""
 
-    def __init__(self, *, election_enabled: bool, replica_id: str, address: str = "") -> None:
+    def __init__(self, *, election_enabled: bool, replica_id: str, address: str = "",
+                 on_refused: Callable[[str], None] = lambda kind: None) -> None:
+        """`on_refused`: called with the kind ("store", "peer") of every action refused because this
+        replica did not lead (the metrics)."""
         self.election_enabled = election_enabled
         self.replica_id = replica_id
         self.address = address
         self.fence = Fence.standby("no leadership won yet") if election_enabled else Fence.solo()
         self.leader = LeaderView() if election_enabled else LeaderView(replica_id, address, 0)
-        # Actions refused because this replica did not lead, by kind ("store", "peer"): the metrics.
-        self.on_refused: Callable[[str], None] = lambda kind: None
+        self._on_refused = on_refused
 
     @classmethod
     def solo(cls, replica_id: str = "", address: str = "") -> Leadership:
@@ -115,13 +118,21 @@ class Leadership:
     def term(self) -> int:
         return self.fence.term
 
+    def advertise(self, address: str) -> None:
+        """host:port others reach this replica at, known once its gRPC server is bound."""
+        self.address = address
+
+    def adopt(self, fence: Fence) -> None:
+        """The fence of a term this replica just won: every check goes through it from now on."""
+        self.fence = fence
+
     def check(self, what: str, kind: str = "peer") -> Fence:
         """The fence to act under; NotLeaderError (counted) when this replica does not lead now."""
         fence = self.fence
         try:
             fence.check(what)
         except NotLeaderError:
-            self.on_refused(kind)
+            self._on_refused(kind)
             raise
         return fence
 

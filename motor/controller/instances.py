@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gen.motor.v1 import common_pb2, controller_pb2
-from motor.controller.fault_tolerance.gate import Capability
-from motor.controller.fault_tolerance.topology import EndpointInfo, PodInfo
+from motor.controller.model.capability import Capability
+from motor.controller.model.placement import EndpointInfo, PodInfo
 
 
 class RegistrationError(ValueError):

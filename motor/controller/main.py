@@ -22,6 +22,7 @@ from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.election import LeaderElection, ReplicaIdentity
 from motor.controller.fencing import Leadership
+from motor.controller.metrics import ControllerMetrics
 from motor.controller.persistence import EtcdRuntimeStore, open_runtime_store
 from motor.controller.servicer import ControllerServicer
 from motor.controller.status import message_json, status_app
@@ -33,23 +34,26 @@ class ControllerService:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
         self.core: ControllerCore | None = None
+        self._election: LeaderElection | None = None
         self._grpc: GrpcServer | None = None
         self._http: web.AppRunner | None = None
 
     async def start(self) -> dict[str, Any]:
         security = self.config.security
         log_transport("controller", security, self.config.server)
-        store = open_runtime_store(self.config.store, client_tls(self.config.store.tls, security))
-        election = self.config.election_enabled and isinstance(store, EtcdRuntimeStore)
+        # Election needs etcd (election_enabled says so), where every write is fenced by the term.
+        election = self.config.election_enabled
         election_config = self.config.leader_election
+        metrics = ControllerMetrics()
         leadership = Leadership(election_enabled=election,
-                                replica_id=election_config.replica_id or f"{socket.gethostname()}-{os.getpid()}")
-        if isinstance(store, EtcdRuntimeStore) and election:
-            store.leadership = leadership
+                                replica_id=election_config.replica_id or f"{socket.gethostname()}-{os.getpid()}",
+                                on_refused=metrics.not_leader)
+        store = open_runtime_store(self.config.store, client_tls(self.config.store.tls, security),
+                                   leadership if election else None)
         core = self.core = ControllerCore(self.config, store, ControllerPeers.from_config(self.config, leadership),
-                                          leadership=leadership)
+                                          leadership=leadership, metrics=metrics)
         if not election:
-            # A lone Controller: restored before it serves, as always.
+            # A lone Controller: restored before it serves.
             log.info("controller %s acts alone (no leader election: %s)", leadership.replica_id,
                      "leader_election.mode=off" if self.config.store.etcd_endpoints else "no etcd")
             await core.start()
@@ -60,16 +64,16 @@ class ControllerService:
             "controller",
         )
         grpc_port = await self._grpc.start()
-        leadership.address = election_config.advertise_address or _advertised(self.config.server.host, grpc_port)
+        leadership.advertise(election_config.advertise_address or _advertised(self.config.server.host, grpc_port))
         if election:
             assert isinstance(store, EtcdRuntimeStore)
             # Replicas serve (read-only) before they campaign: they answer who leads from the start.
-            core.election = LeaderElection(
+            self._election = LeaderElection(
                 store.connection(), store.leader_key, election_config.lease_ttl_sec,
                 ReplicaIdentity(leadership.replica_id, leadership.address), leadership, core.elected, core.deposed)
             log.info("controller replica %s at %s campaigns for %s (lease ttl %ds)", leadership.replica_id,
                      leadership.address, store.leader_key, election_config.lease_ttl_sec)
-            await core.start()
+            await core.start(self._election)
         app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
                          core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()))
         ssl_context = None
@@ -88,9 +92,9 @@ class ControllerService:
         return {"grpc_port": grpc_port, "http_port": http_port, "replica_id": leadership.replica_id}
 
     async def stop(self) -> None:
-        if self.core is not None and self.core.election is not None:
+        if self._election is not None:
             # Resign before going deaf: a standby takes over while this one drains its calls.
-            await self.core.election.close(resign=True)
+            await self._election.close(resign=True)
         if self._grpc is not None:
             await self._grpc.stop()
         if self._http is not None:

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gen.motor.v1 import controller_pb2
 from motor.common.authz import count_refusals
-from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntime
 from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES, fault_to_published_sec, scale_down_stages
 from motor.controller.fault_tolerance.timeline import Transaction
+from motor.controller.model.runtime import FtPhase, FtRuntime
 
 Kind = controller_pb2.TimelineEventKind
 

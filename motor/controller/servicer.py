@@ -20,10 +20,10 @@ from motor.common.metadata import LEADER_ADDRESS_METADATA, LEADER_TERM_METADATA
 from motor.common.validation import check_request
 from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
-from motor.controller.fault_tolerance.runtime import UnknownInstanceError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.instances import RegistrationError
+from motor.controller.model.runtime import UnknownInstanceError
 from motor.controller.status import runtime_proto
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from gen.motor.v1 import common_pb2, coordinator_pb2
 from motor.controller.clients import CoordinatorClient, PeerCallError
-from motor.controller.fault_tolerance.runtime import FtRuntime, serving_ranks
+from motor.controller.model.runtime import FtRuntime, serving_ranks
 
 log = logging.getLogger(__name__)
 

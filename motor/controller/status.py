@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from gen.motor.v1 import controller_pb2
 from motor.common.metrics_http import add_metrics_route
-from motor.controller.fault_tolerance.runtime import FtRuntime
 from motor.controller.fault_tolerance.timeline import gate_reason_proto, phase_proto
+from motor.controller.model.runtime import FtRuntime
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +125,11 @@ def message_json(msg: Message) -> dict[str, Any]:
 class RuntimeBroadcaster:
     """Fan-out of runtime changes to watchers; a slow watcher loses intermediate states, never the last."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[int], None] = lambda instance_id: None) -> None:
+        """`on_change`: called synchronously on every change (the metrics' runtime gauges), before the
+        watchers."""
         self._queues: set[asyncio.Queue[int]] = set()
-        self._listeners: list[Callable[[int], None]] = []
-
-    def add_listener(self, listener: Callable[[int], None]) -> None:
-        """Called synchronously on every change (the metrics' runtime gauges), before the watchers."""
-        self._listeners.append(listener)
+        self._on_change = on_change
 
     def subscribe(self) -> asyncio.Queue[int]:
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=256)
@@ -142,8 +140,7 @@ class RuntimeBroadcaster:
         self._queues.discard(queue)
 
     def changed(self, instance_id: int) -> None:
-        for listener in self._listeners:
-            listener(instance_id)
+        self._on_change(instance_id)
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()

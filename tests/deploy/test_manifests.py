@@ -24,8 +24,9 @@ from motor.coordinator.config import CoordinatorConfig
 from nodemanager.config import NodeManagerConfig
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role
-from motor.controller.fault_tolerance.gate import Capability, evaluate_gate
+from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.hardware.formats.names import CONFIGMAP_NAMESPACE
+from motor.controller.model.capability import Capability
 from nodemanager.device_ids import check_device_ids
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,8 +9,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES
+from motor.controller.model.runtime import FtPhase
 from motor.launch.load import trigger_traffic
 
 pytestmark = pytest.mark.timeout(300)

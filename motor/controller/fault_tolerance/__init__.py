@@ -1,7 +1,8 @@
-"""Fault tolerance of DP instances (RFC §3–§5). Pure modules have no I/O and no clock reads.
+"""Fault tolerance of DP instances (RFC §3–§5). Pure modules have no I/O and no clock reads; the
+runtime, capability and placement types they share with the rest of the Controller live in
+`motor.controller.model`.
 
 Domain (pure):
-  runtime          FtPhase, the one transition function, FtRuntime and FtRuntimeStore, can_serve
   evidence         Health, EvidenceKind, RankEvidence, FaultNormalizer (report → original rank)
   context          ScaleDownContext, the frozen input of one round
   decision         decide(): the RFC §4.3 priority decision; FallbackCause
@@ -20,7 +21,8 @@ Orchestration:
                    directly (bounded), fed through the evidence intake
   idle_probe       IdleProbe (opt-in): a DEAD rank with HEALTHY survivors gets one canary request at a
                    time through the Coordinator, so the survivors' collective fails and the round runs
-  fault_manager    FaultManager: the Controller's entry point wiring intake, decision and centre
+  running          RunningStrategies: which strategy runs on each instance (the centre writes it)
+  fault_manager    FaultManager: the Controller's entry point building intake, decision and centre
 
 Executors (package `strategy`):
   base             ControllerDeps, Strategy, Outcome, timed_call, drain and publish shared by both

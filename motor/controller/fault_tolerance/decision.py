@@ -121,3 +121,13 @@ def decide(
         )
     return Decision(Action.WAIT, "incomplete snapshot: waiting for more evidence", dead, unhealthy, window_end,
                     wait_kind=WaitKind.EVIDENCE)
+
+
+def reconfiguration_retry_delay_sec(attempts: int, *, max_attempts: int, first_delay_sec: float,
+                                    max_delay_sec: float) -> float | None:
+    """How long a reconfiguration that failed `attempts` times (≥ 1) waits before its next try:
+    doubling from `first_delay_sec`, capped at `max_delay_sec`; None once `max_attempts` failed
+    (it gives up until a pod registers again, never retrying forever)."""
+    if attempts >= max_attempts:
+        return None
+    return min(max_delay_sec, first_delay_sec * 2 ** (attempts - 1))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind, FaultNormalizer, Health, RankEvidence
-from motor.controller.fault_tolerance.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
+from motor.controller.model.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
 
 
 @dataclass
@@ -36,6 +36,10 @@ class EvidenceIntake:
 
     def of(self, instance_id: int) -> InstanceEvidence:
         return self._by_instance.setdefault(instance_id, InstanceEvidence())
+
+    def window_open(self, instance_id: int) -> bool:
+        """Whether a collection window is open on the instance (RFC §4.3)."""
+        return self.of(instance_id).window_started_sec is not None
 
     def instances(self) -> list[InstanceEvidence]:
         return list(self._by_instance.values())

@@ -1,5 +1,6 @@
-"""FaultManager: the Controller's one entry point for fault evidence (RFC §4.3, §4.4). It wires the
-three seams of the RFC together and adds only the clock reads and the wake-ups:
+"""FaultManager: the Controller's one entry point for fault evidence (RFC §4.3, §4.4). It builds the
+three seams of the RFC, each collaborator through its constructor and in dependency order, and adds
+only the clock reads and the wake-ups:
 
 - `evidence_intake.EvidenceIntake`: software reports and heartbeats per instance (pure);
 - `hardware_intake.HardwareIntake`: hardware faults → ranks → forced fallback or correlation (pure);
@@ -9,14 +10,16 @@ three seams of the RFC together and adds only the clock reads and the wake-ups:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.evidence import EvidenceKind, RankEvidence
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
+from motor.controller.fault_tolerance.running import RunningStrategies
 from motor.controller.fault_tolerance.snapshot_pull import SnapshotPuller
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
 from motor.controller.fault_tolerance.strategy_center import FastRecovery, NoFastRecovery, StrategyCenter
@@ -26,50 +29,69 @@ from motor.controller.hardware.resolver import TopologyResolver
 log = logging.getLogger(__name__)
 
 
+class SoftwareReports:
+    """Software reports into the evidence intake, with the clock reads; every recorded one wakes the
+    strategy centre."""
+
+    def __init__(self, deps: ControllerDeps, intake: EvidenceIntake, wake: Callable[[], None]) -> None:
+        self._deps = deps
+        self._intake = intake
+        self._wake = wake
+
+    def record(
+        self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
+        diagnosing_at_sec: float = 0.0, *, pulled: bool = False,
+    ) -> RankEvidence | None:
+        """The evidence recorded (None: the rank is committed dead). Raises UnknownInstanceError /
+        NormalizationError. `pulled`: read by the snapshot puller, which logs one summary line per
+        read (this one is DEBUG)."""
+        runtime = self._deps.runtimes.get(instance_id)
+        evidence = self._intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
+                                                self._deps.clock.wall(), self._deps.clock.monotonic(),
+                                                diagnosing_at_sec)
+        if evidence is None:
+            return None
+        log.log(logging.DEBUG if pulled else logging.INFO, "instance=%d rank=%d evidence=%s detail=%s", instance_id,
+                endpoint_id, kind, detail)
+        self._wake()
+        return evidence
+
+
 class FaultManager:
-    def __init__(self, deps: ControllerDeps, fast_recovery: FastRecovery | None = None) -> None:
+    def __init__(self, deps: ControllerDeps, fast_recovery: FastRecovery | None = None,
+                 on_hardware_fault: Callable[[str, bool], None] = lambda level, mapped: None) -> None:
+        """`on_hardware_fault`: (level "L1".."L6", mapped to ranks of an instance) once per new
+        hardware fault (the metrics)."""
         self.deps = deps
         ft = deps.config.fault_tolerance_config
         self.intake = EvidenceIntake()
         self.correlation = HardwareCorrelation(ft.hardware_ft_correlation_window_sec)
+        running = RunningStrategies()
         self.hardware = HardwareIntake(
             ft, deps.registry, deps.runtimes, self.correlation,
-            busy=lambda iid: self.center.running(iid) is not None,
-            window_open=lambda iid: self.intake.of(iid).window_started_sec is not None,
+            # Card names: MindCluster's forms plus hardware_monitor.card_name_prefixes (RFC §4.2 mapping).
+            TopologyResolver.from_config(deps.config.hardware_monitor),
+            busy=running.busy, window_open=self.intake.window_open, on_busy_fault=running.note_hardware,
+            on_fault=on_hardware_fault,
         )
-        # Card names: MindCluster's forms plus hardware_monitor.card_name_prefixes (RFC §4.2 mapping).
-        self.hardware.resolver = TopologyResolver.from_config(deps.config.hardware_monitor)
-        self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation,
-                                     fast_recovery or NoFastRecovery())
-        self.hardware.on_busy_fault = self._hardware_during_strategy
-        self.puller = SnapshotPuller(deps, self.intake, self.report_software,
-                                     busy=lambda iid: self.center.running(iid) is not None)
-        self.center.on_waiting = self.puller.ensure
-        self.idle_probe = self.center.idle_probe = IdleProbe(deps)
-
-    def _hardware_during_strategy(self, instance_id: int, ranks: frozenset[int], description: str) -> None:
-        running = self.center.running(instance_id)
-        if running is not None:
-            running.note_hardware(ranks, description)
+        wake = asyncio.Event()
+        self.reports = SoftwareReports(deps, self.intake, wake.set)
+        self.puller = SnapshotPuller(deps, self.intake, self.reports.record, busy=running.busy)
+        self.idle_probe = IdleProbe(deps)
+        self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation, running,
+                                     fast_recovery or NoFastRecovery(), wake=wake, on_waiting=self.puller.ensure,
+                                     idle_probe=self.idle_probe)
 
     def report_software(
         self, instance_id: int, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
-        diagnosing_at_sec: float = 0.0, *, pulled: bool = False,
+        diagnosing_at_sec: float = 0.0,
     ) -> str:
         """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError.
-        `pulled`: read by the snapshot puller, which logs one summary line per read (this one is DEBUG)
-        and follows up its own finds; any other report wakes the puller."""
-        runtime = self.deps.runtimes.get(instance_id)
-        evidence = self.intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
-                                               self.deps.clock.wall(), self.deps.clock.monotonic(),
-                                               diagnosing_at_sec)
+        A recorded report also wakes the snapshot puller of its instance (its own finds it follows up)."""
+        evidence = self.reports.record(instance_id, endpoint_id, kind, detail, observed_at_sec, diagnosing_at_sec)
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
-        log.log(logging.DEBUG if pulled else logging.INFO, "instance=%d rank=%d evidence=%s detail=%s", instance_id,
-                endpoint_id, kind, detail)
-        if not pulled:
-            self.puller.poke(instance_id)
-        self.notify()
+        self.puller.poke(instance_id)
         return f"rank {endpoint_id} {evidence.health}"
 
     def observe_heartbeat(self, instance_id: int, pod_ranks: Iterable[int], expected: Iterable[int],

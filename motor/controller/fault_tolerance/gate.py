@@ -7,9 +7,8 @@ expert slots support a round is the engine's final call after apply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from motor.controller.fault_tolerance.runtime import GateResult
+from motor.controller.model.capability import Capability
+from motor.controller.model.runtime import GateResult
 
 REASON_ORDER = (
     "FEATURE_DISABLED",
@@ -20,18 +19,6 @@ REASON_ORDER = (
     "EPLB_REQUIRED",
     "EXPERT_REDUNDANCY_REQUIRED",
 )
-
-
-@dataclass(frozen=True)
-class Capability:
-    """FtCapability as agreed by every pod of an instance."""
-
-    engine_ft_enabled: bool
-    scale_down_supported: bool
-    external_lb: bool
-    auto_recovery: bool
-    enable_eplb: bool
-    num_redundant_experts: int
 
 
 def evaluate_gate(*, enable_fault_tolerance: bool, enable_dp_scale_down: bool, capability: Capability | None) -> GateResult:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import FallbackCause
-from motor.controller.fault_tolerance.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore
-from motor.controller.hardware.formats.levels import is_severe, level_text
+from motor.controller.hardware.levels import is_severe, level_text
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.resolver import InstanceMapping, InstanceTopology, TopologyResolver, Unmappable
 from motor.controller.instances import InstanceRegistry
+from motor.controller.model.runtime import SERVABLE_PHASES, FtPhase, FtRuntimeStore
 
 log = logging.getLogger(__name__)
 
@@ -40,25 +40,30 @@ class HardwareIntake:
         registry: InstanceRegistry,
         runtimes: FtRuntimeStore,
         correlation: HardwareCorrelation,
+        resolver: TopologyResolver,
+        *,
         busy: Callable[[int], bool],
         window_open: Callable[[int], bool],
+        on_busy_fault: Callable[[int, frozenset[int], str], None],
+        on_fault: Callable[[str, bool], None] = lambda level, mapped: None,
     ) -> None:
         self._ft = ft
         self._registry = registry
         self._runtimes = runtimes
         self.correlation = correlation
+        self.resolver = resolver
+        # Whether a strategy runs on the instance, and whether its collection window is open.
         self._busy = busy
         self._window_open = window_open
-        self.resolver = TopologyResolver()
+        # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
+        self._on_busy_fault = on_busy_fault
+        # Called with (level "L1".."L6", mapped to ranks of an instance) once per new fault: the metrics.
+        self._on_fault = on_fault
         self._seen: dict[object, float] = {}
         self._notes: dict[object, str] = {}
         self._forced: dict[int, Forced] = {}
         # Faults that came while a strategy ran on the instance: evaluated again when it ends.
         self._deferred: dict[int, list[HardwareFault]] = {}
-        # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
-        self.on_busy_fault: Callable[[int, frozenset[int], str], None] = lambda iid, ranks, what: None
-        # Called with (level "L1".."L6", mapped to ranks of an instance) once per new fault: the metrics.
-        self.on_fault: Callable[[str, bool], None] = lambda level, mapped: None
 
     def report(self, faults: list[HardwareFault], now_sec: float) -> list[str]:
         """Returns what was done with each fault."""
@@ -103,7 +108,7 @@ class HardwareIntake:
         self._seen[fault.key] = fault.fault_time_unix_sec
         _trim(self._seen)
         if not is_severe(fault.level):
-            self.on_fault(level_text(fault.level), False)
+            self._on_fault(level_text(fault.level), False)
             return f"{fault.describe()}: {level_text(fault.level)} below L4, logged only"
         instances = [
             self._topology(record.instance_id)
@@ -111,7 +116,7 @@ class HardwareIntake:
             if record.assembled and self._runtimes.find(record.instance_id) is not None
         ]
         result = self.resolver.resolve(fault, instances)
-        self.on_fault(level_text(fault.level), any(m.mapped for m in result.mappings))
+        self._on_fault(level_text(fault.level), any(m.mapped for m in result.mappings))
         if result.ignored or not result.mappings:
             return f"{fault.describe()}: {result.describe()}"
         notes = [self._for_instance(fault, m, now_sec) for m in result.mappings]
@@ -139,7 +144,7 @@ class HardwareIntake:
         if self._busy(iid):
             # Never dropped: the running round takes it as evidence now, and it is judged again after.
             self._deferred.setdefault(iid, []).append(fault)
-            self.on_busy_fault(iid, mapping.ranks - runtime.dead_committed, fault.describe())
+            self._on_busy_fault(iid, mapping.ranks - runtime.dead_committed, fault.describe())
             return f"instance {iid}: a strategy is running; ranks {sorted(mapping.ranks)} kept as evidence for it"
         # Only the ranks not yet committed take part (RFC §4.4: committed ranks are already handled).
         ranks = mapping.ranks - runtime.dead_committed

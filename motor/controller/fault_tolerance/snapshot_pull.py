@@ -49,8 +49,9 @@ _HEALTH = {EvidenceKind.UNHEALTHY: Health.UNHEALTHY, EvidenceKind.DEAD: Health.D
 _PROBES_PER_INTERVAL = 4
 _FULL_EVERY = 5
 
-# (instance_id, endpoint_id, kind, detail, observed_at_sec, pulled=) → what was done, as FaultManager.report_software.
-Report = Callable[..., str]
+# (instance_id, endpoint_id, kind, detail, observed_at_sec, diagnosing_at_sec, pulled=True): records
+# a verdict read, as fault_manager.SoftwareReports.record.
+Report = Callable[..., object]
 
 
 class SnapshotPuller:
@@ -109,9 +110,6 @@ class SnapshotPuller:
                 out[pod.node_manager_address] = ranks
         return out
 
-    def _window_open(self, instance_id: int) -> bool:
-        return self._intake.of(instance_id).window_started_sec is not None
-
     async def _run(self, instance_id: int) -> None:
         ft = self._deps.config.fault_tolerance_config
         clock = self._deps.clock
@@ -124,7 +122,7 @@ class SnapshotPuller:
         seen = -1  # evidence entries before the last full read: any more is news
         probe_turn = 0
         for _ in range(bound):
-            if self._busy(instance_id) or not self._window_open(instance_id) or clock.monotonic() >= deadline:
+            if self._busy(instance_id) or not self._intake.window_open(instance_id) or clock.monotonic() >= deadline:
                 return
             lacking = self._lacking(instance_id)
             if not lacking:

@@ -17,19 +17,15 @@ from typing import Protocol
 
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
-from motor.controller.fault_tolerance.decision import Action, FallbackCause, decide
+from motor.controller.fault_tolerance.decision import Action, FallbackCause, decide, reconfiguration_retry_delay_sec
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
-from motor.controller.fault_tolerance.runtime import FtPhase
-from motor.controller.fault_tolerance.strategy.base import (
-    FALLBACK_RECONFIGURATION,
-    ControllerDeps,
-    Outcome,
-    Strategy,
-)
+from motor.controller.fault_tolerance.running import RunningStrategies
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Prelude, Strategy
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
+from motor.controller.model.runtime import FALLBACK_RECONFIGURATION, FtPhase
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +53,6 @@ class NoFastRecovery:
 
 @dataclass
 class _Slot:
-    strategy: Strategy | None = None
     task: asyncio.Task[Outcome] | None = None
     driver: asyncio.Task[None] | None = None
     retry_after_sec: float | None = None
@@ -65,20 +60,33 @@ class _Slot:
 
 
 class StrategyCenter:
-    def __init__(self, deps: ControllerDeps, intake: EvidenceIntake, hardware: HardwareIntake,
-                 correlation: HardwareCorrelation, fast_recovery: FastRecovery) -> None:
+    def __init__(
+        self,
+        deps: ControllerDeps,
+        intake: EvidenceIntake,
+        hardware: HardwareIntake,
+        correlation: HardwareCorrelation,
+        running: RunningStrategies,
+        fast_recovery: FastRecovery,
+        *,
+        wake: asyncio.Event,
+        on_waiting: Callable[[int], None],
+        idle_probe: IdleProbe | None = None,
+    ) -> None:
         self.deps = deps
         self.intake = intake
         self.hardware = hardware
         self.correlation = correlation
+        self._running = running
         self.fast_recovery = fast_recovery
         self._slots: dict[int, _Slot] = {}
-        self._wake = asyncio.Event()
-        # Called for an instance whose snapshot is still incomplete (the snapshot puller hooks in).
-        self.on_waiting: Callable[[int], None] = lambda instance_id: None
+        # Set by every report (and by notify): the loop evaluates at once.
+        self._wake = wake
+        # Called for an instance whose snapshot is still incomplete (the snapshot puller's ensure).
+        self._on_waiting = on_waiting
         # The idle-fault probe (opt-in): sees every WAIT decision; its canaries go into the timeline
         # of the transaction that ends the collection window.
-        self.idle_probe: IdleProbe | None = None
+        self.idle_probe = idle_probe
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -86,7 +94,7 @@ class StrategyCenter:
         return self._slots.setdefault(instance_id, _Slot())
 
     def running(self, instance_id: int) -> Strategy | None:
-        return self._slot(instance_id).strategy
+        return self._running.get(instance_id)
 
     def notify(self) -> None:
         self._wake.set()
@@ -153,7 +161,7 @@ class StrategyCenter:
         runtime = deps.runtimes.get(instance_id)
         slot = self._slot(instance_id)
         now = deps.clock.monotonic()
-        if slot.strategy is not None:
+        if self._running.busy(instance_id):
             # The running strategy owns the instance; a round absorbs late DEAD ranks itself.
             return
         if runtime.phase is FtPhase.RECONFIGURING:
@@ -193,7 +201,7 @@ class StrategyCenter:
             self._reconfigure(instance_id, FallbackCause.HARDWARE_NOT_CORRELATED, verdict.reason)
             return
         if decision.action is Action.WAIT:
-            self.on_waiting(instance_id)
+            self._on_waiting(instance_id)
             if self.idle_probe is not None:
                 self.idle_probe.consider(instance_id, decision, state.window_started_sec, state.evidence,
                                          runtime.active_ranks)
@@ -221,20 +229,20 @@ class StrategyCenter:
 
     def start_strategy(self, instance_id: int, strategy: Strategy) -> None:
         slot = self._slot(instance_id)
-        if slot.strategy is not None:
-            raise RuntimeError(f"instance {instance_id}: {slot.strategy.name} is still running")
-        slot.strategy = strategy
+        self._running.begin(instance_id, strategy)
         # The evidence that led here goes into the strategy's timeline (stage latencies start there).
-        strategy.evidence = sorted(self.intake.of(instance_id).evidence.values(), key=lambda ev: ev.observed_at_sec)
-        strategy.probes = self.idle_probe.take(instance_id) if self.idle_probe is not None else []
-        slot.task = asyncio.create_task(strategy.run(), name=f"{strategy.name}-{instance_id}")
+        prelude = Prelude(
+            evidence=tuple(sorted(self.intake.of(instance_id).evidence.values(), key=lambda ev: ev.observed_at_sec)),
+            probes=tuple(self.idle_probe.take(instance_id) if self.idle_probe is not None else ()),
+        )
+        slot.task = asyncio.create_task(strategy.run(prelude), name=f"{strategy.name}-{instance_id}")
         slot.driver = asyncio.create_task(self._drive(instance_id, strategy, slot.task))
 
     async def stop_running(self, instance_id: int) -> None:
         """stop(), then wait for both the logical finish and the task's completion, so an old
         transaction's abort never overlaps what comes next."""
         slot = self._slot(instance_id)
-        strategy, task, driver = slot.strategy, slot.task, slot.driver
+        strategy, task, driver = self._running.get(instance_id), slot.task, slot.driver
         if strategy is None or task is None:
             return
         log.warning("instance=%d stopping %s", instance_id, strategy.name)
@@ -255,7 +263,8 @@ class StrategyCenter:
             log.exception("instance=%d %s crashed", instance_id, strategy.name)
             outcome = Outcome(False, f"{strategy.name} crashed: {exc}", fallback=FALLBACK_RECONFIGURATION)
         finally:
-            slot.strategy = slot.task = slot.driver = None
+            self._running.end(instance_id)
+            slot.task = slot.driver = None
         if outcome is None or self._closing:
             return
         self._on_outcome(instance_id, strategy, outcome)
@@ -270,7 +279,11 @@ class StrategyCenter:
         slot, runtime = self._slot(instance_id), self.deps.runtimes.get(instance_id)
         runtime.reconfiguration_attempts += 1
         attempts = runtime.reconfiguration_attempts
-        if attempts >= config.reconfiguration_max_attempts:
+        delay = reconfiguration_retry_delay_sec(
+            attempts, max_attempts=config.reconfiguration_max_attempts,
+            first_delay_sec=config.fault_tolerance_config.strategy_center_check_interval,
+            max_delay_sec=config.reconfiguration_max_backoff_sec)
+        if delay is None:
             runtime.reconfiguration_gave_up = True
             slot.retry_after_sec = None
             self.deps.runtimes.set_error(instance_id, f"reconfiguration gave up after {attempts} attempts (waiting for "
@@ -278,8 +291,6 @@ class StrategyCenter:
             log.error("instance=%d reconfiguration failed %d times, giving up until a pod re-registers: %s",
                       instance_id, attempts, detail)
         else:
-            delay = min(config.reconfiguration_max_backoff_sec,
-                        config.fault_tolerance_config.strategy_center_check_interval * 2 ** (attempts - 1))
             slot.retry_after_sec = self.deps.clock.monotonic() + delay
             slot.retry_reason = f"retry {attempts + 1} of {config.reconfiguration_max_attempts} after: {detail}"
             log.error("instance=%d reconfiguration failed (attempt %d), retrying in %gs: %s", instance_id, attempts,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import RankEvidence
-from motor.controller.fault_tolerance.runtime import FtPhase
+from motor.controller.model.runtime import FtPhase
 
 Kind = controller_pb2.TimelineEventKind
 Cause = controller_pb2.FallbackCause

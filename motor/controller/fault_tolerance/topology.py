@@ -9,23 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from motor.controller.model.placement import EndpointInfo, PodInfo
+
 
 class TopologyError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class EndpointInfo:
-    rank: int
-    ip: str
-    headless: bool
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    pod_ip: str
-    node_manager_address: str
-    ranks: tuple[int, ...]
 
 
 @dataclass(frozen=True)

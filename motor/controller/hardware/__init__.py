@@ -5,16 +5,17 @@ Sources read (see `formats.names` for why Volcano's vcjob-fault-npu-cm is not): 
 `kube-system/mindx-dl-deviceinfo-<node>` (DeviceInfoCfg: `-Fault` entries and the -Unhealthy /
 -NetworkUnhealthy / -Recovering card lists; SwitchInfoCfg; ManuallySeparateNPU), NodeD's
 `mindx-dl/mindx-dl-nodeinfo-<node>` (NodeInfo), the Kubernetes Node Ready condition, and the RPC.
-2023's and today's formats alike; every level name of every source (`formats.levels`); every card
+2023's and today's formats alike; every level name of every source (`levels`); every card
 name form (`formats.card_names`: Ascend910-N, Ascend310P-N, npu-N on A5, 310P mixed insert, an
 operator's prefix from `hardware_monitor.card_name_prefixes`, vNPUs, share slices) mapped to its
 physical card.
 
 Layout:
-- `model` (HardwareFault, pure), `resolver` (faults → ranks, pure), `monitor` (ResourceMonitor:
+- `levels` (the one level table: every source's level names → L1–L6, pure), `model`
+  (HardwareFault, pure), `resolver` (faults → ranks, pure), `monitor` (ResourceMonitor:
   the sources from config, one callback);
 - `formats/`, pure, one module per MindCluster object: `names` (names and constants, ParseResult),
-  `levels` (the one level table), `card_names` (card name forms → physical card), `check_code`
+  `card_names` (card name forms → physical card), `check_code`
   (CheckCodes, Go's json.Marshal), `configmap` (a ConfigMap in any shape → the parser of its kind),
   `device_info` (the device plugin's DeviceInfoCfg and ManuallySeparateNPU), `device_faults` (one
   `…-Fault` list of DeviceFault entries), `switch_info` (SwitchInfoCfg → the node's switch fault),

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 
 FaultKey = tuple[tuple[str, ...], str, str]
 

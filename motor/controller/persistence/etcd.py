@@ -68,7 +68,7 @@ class EtcdRuntimeStore:
         tls: ClientTlsConfig | None = None,
         leadership: Leadership | None = None,
     ) -> None:
-        self.leadership = leadership
+        self._leadership = leadership
         if isinstance(endpoints, str):
             raise ValueError(f"endpoints must be a list of host:port, got the string {endpoints!r}")
         if not endpoints:
@@ -86,10 +86,12 @@ class EtcdRuntimeStore:
         self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec), tls=tls)
 
     @classmethod
-    def from_config(cls, config: StoreConfig, tls: ClientTlsConfig | None = None) -> EtcdRuntimeStore:
-        """`tls` (the store's own, or the process's `security`) wins over config.tls when given."""
+    def from_config(cls, config: StoreConfig, tls: ClientTlsConfig | None = None,
+                    leadership: Leadership | None = None) -> EtcdRuntimeStore:
+        """`tls` (the store's own, or the process's `security`) wins over config.tls when given;
+        `leadership`: every write fenced by this replica's term (Controller replicas electing a leader)."""
         return cls(config.etcd_endpoints, key_prefix=config.key_prefix,
-                   request_timeout_sec=config.request_timeout_sec, tls=tls or config.tls)
+                   request_timeout_sec=config.request_timeout_sec, tls=tls or config.tls, leadership=leadership)
 
     def connection(self) -> EtcdConnection:
         """A connection of its own to the same etcd (endpoints, TLS, timeout): the leader election's."""
@@ -100,10 +102,10 @@ class EtcdRuntimeStore:
         return f"{self._prefix}/leader"
 
     def _fence(self, what: str) -> Fence | None:
-        if self.leadership is None:
+        if self._leadership is None:
             return None
         try:
-            return self.leadership.check(what, kind="store")
+            return self._leadership.check(what, kind="store")
         except NotLeaderError as exc:
             raise FencedWriteError(str(exc)) from None
 

@@ -8,14 +8,14 @@ import logging
 
 from gen.motor.v1 import common_pb2
 from motor.controller.clock import Clock
-from motor.controller.fault_tolerance.runtime import (
+from motor.controller.instances import InstanceRegistry
+from motor.controller.model.runtime import (
+    FALLBACK_RECONFIGURATION,
     INTERRUPTED_PHASES,
     FtPhase,
     FtRuntime,
     FtRuntimeStore,
 )
-from motor.controller.fault_tolerance.strategy.base import FALLBACK_RECONFIGURATION
-from motor.controller.instances import InstanceRegistry
 from motor.controller.persistence.base import RuntimeStore
 from motor.controller.persistence.errors import FencedWriteError, StaleWriteError, StoreError
 from motor.controller.persistence.records import PersistedInstance

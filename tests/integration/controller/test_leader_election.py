@@ -48,9 +48,9 @@ class Candidate:
     """One LeaderElection with its store, recording elections and depositions."""
 
     def __init__(self, endpoint: str, prefix: str, name: str) -> None:
-        self.store = EtcdRuntimeStore([endpoint], key_prefix=prefix, request_timeout_sec=3.0)
         self.leadership = Leadership(election_enabled=True, replica_id=name, address=f"{name}:1")
-        self.store.leadership = self.leadership
+        self.store = EtcdRuntimeStore([endpoint], key_prefix=prefix, request_timeout_sec=3.0,
+                                      leadership=self.leadership)
         self.elected: list[Fence] = []
         self.deposed: list[str] = []
         self.election = LeaderElection(self.store.connection(), self.store.leader_key, TTL,
@@ -109,7 +109,7 @@ async def test_a_silent_leader_is_replaced_after_its_lease_and_etcd_refuses_its_
         # A crash: no keepalive, no resignation. The fence is made to believe it still leads, as a
         # frozen process would (no clock check runs while it is stopped).
         await a.election.close(resign=False)
-        a.leadership.fence = Fence(old.term, old.key, math.inf, lease_id=old.lease_id)
+        a.leadership.adopt(Fence(old.term, old.key, math.inf, lease_id=old.lease_id))
         await _until(lambda: len(b.elected) == 1, TTL * 5)
         assert b.elected[0].term > old.term
         with pytest.raises(FencedWriteError, match=rf"leader key .* is of term {b.elected[0].term}, not term {old.term}"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from motor.controller.fault_tolerance.runtime import FtRuntimeStore
 from motor.controller.fault_tolerance.timeline import TimelineBook
+from motor.controller.model.runtime import FtRuntimeStore
 from motor.controller.status import status_app
 
 

@@ -9,10 +9,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES, scale_down_stages
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.metrics import run_outcome
+from motor.controller.model.runtime import FtPhase
 
 
 def value(core, name: str, **labels: str) -> float:

@@ -26,8 +26,7 @@ class Clock:
 def test_a_term_holds_until_its_deadline_and_is_lost_once() -> None:
     clock = Clock()
     lost: list[str] = []
-    fence = Fence(7, b"/p/leader", 102.0, clock=clock, lease_id=0xAB)
-    fence.on_lost = lost.append
+    fence = Fence(7, b"/p/leader", 102.0, clock=clock, lease_id=0xAB, on_lost=lost.append)
     assert fence.leading and fence.term == 7
     fence.check("apply")
     fence.extend(101.0)  # never shortened
@@ -56,13 +55,12 @@ def test_solo_and_standby_fences() -> None:
 def test_leadership_counts_refusals_and_carries_the_term() -> None:
     solo = Leadership.solo("c-0", "127.0.0.1:1")
     assert solo.leading and solo.call_metadata(solo.check("guard")) == ()
-    elected = Leadership(election_enabled=True, replica_id="c-1")
     refused: list[str] = []
-    elected.on_refused = refused.append
+    elected = Leadership(election_enabled=True, replica_id="c-1", on_refused=refused.append)
     with pytest.raises(NotLeaderError):
         elected.check("put", kind="store")
     assert refused == ["store"]
-    elected.fence = Fence(12, b"/p/leader", math.inf)
+    elected.adopt(Fence(12, b"/p/leader", math.inf))
     assert elected.call_metadata(elected.check("guard")) == ((LEADER_TERM_METADATA, "12"),)
     elected.fence.lose("deposed")
     with pytest.raises(NotLeaderError, match="deposed"):

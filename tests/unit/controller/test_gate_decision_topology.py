@@ -6,20 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from motor.controller.fault_tolerance.decision import Action, decide
+from motor.controller.fault_tolerance.decision import Action, decide, reconfiguration_retry_delay_sec
 from motor.controller.fault_tolerance.evidence import Health
-from motor.controller.fault_tolerance.gate import (
-    REASON_ORDER,
-    Capability,
-    evaluate_gate,
-)
-from motor.controller.fault_tolerance.topology import (
-    EndpointInfo,
-    PodInfo,
-    TopologyError,
-    plan_round,
-    recyclable_pods,
-)
+from motor.controller.fault_tolerance.gate import REASON_ORDER, evaluate_gate
+from motor.controller.fault_tolerance.topology import TopologyError, plan_round, recyclable_pods
+from motor.controller.model.capability import Capability
+from motor.controller.model.placement import EndpointInfo, PodInfo
 
 GOOD = Capability(True, True, True, False, True, 8)
 
@@ -181,3 +173,9 @@ def test_topology_fails_closed(kwargs: dict, message: str) -> None:
     args = {"original_dp_ranks": range(4), "dead_committed": [], "endpoints": EPS, "pods": PODS, **kwargs}
     with pytest.raises(TopologyError, match=message.replace("[", r"\[").replace("]", r"\]")):
         plan_round(**args)
+
+
+def test_reconfiguration_retries_double_up_to_the_cap_and_give_up_after_the_last_attempt() -> None:
+    delays = [reconfiguration_retry_delay_sec(n, max_attempts=6, first_delay_sec=0.5, max_delay_sec=3.0)
+              for n in range(1, 7)]
+    assert delays == [0.5, 1.0, 2.0, 3.0, 3.0, None]

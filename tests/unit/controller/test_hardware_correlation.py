@@ -18,9 +18,9 @@ from controller_fakes import (
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.hardware.model import HardwareFault
+from motor.controller.model.runtime import FtPhase
 
 L2, L5 = 2, 5
 

@@ -12,7 +12,7 @@ from motor.controller.fault_tolerance.evidence import (
     FaultNormalizer,
     Health,
 )
-from motor.controller.fault_tolerance.runtime import (
+from motor.controller.model.runtime import (
     INTERRUPTED_PHASES,
     TRANSACTION_PHASES,
     FtPhase,

@@ -24,9 +24,9 @@ from controller_fakes import (
 
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore
 
 

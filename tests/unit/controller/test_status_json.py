@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
 from gen.motor.v1 import common_pb2, controller_pb2
-from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
+from motor.controller.model.runtime import FtPhase, FtRuntimeStore
 from motor.controller.status import message_json, runtime_proto
 
 _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,

@@ -13,8 +13,8 @@ from gen.motor.v1 import coordinator_pb2
 from motor.controller.clients import ControllerPeers
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fencing import Fence, Leadership
+from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore
 from motor.controller.persistence.persister import read_only_view
 from motor.controller.serving import EventPusher
@@ -75,7 +75,7 @@ async def test_a_replica_acts_only_after_taking_over_and_stops_when_deposed() ->
     assert [(r.instance_id, r.phase) for r in core.status_runtimes()] == [(7, FtPhase.SCALING_DOWN)]
 
     fence = Fence(11, b"/p/leader", math.inf)
-    core.leadership.fence = fence
+    core.leadership.adopt(fence)
     core.elected(fence)
     await core._promotion
     assert core.acting and core.takeovers == 1

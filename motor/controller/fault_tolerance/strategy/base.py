@@ -15,16 +15,14 @@ from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
 from motor.controller.config import ControllerConfig
 from motor.controller.fault_tolerance.evidence import RankEvidence
-from motor.controller.fault_tolerance.runtime import FtPhase, FtRuntimeStore
 from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
 from motor.controller.instances import InstanceRegistry
+from motor.controller.model.runtime import FtPhase, FtRuntimeStore
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-FALLBACK_RECONFIGURATION = "instance_reconfiguration"
 
 
 class Priority(IntEnum):
@@ -99,6 +97,15 @@ async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Tran
 
 
 @dataclass(frozen=True)
+class Prelude:
+    """What led to a strategy, the first entries of its timeline: the evidence in observation order,
+    and the idle-fault probe canaries (idle_probe.ProbeRecord) of the collection window."""
+
+    evidence: tuple[RankEvidence, ...] = ()
+    probes: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
 class Outcome:
     succeeded: bool
     detail: str
@@ -119,9 +126,7 @@ class Strategy(ABC):
         self._finished = asyncio.Event()
         self._stop_requested = False
         self.txn: Transaction | None = None
-        self.evidence: list[RankEvidence] = []
-        # Idle-fault probe canaries of the collection window that led here (idle_probe.ProbeRecord).
-        self.probes: list[Any] = []
+        self._prelude = Prelude()
         # Mapped hardware faults that arrived while this strategy ran: (ranks, description).
         self.hardware_faults: list[tuple[frozenset[int], str]] = []
 
@@ -142,7 +147,9 @@ class Strategy(ABC):
     def is_finished(self) -> bool:
         return self._finished.is_set()
 
-    async def run(self) -> Outcome:
+    async def run(self, prelude: Prelude = Prelude()) -> Outcome:
+        """Executes once; `prelude` opens the transaction's timeline (begin_transaction)."""
+        self._prelude = prelude
         try:
             return await self.execute()
         finally:
@@ -157,9 +164,9 @@ class Strategy(ABC):
         """Opens the timeline, starting with the evidence that led here (NodeManager observation
         time; the detail says when the Controller received it)."""
         txn = self.deps.timelines.begin(self.instance_id, self.name, request_id, self.deps.clock.wall())
-        for ev in self.evidence:
+        for ev in self._prelude.evidence:
             txn.evidence(ev)
-        for probe in self.probes:
+        for probe in self._prelude.probes:
             error = probe.detail if probe.outcome == "error" else ""
             txn.call("canary", probe.target, probe.at_wall_sec, probe.duration_sec, error,
                      **({} if error else {"outcome": probe.outcome}),

@@ -31,7 +31,6 @@ from motor.controller.fault_tolerance.engine_states import (
     status_text,
 )
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
     ControllerDeps,
     Outcome,
@@ -46,6 +45,7 @@ from motor.controller.fault_tolerance.topology import (
     plan_round,
     recyclable_pods,
 )
+from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import StoreError
 
 log = logging.getLogger(__name__)

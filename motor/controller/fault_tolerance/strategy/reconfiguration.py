@@ -21,15 +21,9 @@ import uuid
 
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.decision import FallbackCause
-from motor.controller.fault_tolerance.runtime import FtPhase
-from motor.controller.fault_tolerance.strategy.base import (
-    FALLBACK_RECONFIGURATION,
-    ControllerDeps,
-    Outcome,
-    Priority,
-    Strategy,
-)
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.timeline import fallback_cause_proto
+from motor.controller.model.runtime import FALLBACK_RECONFIGURATION, FtPhase
 from motor.controller.persistence import StoreError
 
 log = logging.getLogger(__name__)

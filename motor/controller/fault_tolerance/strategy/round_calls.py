@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from gen.motor.v1 import common_pb2, node_manager_pb2
 from motor.controller.clients import NodeManagerClients, PeerCallError
-from motor.controller.fault_tolerance.topology import PodInfo, RoundPlan
+from motor.controller.fault_tolerance.topology import RoundPlan
+from motor.controller.model.placement import PodInfo
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.names import VOLCANO_NODE_FAULT_TYPE, fault_time_ms
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 

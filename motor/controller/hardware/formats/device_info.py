@@ -41,7 +41,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.card_names import split_card_list
 from motor.controller.hardware.formats.check_code import device_info_check_code
 from motor.controller.hardware.formats.device_faults import decode_fault_list, parse_fault_entry

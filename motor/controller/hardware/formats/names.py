@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault
 
 # Device plugin's device-info ConfigMap.

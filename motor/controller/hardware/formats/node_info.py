@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.check_code import node_info_check_code
 from motor.controller.hardware.formats.names import (
     FAULT_TYPE_NODED,

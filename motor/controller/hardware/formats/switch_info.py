@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.names import FAULT_TYPE_SWITCH, fault_time_ms, is_number
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.check_code import device_info_check_code, node_info_check_code
 from motor.controller.hardware.formats.names import (
     CONFIGMAP_NAME_PREFIX,

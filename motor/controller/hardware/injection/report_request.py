@@ -8,7 +8,7 @@ import re
 import time
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.names import FAULT_TYPE_CARD, FAULT_TYPE_NODED, FAULT_TYPE_SWITCH
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 

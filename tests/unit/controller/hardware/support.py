@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault
 
 LOST = HardwareFault("node-a", "Ascend910-2", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault, HardwareFaultError, normalize_fault_codes
 
 NOW = 1_760_000_000.0

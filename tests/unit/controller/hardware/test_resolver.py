@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from gen.motor.v1 import common_pb2
 from motor.controller.config import HardwareMonitorConfig
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.resolver import InstanceTopology, TopologyResolver, Unmappable
 

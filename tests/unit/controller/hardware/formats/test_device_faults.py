@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.configmap import parse_configmap
 
 from ..samples import NODE, device_info_cfg, device_info_text, device_list

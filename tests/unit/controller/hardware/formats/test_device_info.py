@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.configmap import parse_configmap
 
 from ..samples import (

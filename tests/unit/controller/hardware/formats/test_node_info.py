@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.check_code import node_info_check_code
 from motor.controller.hardware.formats.configmap import parse_configmap
 

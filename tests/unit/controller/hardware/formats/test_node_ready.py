@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.node_ready import parse_node
 
 from ..samples import NODE, NODE_READY, node_not_ready

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.configmap import parse_configmap
 from motor.controller.hardware.formats.switch_info import alarm_code
 

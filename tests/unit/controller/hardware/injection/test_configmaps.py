@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.check_code import device_info_check_code
 from motor.controller.hardware.formats.configmap import parse_configmap
 from motor.controller.hardware.injection.configmaps import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from motor.cli.motorctl import run
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.formats.configmap import parse_configmap
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.injection.configmaps import build_configmap, write_configmap_fault, write_nodeinfo_fault
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.sources.directory import DirectoryConfigMapSource

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 from motor.controller.hardware.injection.configmaps import build_configmap, build_nodeinfo_configmap
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.sources.kube_watch import KubernetesConfigMapSource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.controller.hardware.formats import levels
+from motor.controller.hardware import levels
 
 
 @pytest.mark.parametrize(

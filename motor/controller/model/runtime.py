@@ -34,6 +34,10 @@ TRANSACTION_PHASES = frozenset(
 INTERRUPTED_PHASES = TRANSACTION_PHASES
 SERVABLE_PHASES = frozenset({FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING})
 
+# The fallback strategy every instance's runtime names (RFC §7 fallback_strategy): whole-instance
+# reconfiguration.
+FALLBACK_RECONFIGURATION = "instance_reconfiguration"
+
 _TRANSITIONS: Mapping[FtPhase, frozenset[FtPhase]] = {
     FtPhase.DISABLED: frozenset(),
     FtPhase.NORMAL: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING}),
@@ -59,7 +63,6 @@ def transition(current: FtPhase, target: FtPhase) -> FtPhase:
     if target not in _TRANSITIONS[current]:
         raise IllegalTransitionError(f"illegal phase transition {current} -> {target}")
     return target
-
 
 
 def serving_ranks(original: Iterable[int], dead_committed: Iterable[int], pending: Iterable[int]) -> list[int]:
