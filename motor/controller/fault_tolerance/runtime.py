@@ -92,6 +92,9 @@ class FtRuntime:
     last_error: str | None = None
     reconfiguration_attempts: int = 0
     reconfiguration_gave_up: bool = False
+    # With the feature off the phase stays DISABLED whatever runs: whether a whole-instance
+    # reconfiguration began and has not succeeded yet is kept here (RECONFIGURING says it otherwise).
+    disabled_reconfiguring: bool = False
     # Re-inference: requests the Coordinator continued elsewhere during the current or last
     # transaction, and its cumulative count for the instance when last read (observed, not persisted).
     migrated_requests: int = 0
@@ -107,6 +110,12 @@ class FtRuntime:
     def active_ranks(self) -> frozenset[int]:
         """Ranks still part of the DP group (pending ones included until commit)."""
         return frozenset(self.original_dp_ranks) - self.dead_committed
+
+    @property
+    def reconfiguring(self) -> bool:
+        """A whole-instance reconfiguration began and has not succeeded yet (RECONFIGURING, or the
+        same under DISABLED)."""
+        return self.phase is FtPhase.RECONFIGURING or self.disabled_reconfiguring
 
     @property
     def can_serve(self) -> bool:
@@ -184,7 +193,9 @@ class FtRuntimeStore:
     def set_phase(self, instance_id: int, target: FtPhase) -> FtRuntime:
         runtime = self.get(instance_id)
         if runtime.phase is FtPhase.DISABLED:
-            # With the feature off the phase reads DISABLED whatever recovery runs (RFC §7).
+            # With the feature off the phase reads DISABLED whatever recovery runs (RFC §7); only
+            # whether a reconfiguration is under way is kept (its retries are bounded all the same).
+            runtime.disabled_reconfiguring = target is FtPhase.RECONFIGURING
             return runtime
         runtime.phase = transition(runtime.phase, target)
         runtime.generation += 1

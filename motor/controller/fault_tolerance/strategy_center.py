@@ -21,7 +21,6 @@ from motor.controller.fault_tolerance.decision import Action, FallbackCause, dec
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
-from motor.controller.fault_tolerance.runtime import FtPhase
 from motor.controller.fault_tolerance.strategy.base import (
     FALLBACK_RECONFIGURATION,
     ControllerDeps,
@@ -156,7 +155,7 @@ class StrategyCenter:
         if slot.strategy is not None:
             # The running strategy owns the instance; a round absorbs late DEAD ranks itself.
             return
-        if runtime.phase is FtPhase.RECONFIGURING:
+        if runtime.reconfiguring:
             if runtime.reconfiguration_gave_up:
                 return
             if slot.retry_after_sec is None or now >= slot.retry_after_sec:

@@ -87,7 +87,7 @@ class ReconfigurationStrategy(Strategy):
             await self.note_reinference()
             return self._fail(str(exc))
         deps.runtimes.clear_history(self.instance_id)
-        if deps.runtimes.get(self.instance_id).phase is FtPhase.RECONFIGURING:
+        if deps.runtimes.get(self.instance_id).reconfiguring:
             self.set_phase(FtPhase.NORMAL, "every original rank restarted")
         deps.runtimes.set_error(self.instance_id, None)
         try:
