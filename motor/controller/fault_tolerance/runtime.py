@@ -118,13 +118,23 @@ class FtRuntime:
         return self.phase is FtPhase.RECONFIGURING or self.disabled_reconfiguring
 
     @property
+    def servable(self) -> bool:
+        return servable(self.phase, self.reconfiguring)
+
+    @property
     def can_serve(self) -> bool:
-        return can_serve(self.phase, self.serving_published)
+        return can_serve(self.phase, self.serving_published, self.reconfiguring)
 
 
-def can_serve(phase: FtPhase, serving_published: bool) -> bool:
-    """Only in NORMAL / SCALED_DOWN_RUNNING and only once the serving view was acknowledged."""
-    return phase in SERVABLE_PHASES and serving_published
+def servable(phase: FtPhase, reconfiguring: bool) -> bool:
+    """NORMAL / SCALED_DOWN_RUNNING (RFC §3.2), or DISABLED while no reconfiguration is under way:
+    with the feature off the instance serves as the baseline does (RFC §8, feature off)."""
+    return phase in SERVABLE_PHASES or (phase is FtPhase.DISABLED and not reconfiguring)
+
+
+def can_serve(phase: FtPhase, serving_published: bool, reconfiguring: bool = False) -> bool:
+    """Only in a servable phase and only once the serving view was acknowledged."""
+    return servable(phase, reconfiguring) and serving_published
 
 
 class UnknownInstanceError(KeyError):

@@ -4,10 +4,20 @@ whole-instance reconfiguration, with the same bounded retries and serving rules 
 from __future__ import annotations
 
 import grpc
-from controller_fakes import assemble, heartbeat_all, make_config, make_core, register_request, settle, two_pods
+from controller_fakes import (
+    FakeCoordinator,
+    assemble,
+    heartbeat_all,
+    make_config,
+    make_core,
+    register_request,
+    settle,
+    two_pods,
+)
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.runtime import FtPhase
+from motor.controller.status import message_json, runtime_proto
 
 
 def feature_off_core(cluster):
@@ -62,3 +72,35 @@ async def test_a_pod_registering_again_resumes_a_given_up_reconfiguration_with_t
     assert rt.phase is FtPhase.DISABLED and rt.reconfiguration_attempts == 0 and not rt.reconfiguration_gave_up
     assert rt.last_error is None and cluster.named("start_engines")[-1][1] in cluster.pods
 
+
+
+def can_serve_metric(core) -> float | None:
+    return core.metrics.registry.get_sample_value("motor_can_serve", {"instance_id": "7"})
+
+
+async def test_a_published_instance_can_serve_with_the_feature_off_except_while_reconfiguring() -> None:
+    cluster, coord = two_pods(), FakeCoordinator()
+    core, clock = make_core(cluster, config=make_config(enable_dp_scale_down=False), coordinator=coord)
+    await assemble(core, cluster)
+    rt = core.runtimes.get(7)
+    assert rt.phase is FtPhase.DISABLED and rt.serving_published
+    assert rt.can_serve and can_serve_metric(core) == 1
+    assert message_json(runtime_proto(rt))["can_serve"] is True
+
+    cluster.fail[("start_engines", "*")] = grpc.StatusCode.UNAVAILABLE
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert rt.reconfiguration_attempts == 1 and not rt.can_serve and can_serve_metric(core) == 0
+    # The periodic SET does not bring back a view whose engines a failed reconfiguration stopped.
+    assert await core.publish_all() == []
+    assert coord.view == {} and not rt.can_serve
+
+    del cluster.fail[("start_engines", "*")]
+    clock.advance(core.config.reconfiguration_max_backoff_sec)
+    heartbeat_all(core, cluster)
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert rt.phase is FtPhase.DISABLED and not rt.reconfiguring
+    assert rt.can_serve and can_serve_metric(core) == 1 and coord.view == {7: [0, 1, 2, 3]}
