@@ -248,12 +248,16 @@ class FtRuntimeStore:
         runtime.generation += 1
         return runtime
 
-    def clear_history(self, instance_id: int) -> FtRuntime:
-        """After a successful whole-instance rebuild every original rank serves again."""
+    def clear_history(self, instance_id: int, gate: GateResult) -> FtRuntime:
+        """After a successful whole-instance rebuild every original rank serves again and the runtime
+        reads as after assembly: no request id of a round that is over, and `gate`, the static
+        admission of the capability the pods report now."""
         runtime = self.get(instance_id)
         runtime.dead_committed = frozenset()
         runtime.pending_removed_ranks = frozenset()
         runtime.engine_statuses = {}
+        runtime.request_id = ""
+        runtime.gate = gate
         runtime.generation += 1
         return runtime
 

@@ -148,8 +148,11 @@ def test_feature_off_reads_disabled_whatever_runs() -> None:
 def test_clear_history_after_rebuild() -> None:
     store = FtRuntimeStore(scale_down_enabled=True)
     rt = store.create(1, [0, 1, 2], "f", dead_committed=[1])
-    store.clear_history(1)
+    store.begin_round(1, "sd-1", [2])
+    store.set_gate(1, GateResult(False, ("EPLB_REQUIRED",)))
+    store.clear_history(1, GateResult())
     assert rt.alive_dp_ranks == [0, 1, 2]
+    assert rt.request_id == "" and rt.gate == GateResult()
 
 
 def test_rfc_json_shape() -> None:
