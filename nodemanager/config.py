@@ -132,7 +132,7 @@ class NodeManagerConfig(ConfigModel):
         default=29500, description="Port of the DP group's master; 0 picks a free one (every rank on this pod).")
     # A new store per round never collides with an old store still bound on the same host.
     dp_store_port_base: Annotated[int, Field(ge=1024, le=65535)] = Field(
-        default=29600, description="Each round's DP store listens on this port + the new master rank.")
+        default=29600, description="Each round's DP store listens on this port + the number of ranks removed so far.")
     ft_capability: FtCapabilityConfig = Field(
         default=FtCapabilityConfig(), description="What the local engines support, reported at registration.")
     fault_tolerance_config: FaultToleranceConfig = Field(

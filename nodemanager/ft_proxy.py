@@ -10,8 +10,9 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
   malformed → FAILED_PRECONDITION.
 * apply: only scale_down, by the live guard holder, never twice for one request_id; one POST per
-  target engine, concurrently, same request_id, ``dp_store_port = dp_store_port_base +
-  dp_master_rank``; accepted only when every engine answered 202. Never retried.
+  target engine, concurrently, same request_id, the Controller's ``dp_store_port`` or else
+  ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows every round, so the
+  port changes every round); accepted only when every engine answered 202. Never retried.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
   and releases the guard; abort releases the guard.
 """
@@ -253,8 +254,8 @@ class FtProxy:
             self._metrics.apply_call("refused")
             raise
         # The Controller's choice (the new master's pod, the same on every survivor) wins; without
-        # one this pod's own base + master rank.
-        store_port = dp_store_port or self._config.dp_store_port_base + dp_master_rank
+        # one this pod's own base + the cumulative removed count, the Controller's rule.
+        store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
         body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
         log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
                  body)

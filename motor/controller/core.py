@@ -31,7 +31,6 @@ from motor.controller.instances import InstanceRegistry, expected_alive
 from motor.controller.metrics import ControllerMetrics
 from motor.controller.model.runtime import (
     FALLBACK_RECONFIGURATION,
-    SERVABLE_PHASES,
     TRANSACTION_PHASES,
     FtPhase,
     FtRuntimeStore,
@@ -339,7 +338,7 @@ class ControllerCore:
         """In the SET: servable phases only, and not while a strategy has drained the instance. A
         strategy that already published its result (the success ADD, before its task has ended)
         keeps the view, so a SET computed right after that ADD never withdraws it."""
-        if not (runtime.phase in SERVABLE_PHASES or runtime.phase is FtPhase.DISABLED):
+        if not runtime.servable:
             return False
         return self.faults.running(runtime.instance_id) is None or runtime.serving_published
 

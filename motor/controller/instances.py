@@ -89,10 +89,16 @@ class InstanceRecord:
     def pod_infos(self) -> list[PodInfo]:
         return [PodInfo(p.pod_ip, p.node_manager_address, p.ranks) for p in self.pods.values()]
 
-    def store_port(self, master_rank: int) -> int:
-        """The TCPStore port of a round whose new master is `master_rank` (0: let the NodeManagers choose)."""
+    def store_port(self, master_rank: int, removed_cumulative: int) -> int:
+        """The TCPStore port of a round whose new master is `master_rank` and after which
+        `removed_cumulative` ranks are removed (0: let the NodeManagers choose).
+
+        The new master's pod base plus that count: it grows every round since the last rebuild, so no
+        round binds a port an earlier round's store server may still hold, even under the same
+        master; at most dp_size - 1 ranks are ever removed, so the port stays within the
+        base + dp_size - 1 the NodeManager's config checks."""
         pod = next((p for p in self.pods.values() if master_rank in p.endpoints), None)
-        return pod.dp_store_port_base + master_rank if pod is not None and pod.dp_store_port_base else 0
+        return pod.dp_store_port_base + removed_cumulative if pod is not None and pod.dp_store_port_base else 0
 
     def topology(self) -> common_pb2.Instance:
         """The authoritative topology as a motor.v1.Instance."""

@@ -46,7 +46,7 @@ class EngineBackend(Protocol):
 
 
 def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
-    """A base for the per-round store ports (base + master rank) below the kernel's ephemeral range
+    """A base for the per-round store ports (base + the ranks removed so far) below the kernel's ephemeral range
     (32768+ on Linux), so no outgoing connection can be holding one when a round binds it; the
     whole block must be free now. Spread by pid so parallel clusters rarely probe the same block."""
     first = 20000 + (os.getpid() * 97) % 10000

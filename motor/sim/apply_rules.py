@@ -16,6 +16,7 @@
   ``dp_master_ip``/``dp_store_port`` are required when it is removed. The vLLM dialect allows the
   list to omit earlier rounds' ranks (they stay removed) and, when the master survives, reuses its
   store if no new address is given; the RFC dialect requires the cumulative list and an address.
+  A named address always gets a fresh store: the same port as the round before cannot be bound.
 * Unknown keys in ``params`` are ignored (logged by the caller), not rejected.
 """
 
@@ -54,6 +55,9 @@ class RecoveryPlan:
     master_ip: str
     master_port: int
     placement: ExpertPlacement
+    # A scale_down that names the store address forms the new group through a fresh store there,
+    # even when it is the current one (whose server still holds that port, so it cannot bind).
+    new_store: bool = False
 
     @property
     def master_rank(self) -> int:
@@ -205,5 +209,6 @@ def _decide_scale_down(
         master_ip=ip,
         master_port=port,
         placement=new_placement,
+        new_store=master is not None,
     )
     return ApplyDecision(plan=plan, warnings=warnings)

@@ -293,7 +293,7 @@ class SimEngine:
         try:
             sent = self._executor.send({
                 "op": "rebuild", "request_id": rid, "members": list(plan.members),
-                "master_ip": plan.master_ip, "master_port": plan.master_port,
+                "master_ip": plan.master_ip, "master_port": plan.master_port, "new_store": plan.new_store,
                 "timeout_sec": timeout_sec, "delay_sec": self.injections.slow_rebuild_sec,
                 "fail_vote": self.injections.take_fail_vote(),
                 # vLLM only (the RFC-era engine waits for peers until the recovery timeout): a round

@@ -22,8 +22,8 @@ work, so a peer that dies later is seen without traffic.
 
 Protocol with the API process (dicts over a multiprocessing Pipe):
   in:  add{rid, state, max_tokens} | abort{rid} | teardown{reason} | shutdown
-       | rebuild{request_id, members, master_ip, master_port, timeout_sec, checkin_sec, delay_sec,
-                 fail_vote, keep_stepping}
+       | rebuild{request_id, members, master_ip, master_port, new_store, timeout_sec, checkin_sec,
+                 delay_sec, fail_vote, keep_stepping}
   out: loaded | group{group, initial} | init_failed{error} | tokens{items} | rejected{rid, reason}
        | fault{info, wave} | fault_mask{mask} | wave{...} | rebuilt{request_id, group}
        | rebuild_failed{request_id, error}
@@ -84,6 +84,8 @@ class Executor:
         self._cmds: queue.Queue[dict[str, Any]] = queue.Queue()
         self.group: Any = None  # dp_group.DpGroup while the group is usable
         self.store: Any = None  # dp_group.StoreHandle, kept across teardown so a rebuild may reuse it
+        # Store servers of earlier groups: like a real engine's, they keep holding their ports.
+        self.old_store_servers: list[Any] = []
         self.generation = 0
         self.requests: dict[str, _Request] = {}
         self.in_wave = False
@@ -316,12 +318,14 @@ class Executor:
             group = self._dp.form_group(
                 tag=request_id, generation=self.generation + 1, members=members, rank=self.rank,
                 master_ip=cmd["master_ip"], master_port=int(cmd["master_port"]),
-                gloo_host=self.cfg.gloo_host, deadline=deadline, reuse_store=self.store,
-                checkin_sec=cmd.get("checkin_sec"),
+                gloo_host=self.cfg.gloo_host, deadline=deadline,
+                reuse_store=None if cmd.get("new_store") else self.store, checkin_sec=cmd.get("checkin_sec"),
             )
         except self._dp.DpGroupError as exc:
             self._rebuild_failed(request_id, started, str(exc))
             return
+        if self.store is not None and self.store is not group.store and self.store.is_server:
+            self.old_store_servers.append(self.store)
         self.store = group.store  # kept even when the vote fails: a retry may reuse it
         vote_error = self._vote(group, request_id, cmd.get("fail_vote"), deadline)
         if vote_error is not None:

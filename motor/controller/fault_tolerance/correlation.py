@@ -6,10 +6,11 @@ decision through: all-UNHEALTHY (fast-recovery check), or a complete U+D whose D
 every hardware-mapped rank (scale-down, with the software DEAD set as apply parameters; the hardware
 ranks only validate). When the window ends without such a snapshot, the instance is reconfigured.
 
-The FT framework has perceived the fault once the snapshot is all-UNHEALTHY (fast recovery not
-applicable: waiting for a DEAD) or holds every hardware rank's DEAD (waiting for the survivors):
-the window is then matched and the software collection timeout decides from there, as RFC §4.4
-sends it; a later scale-down must still carry every hardware rank among its DEAD ranks.
+Only an all-UNHEALTHY snapshot (fast recovery not applicable: waiting for a DEAD) is a match that
+goes on waiting: the window is then matched and the software collection timeout decides from
+there, as RFC §4.4 sends it; a later scale-down must still carry every hardware rank among its DEAD
+ranks. An incomplete snapshot is no match, even one holding every hardware rank's DEAD: when the
+window ends without a complete U+D, the instance is reconfigured.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class HardwareCorrelation:
         if decision.action in (Action.FAST_RECOVERY, Action.RECONFIGURE):
             return Verdict("proceed", "", ranks)
         faults = "; ".join(p.description for p in waiting)
-        if decision.action is Action.WAIT and (decision.wait_kind is WaitKind.DEAD_RANK or ranks <= decision.dead):
+        if decision.action is Action.WAIT and decision.wait_kind is WaitKind.DEAD_RANK:
             self._pending[instance_id] = {p.key: dataclasses.replace(p, matched=True) for p in waiting}
             return Verdict("wait", "the FT framework saw the hardware fault: the collection timeout decides", ranks)
         unmatched = [p for p in waiting if not p.matched]

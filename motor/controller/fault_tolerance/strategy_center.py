@@ -25,7 +25,7 @@ from motor.controller.fault_tolerance.running import RunningStrategies
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Prelude, Strategy
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
-from motor.controller.model.runtime import FALLBACK_RECONFIGURATION, FtPhase
+from motor.controller.model.runtime import FALLBACK_RECONFIGURATION
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class StrategyCenter:
         if self._running.busy(instance_id):
             # The running strategy owns the instance; a round absorbs late DEAD ranks itself.
             return
-        if runtime.phase is FtPhase.RECONFIGURING:
+        if runtime.reconfiguring:
             if runtime.reconfiguration_gave_up:
                 return
             if slot.retry_after_sec is None or now >= slot.retry_after_sec:

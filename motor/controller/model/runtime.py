@@ -95,6 +95,9 @@ class FtRuntime:
     last_error: str | None = None
     reconfiguration_attempts: int = 0
     reconfiguration_gave_up: bool = False
+    # With the feature off the phase stays DISABLED whatever runs: whether a whole-instance
+    # reconfiguration began and has not succeeded yet is kept here (RECONFIGURING says it otherwise).
+    disabled_reconfiguring: bool = False
     # Re-inference: requests the Coordinator continued elsewhere during the current or last
     # transaction, and its cumulative count for the instance when last read (observed, not persisted).
     migrated_requests: int = 0
@@ -112,13 +115,29 @@ class FtRuntime:
         return frozenset(self.original_dp_ranks) - self.dead_committed
 
     @property
+    def reconfiguring(self) -> bool:
+        """A whole-instance reconfiguration began and has not succeeded yet (RECONFIGURING, or the
+        same under DISABLED)."""
+        return self.phase is FtPhase.RECONFIGURING or self.disabled_reconfiguring
+
+    @property
+    def servable(self) -> bool:
+        return servable(self.phase, self.reconfiguring)
+
+    @property
     def can_serve(self) -> bool:
-        return can_serve(self.phase, self.serving_published)
+        return can_serve(self.phase, self.serving_published, self.reconfiguring)
 
 
-def can_serve(phase: FtPhase, serving_published: bool) -> bool:
-    """Only in NORMAL / SCALED_DOWN_RUNNING and only once the serving view was acknowledged."""
-    return phase in SERVABLE_PHASES and serving_published
+def servable(phase: FtPhase, reconfiguring: bool) -> bool:
+    """NORMAL / SCALED_DOWN_RUNNING (RFC §3.2), or DISABLED while no reconfiguration is under way:
+    with the feature off the instance serves as the baseline does (RFC §8, feature off)."""
+    return phase in SERVABLE_PHASES or (phase is FtPhase.DISABLED and not reconfiguring)
+
+
+def can_serve(phase: FtPhase, serving_published: bool, reconfiguring: bool = False) -> bool:
+    """Only in a servable phase and only once the serving view was acknowledged."""
+    return servable(phase, reconfiguring) and serving_published
 
 
 class UnknownInstanceError(KeyError):
@@ -187,7 +206,9 @@ class FtRuntimeStore:
     def set_phase(self, instance_id: int, target: FtPhase) -> FtRuntime:
         runtime = self.get(instance_id)
         if runtime.phase is FtPhase.DISABLED:
-            # With the feature off the phase reads DISABLED whatever recovery runs (RFC §7).
+            # With the feature off the phase reads DISABLED whatever recovery runs (RFC §7); only
+            # whether a reconfiguration is under way is kept (its retries are bounded all the same).
+            runtime.disabled_reconfiguring = target is FtPhase.RECONFIGURING
             return runtime
         runtime.phase = transition(runtime.phase, target)
         runtime.generation += 1
@@ -230,12 +251,16 @@ class FtRuntimeStore:
         runtime.generation += 1
         return runtime
 
-    def clear_history(self, instance_id: int) -> FtRuntime:
-        """After a successful whole-instance rebuild every original rank serves again."""
+    def clear_history(self, instance_id: int, gate: GateResult) -> FtRuntime:
+        """After a successful whole-instance rebuild every original rank serves again and the runtime
+        reads as after assembly: no request id of a round that is over, and `gate`, the static
+        admission of the capability the pods report now."""
         runtime = self.get(instance_id)
         runtime.dead_committed = frozenset()
         runtime.pending_removed_ranks = frozenset()
         runtime.engine_statuses = {}
+        runtime.request_id = ""
+        runtime.gate = gate
         runtime.generation += 1
         return runtime
 

@@ -127,11 +127,11 @@ async def test_apply_forwards_once_with_same_request_id_and_store_port(controlle
                               dp_master_ip=POD_IP, dp_master_rank=1, endpoint_ids=[3, 1])
         before = time.time()
         resp = await n.ft.Apply(req, timeout=5)
-        assert resp.accepted and resp.dp_store_port == 31001
+        assert resp.accepted and resp.dp_store_port == 31002
         assert [r.endpoint_id for r in resp.results] == [3, 1]
         assert all(r.sent_at_unix_sec >= before for r in resp.results)  # the round's apply skew is built on it
         expected = {"instruction": "scale_down", "request_id": "rid-A",
-                    "params": {"removed_dp_ranks": [0, 2], "dp_master_ip": POD_IP, "dp_store_port": 31001}}
+                    "params": {"removed_dp_ranks": [0, 2], "dp_master_ip": POD_IP, "dp_store_port": 31002}}
         for r in resp.results:
             assert r.accepted and r.http_status == 202 and json.loads(r.request_body) == expected
         r3, r1 = resp.results

@@ -237,11 +237,11 @@ def test_scale_down_round_through_the_proxy(pod: SimPod) -> None:
     apply = nm.ApplyRequest(instance_id=INSTANCE, request_id=rid, instruction=nm.INSTRUCTION_SCALE_DOWN,
                             removed_dp_ranks=[1], dp_master_ip=POD_IP, dp_master_rank=0, endpoint_ids=[0])
     resp = ft.Apply(apply, timeout=5)
-    assert resp.accepted and resp.dp_store_port == pod.store_port_base
+    assert resp.accepted and resp.dp_store_port == pod.store_port_base + 1
     (r0,) = resp.results
     assert (r0.endpoint_id, r0.http_status, r0.engine_request_id) == (0, 202, rid)
     assert json.loads(r0.request_body) == {"instruction": "scale_down", "request_id": rid, "params": {
-        "removed_dp_ranks": [1], "dp_master_ip": POD_IP, "dp_store_port": pod.store_port_base}}
+        "removed_dp_ranks": [1], "dp_master_ip": POD_IP, "dp_store_port": pod.store_port_base + 1}}
     err = rpc_error(ft.Apply, apply, timeout=5)
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS
 

@@ -228,8 +228,30 @@ async def test_hardware_first_then_all_unhealthy_waits_for_the_collection_timeou
     assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_ALL_UNHEALTHY_TIMEOUT
 
 
-async def test_hardware_first_then_incomplete_snapshot_with_its_dead_waits_for_the_survivors() -> None:
-    """Issue 13 item 2: the hardware rank's DEAD is in; the survivors' UNHEALTHY come after the window."""
+async def test_hardware_first_then_its_dead_in_an_incomplete_snapshot_reconfigures_when_the_window_ends() -> None:
+    """The hardware rank's DEAD is in but the survivors' UNHEALTHY are not: no matching FT snapshot
+    within the correlation window, so the window (not the collection timeout) decides."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    window = core.config.fault_tolerance_config.hardware_ft_correlation_window_sec
+    core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    clock.advance(window / 2)
+    heartbeat_all(core, cluster, dead={1})
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not core.timelines.transactions(7)
+    clock.advance(window / 2)
+    heartbeat_all(core, cluster, dead={1})
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
+    assert not cluster.named("apply")
+
+
+async def test_hardware_first_then_its_dead_and_the_survivors_within_the_window_scale_down() -> None:
     cluster = two_pods()
     core, clock = make_core(cluster)
     await assemble(core, cluster)
@@ -238,10 +260,8 @@ async def test_hardware_first_then_incomplete_snapshot_with_its_dead_waits_for_t
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
     core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "", core.clock.wall())
     await core.faults.evaluate_all()
-    clock.advance(8.0)
+    clock.advance(core.config.fault_tolerance_config.hardware_ft_correlation_window_sec / 2)
     heartbeat_all(core, cluster, dead={1})
-    await core.faults.evaluate_all()
-    assert core.faults.running(7) is None and not core.timelines.transactions(7)
     for r in (2, 3):
         core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
     await core.faults.evaluate_all()

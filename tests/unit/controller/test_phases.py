@@ -64,10 +64,21 @@ def test_transaction_window_and_restart_rule() -> None:
 
 @pytest.mark.parametrize(
     ("phase", "published", "expected"),
-    [(p, pub, p in (P.NORMAL, P.SCALED_DOWN_RUNNING) and pub) for p in FtPhase for pub in (True, False)],
+    [(p, pub, p in (P.NORMAL, P.SCALED_DOWN_RUNNING, P.DISABLED) and pub) for p in FtPhase for pub in (True, False)],
 )
 def test_can_serve_only_when_servable_and_published(phase: FtPhase, published: bool, expected: bool) -> None:
     assert can_serve(phase, published) is expected
+
+
+def test_feature_off_cannot_serve_while_a_reconfiguration_is_under_way() -> None:
+    store = FtRuntimeStore(scale_down_enabled=False)
+    rt = store.create(1, [0, 1], "f")
+    store.set_published(1, True)
+    assert rt.can_serve
+    store.set_phase(1, P.RECONFIGURING)
+    assert rt.phase is P.DISABLED and rt.reconfiguring and not rt.can_serve
+    store.set_phase(1, P.NORMAL)
+    assert rt.phase is P.DISABLED and not rt.reconfiguring and rt.can_serve
 
 
 def test_serving_excludes_committed_and_pending() -> None:
@@ -137,8 +148,11 @@ def test_feature_off_reads_disabled_whatever_runs() -> None:
 def test_clear_history_after_rebuild() -> None:
     store = FtRuntimeStore(scale_down_enabled=True)
     rt = store.create(1, [0, 1, 2], "f", dead_committed=[1])
-    store.clear_history(1)
+    store.begin_round(1, "sd-1", [2])
+    store.set_gate(1, GateResult(False, ("EPLB_REQUIRED",)))
+    store.clear_history(1, GateResult())
     assert rt.alive_dp_ranks == [0, 1, 2]
+    assert rt.request_id == "" and rt.gate == GateResult()
 
 
 def test_rfc_json_shape() -> None:

@@ -773,7 +773,7 @@ async def test_can_serve_follows_what_the_coordinator_acknowledged_in_a_set() ->
     assert coord.view == {} and not core.runtimes.get(7).serving_published and not core.runtimes.get(7).can_serve
 
 
-@pytest.mark.parametrize(("dead", "want"), [({1}, {(0, 31000)}), ({0, 1}, {(2, 42002)})])
+@pytest.mark.parametrize(("dead", "want"), [({1}, {(0, 31001)}), ({0, 1}, {(2, 42002)})])
 async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_pod(dead, want) -> None:
     """Issue 13 item 6: pods configured with different store port bases; the Controller chooses the
     round's port from the new master's NodeManager and every apply carries that one."""

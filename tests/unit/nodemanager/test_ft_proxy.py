@@ -119,9 +119,9 @@ async def test_apply_is_forwarded_at_most_once(env) -> None:
     proxy.guard("r1", 10, 7)
     # Engines were never launched: no port, so nothing is reachable; the outcome says so.
     result = await proxy.apply(**apply_kwargs(dp_master_rank=3))
-    assert not result.accepted and result.dp_store_port == 30003
+    assert not result.accepted and result.dp_store_port == 30001
     assert [(o.endpoint_id, o.http_status) for o in result.outcomes] == [(2, 0), (3, 0)]
-    assert all('"dp_store_port": 30003' in o.request_body for o in result.outcomes)
+    assert all('"dp_store_port": 30001' in o.request_body for o in result.outcomes)
     with pytest.raises(AlreadyExists, match="'r1' was already forwarded"):
         await proxy.apply(**apply_kwargs())
 

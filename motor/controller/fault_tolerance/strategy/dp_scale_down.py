@@ -147,7 +147,8 @@ class DpScaleDownStrategy(Strategy):
             self.set_phase(FtPhase.SCALING_DOWN, f"apply removed_dp_ranks={list(plan.removed_cumulative)}")
             await self._persist(must=True)
             record = deps.registry.get(self.instance_id)
-            self._note_skew(await self.calls.apply(plan, record.store_port(plan.dp_master_rank) if record else 0))
+            store_port = record.store_port(plan.dp_master_rank, len(plan.removed_cumulative)) if record else 0
+            self._note_skew(await self.calls.apply(plan, store_port))
             await self._await_recovered(plan)
             self.set_phase(FtPhase.POST_SCALE_CLEANUP)
             await self._persist(must=True)

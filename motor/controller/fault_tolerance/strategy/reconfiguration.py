@@ -21,6 +21,7 @@ import uuid
 
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.decision import FallbackCause
+from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.timeline import fallback_cause_proto
 from motor.controller.model.runtime import FALLBACK_RECONFIGURATION, FtPhase
@@ -80,8 +81,12 @@ class ReconfigurationStrategy(Strategy):
         except PeerCallError as exc:
             await self.note_reinference()
             return self._fail(str(exc))
-        deps.runtimes.clear_history(self.instance_id)
-        if deps.runtimes.get(self.instance_id).phase is FtPhase.RECONFIGURING:
+        capability, _ = record.capability()
+        ft = deps.config.fault_tolerance_config
+        deps.runtimes.clear_history(self.instance_id, evaluate_gate(
+            enable_fault_tolerance=ft.enable_fault_tolerance, enable_dp_scale_down=ft.enable_dp_scale_down,
+            capability=capability))
+        if deps.runtimes.get(self.instance_id).reconfiguring:
             self.set_phase(FtPhase.NORMAL, "every original rank restarted")
         deps.runtimes.set_error(self.instance_id, None)
         try:
