@@ -11,8 +11,8 @@ ranks still lacking evidence only a probe of one of them is read, every quarter 
 `snapshot_pull_interval_sec`, rotating over pods. A full read follows at once when anything new came
 in (a probe's find or a NodeManager's report: the survivors flip together, their verdicts arrive
 together), and at the latest every `_FULL_EVERY` intervals. A NodeManager's report wakes the puller
-at once (`poke`) rather than at its next probe tick, which would add up to a tick to every round's
-snapshot wait. One summary log line per read that found something, never one per rank.
+at once (`poke`) rather than at its next probe tick, so a round's snapshot wait does not grow by up
+to a tick. One summary log line per read that found something, never one per rank.
 
 Every pull is flagged `taken_as_evidence`: the NodeManagers count the verdicts it read as reported
 and do not send them again, so a survivor's verdict reaches the Controller once. A rank whose

@@ -247,8 +247,8 @@ class DpScaleDownStrategy(Strategy):
 
     async def _await_recovered(self, plan: RoundPlan) -> None:
         # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
-        # voted yes, so later polls read only the ones still rebuilding (at DP=256 a full read of
-        # every survivor is a large share of the round's NodeManager and engine work).
+        # voted yes, so later polls read only the ones still rebuilding: at DP=256 a poll then skips
+        # the hundreds of survivors already healthy.
         await self._poll(plan, recovery_state, RECOVERY_WAIT_STATES, goal="healthy after apply", done_stays_done=True)
 
     async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict],
