@@ -25,7 +25,7 @@
 4. Steady-state overhead: Controller and NodeManager CPU and request latency with the feature off,
    on and idle, and on with faults; how NodeManager cost grows with endpoints comes from
    benchmarks/nodemanager_polling.py.
-5. Streaming under a rank death (issue 20): --streams concurrent long streams in flight at the
+5. Streaming under a rank death: --streams concurrent long streams in flight at the
    executor death of rank 1, with the Coordinator's re-inference (migration) on and off: requests
    failed, requests whose text differs from the engine's uninterrupted output, requests migrated,
    and how long the migrated streams took end to end. --streaming-only runs just this row.

@@ -18,9 +18,9 @@ Status RPC uses, bounded by ``engine_request_timeout_sec``:
 * an entry the Controller read itself and took as evidence (`taken`: a Status call flagged
   taken_as_evidence) counts as reported, as if this poller had sent it, with one difference: a
   committed round supersedes what the Controller took, so no RECOVERED is owed for it then, and
-  while a round holds this pod's guard (`defer_recovered`) that RECOVERED waits for the round's end
-  (at DP=256 this saves ~250 RECOVERED a round besides ~130 UNHEALTHY; an aborted round leaves it
-  owed, and the next healthy poll sends it).
+  while a round holds this pod's guard (`defer_recovered`) that RECOVERED waits for the round's end,
+  so a round is not answered with a RECOVERED per survivor (an aborted round leaves it owed, and the
+  next healthy poll sends it).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def poll_phase(endpoint_id: int) -> float:
     """This rank's poll phase, a fraction of the period: ranks spread evenly over it (golden-ratio
     sequence), on every pod alike, so a fault that every survivor shows at once (a failed collective)
     is seen by the first of many staggered polls instead of one synchronised tick a period apart,
-    and an instance's reads never arrive in one burst (issue 19)."""
+    and an instance's reads never arrive in one burst."""
     return (endpoint_id * _GOLDEN) % 1.0
 
 

@@ -136,7 +136,7 @@ class FtProxy:
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
                      timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
                      settle_sec: float = 0.0, taken_as_evidence: bool = False) -> list[EngineStatusEntry]:
-        """One read of each engine; with `wait_while` and `settle_sec` a long poll (issue 19: the
+        """One read of each engine; with `wait_while` and `settle_sec` a long poll (the
         Controller learns that survivors settled within one re-read, with one call per pod instead of
         one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
         rotating): the ranks of a DP group move together (one vote, one rebuild), so when the probe

@@ -112,8 +112,8 @@ def _group_members(pgid: int) -> list[int] | None:
 
 def group_alive(pgid: int) -> bool:
     # No member at all (zombies included): answered without reading /proc, which costs a read per
-    # process on the machine (issue 19: thousands of engine processes on one host made every stop
-    # scan them all, several times).
+    # process on the machine (with thousands of engine processes on one host, every stop would scan
+    # them all, several times).
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -16,8 +16,8 @@ from motor.sim.placement import PlacementError, slots_per_rank
 
 PROG = "motor-engine-sim"
 
-# Today's defaults keep the RFC-era behaviour while Motor's NodeManager/Controller learn
-# `diagnosing`; vLLM's own behaviour is `--ft-dialect vllm --diagnosing-sec 1.5`.
+# The defaults are vLLM's own behaviour (`--ft-dialect vllm --diagnosing-sec 1.5`); the RFC-era
+# engine is `--ft-dialect rfc`.
 DEFAULT_FT_DIALECT = FtDialect.VLLM
 DEFAULT_DIAGNOSING_SEC = 1.5
 

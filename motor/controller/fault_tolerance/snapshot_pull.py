@@ -4,20 +4,20 @@ instead of waiting for each NodeManager's next 1 Hz poll. Detection then follows
 pace (their `diagnosing` phase, their collective timeout) rather than the poll period, and the steady
 state costs nothing: pulls run only while a collection window is open.
 
-Cheap at scale (issue 19: 16 instances of 256 ranks pulled every 0.2 s read 20,000 statuses a
-second and stalled every round for seconds): a rank that already has UNHEALTHY or DEAD evidence is
+Cheap at scale (pulling every rank of 16 instances of 256 ranks every 0.2 s would read 20,000
+statuses a second and stall every round): a rank that already has UNHEALTHY or DEAD evidence is
 never read again (the round's own status polls absorb a later death), and between full reads of the
 ranks still lacking evidence only a probe of one of them is read, every quarter of
 `snapshot_pull_interval_sec`, rotating over pods. A full read follows at once when anything new came
 in (a probe's find or a NodeManager's report: the survivors flip together, their verdicts arrive
 together), and at the latest every `_FULL_EVERY` intervals. A NodeManager's report wakes the puller
-at once (`poke`) rather than at its next probe tick: at DP=256 that tick was ~40 ms of every round's
-snapshot wait. One summary log line per read that found something, never one per rank.
+at once (`poke`) rather than at its next probe tick, so a round's snapshot wait does not grow by up
+to a tick. One summary log line per read that found something, never one per rank.
 
 Every pull is flagged `taken_as_evidence`: the NodeManagers count the verdicts it read as reported
-and do not send them again (at DP=256, ~255 reports a round less). A rank whose answer is lost on
-the way stays without evidence and is asked again by the next full read; an answer that arrives
-after a strategy started is dropped, since the round reads every survivor itself.
+and do not send them again, so a survivor's verdict reaches the Controller once. A rank whose
+answer is lost on the way stays without evidence and is asked again by the next full read; an answer
+that arrives after a strategy started is dropped, since the round reads every survivor itself.
 
 Bounded: one puller per instance, ended by a strategy starting, the snapshot being complete (no rank
 left to read), the evidence clearing, the window closing, the collection timeout, or the Controller

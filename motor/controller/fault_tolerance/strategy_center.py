@@ -42,7 +42,8 @@ class FastRecovery(Protocol):
 
 
 class NoFastRecovery:
-    """Today's placeholder: never applicable, so all-UNHEALTHY waits for a DEAD rank or the timeout."""
+    """Fast recovery is not implemented: never applicable, so all-UNHEALTHY waits for a DEAD rank or
+    the timeout."""
 
     def is_applicable(self, instance_id: int, unhealthy: frozenset[int]) -> bool:
         return False

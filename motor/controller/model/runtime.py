@@ -24,7 +24,7 @@ class FtPhase(StrEnum):
     RECONFIGURING = "RECONFIGURING"
 
 
-# The transaction window: the old partial-loss whole-instance shutdown is suppressed here.
+# The transaction window: the whole-instance shutdown on a partial loss is suppressed here.
 TRANSACTION_PHASES = frozenset(
     {FtPhase.DECIDING, FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP}
 )

@@ -1,5 +1,5 @@
-"""Issue 14: leader election and fencing of Controller replicas against a real etcd (the session's
-`etcd_endpoint`; every test its own key prefix), in process.
+"""Leader election and fencing of Controller replicas against a real etcd (the shared
+`etcd_endpoint` fixture; every test its own key prefix), in process.
 
 - LeaderElection: one of two campaigners wins; the other observes it; a resignation hands over at
   once, a silent leader (no keepalive, no resignation: a crash) after its lease.

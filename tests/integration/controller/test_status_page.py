@@ -20,7 +20,7 @@ async def serve(enabled: bool, *instances: int) -> tuple[TestClient, FtRuntimeSt
 
 
 async def test_feature_off_says_disabled_at_the_top_level_even_without_instances() -> None:
-    """Issue 13 item 10."""
+    """With fault tolerance off the page says DISABLED at the top level, even before any instance exists."""
     client, _ = await serve(False)
     try:
         resp = await client.get("/controller/fault_tolerance/status")

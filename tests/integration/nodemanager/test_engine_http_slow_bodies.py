@@ -2,7 +2,7 @@
 and slowly: a body split into chunks inside the timeout is read whole, one still arriving past the
 timeout is an EngineTimeout bounded by that timeout (apply: an outcome that says so), an oversized
 body is refused naming the limit. Hypothesis draws the splits and delays (bounded example count,
-reported in the session summary)."""
+reported in pytest's summary)."""
 
 from __future__ import annotations
 

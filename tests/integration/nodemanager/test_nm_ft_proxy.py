@@ -149,7 +149,7 @@ async def test_apply_forwards_once_with_same_request_id_and_store_port(controlle
 
 
 async def test_apply_uses_the_store_port_the_controller_chose(controller: FakeController, tmp_path: Path) -> None:
-    """Issue 13 item 6: the Controller's port (from the new master's pod) wins over this pod's base."""
+    """The Controller's port (from the new master's pod) wins over this pod's base."""
     cfg = nm_config(controller.address, tmp_path, ranks=(1, 2), dp_size=4, dp_store_port_base=31000)
     async with running_nm(cfg) as n:
         await n.ft.Guard(nm.GuardRequest(instance_id=INSTANCE, request_id="rid-P", lease_sec=30), timeout=5)

@@ -1,6 +1,6 @@
 """The Status long poll over real gRPC with fake-engine processes: the NodeManager reads again only
 the engines still in a `wait_while` state, answers once they settled or at `settle_sec`, and
-refuses bad bounds and states by name (issue 19)."""
+refuses bad bounds and states by name."""
 
 from __future__ import annotations
 

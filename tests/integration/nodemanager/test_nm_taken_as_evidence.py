@@ -1,8 +1,8 @@
 """A Status call flagged `taken_as_evidence` over real gRPC with fake-engine processes: the
 NodeManager counts the UNHEALTHY and DEAD entries it answered as reported, so its own poll sends no
 report of the same entry, while an entry read without the flag is reported and a taken fault still
-recovers; under a round's guard that RECOVERED waits, and the round's commit drops it (issue 19:
-the Controller's snapshot pull no longer gets every verdict twice, nor a RECOVERED per survivor)."""
+recovers; under a round's guard that RECOVERED waits, and the round's commit drops it (so the
+Controller's snapshot pull gets no verdict twice, nor a RECOVERED per survivor)."""
 
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ def commit_rank(core, rank: int) -> None:
 
 
 async def test_node_fault_on_partly_committed_node_matches_on_the_uncommitted_ranks_only() -> None:
-    """Issue 13 item 1: node fault → {2, 3} after 3 was committed; only rank 2 takes part."""
+    """Node fault → {2, 3} after 3 was committed; only rank 2 takes part."""
     cluster = two_pods()
     core, clock = make_core(cluster)
     await assemble(core, cluster)
@@ -209,7 +209,7 @@ async def test_node_fault_whose_ranks_are_all_committed_is_handled() -> None:
 
 
 async def test_hardware_first_then_all_unhealthy_waits_for_the_collection_timeout_not_the_window() -> None:
-    """Issue 13 item 2: all-UNHEALTHY within the window goes to is_applicable (false here) and then
+    """All-UNHEALTHY within the window goes to is_applicable (false here) and then
     waits for a DEAD up to the software collection timeout."""
     cluster = two_pods()
     core, clock = make_core(cluster)
@@ -272,7 +272,7 @@ async def test_hardware_first_then_its_dead_and_the_survivors_within_the_window_
 
 
 async def test_hardware_fault_on_a_survivor_during_a_round_fails_it_and_is_not_dropped() -> None:
-    """Issue 13 item 3: an L5 on a survivor while the round runs is evidence for the round."""
+    """An L5 on a survivor while the round runs is evidence for the round."""
     cluster = two_pods()
     core, _ = make_core(cluster)
     await assemble(core, cluster)

@@ -179,7 +179,7 @@ def test_rfc_json_shape() -> None:
         "generation": rt.generation,
         "reconfiguration_attempts": 0,
         "reconfiguration_gave_up": False,
-        # Re-inference and the idle-fault probe (issue 20).
+        # Re-inference and the idle-fault probe.
         "migrated_requests": 0,
         "idle_fault_probes": 0,
     }

@@ -89,7 +89,7 @@ async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> 
 
 
 async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_before_every_guard() -> None:
-    """The first status read rides on the guard fan-out (issue 19): a pod's survivors are read right
+    """The first status read rides on the guard fan-out: a pod's survivors are read right
     after its guard answers, while another pod's guard is still out; the apply waits for that guard."""
     cluster = two_pods()
     core, _ = make_core(cluster)
@@ -469,7 +469,7 @@ async def test_retired_ranks_unknown_to_controller_force_fallback() -> None:
 
 
 async def test_retired_ranks_of_a_pod_that_registered_before_assembly_are_decided_at_assembly() -> None:
-    """Issue 13 item 4: the pod holding the retired rank registers first; the instance must not come
+    """The pod holding the retired rank registers first; the instance must not come
     up NORMAL and publish a stopped rank."""
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
@@ -607,7 +607,7 @@ async def test_apply_skew_is_recorded_from_the_send_times_of_every_survivor() ->
 
 @pytest.mark.parametrize("stray", [[3], [0]])
 async def test_status_entries_for_ids_not_asked_are_a_protocol_error(stray: list[int]) -> None:
-    """Issue 13 item 5: a stray entry (another pod's rank, or a duplicate) fails the round; a stray
+    """A stray entry (another pod's rank, or a duplicate) fails the round; a stray
     DEAD is never absorbed."""
     cluster = two_pods()
     core, _ = make_core(cluster)
@@ -621,7 +621,7 @@ async def test_status_entries_for_ids_not_asked_are_a_protocol_error(stray: list
 
 
 async def test_clock_skewed_nodemanager_evidence_is_superseded_after_a_round() -> None:
-    """Issue 13 item 8: a NodeManager whose wall clock runs an hour ahead; the Controller compares
+    """A NodeManager whose wall clock runs an hour ahead; the Controller compares
     its own receipt times, so the round's last status read supersedes the reports."""
     cluster = two_pods()
     core, _ = make_core(cluster)
@@ -640,7 +640,7 @@ async def test_clock_skewed_nodemanager_evidence_is_superseded_after_a_round() -
 
 
 async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set() -> None:
-    """Issue 13 item 12: the RFC's heartbeat contract is an exact set. A committed rank reported alive
+    """The RFC's heartbeat contract is an exact set. A committed rank reported alive
     is an inconsistency: last_error says so at once, and if it outlasts the heartbeat grace the
     instance is reconfigured like a partial loss."""
     cluster = two_pods()
@@ -672,7 +672,7 @@ async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set()
 
 
 async def test_failed_reconfiguration_retries_are_bounded_with_backoff_and_surface_in_status() -> None:
-    """Issue 13 item 14: retried after check_interval, doubling, at most reconfiguration_max_attempts;
+    """Retried after check_interval, doubling, at most reconfiguration_max_attempts;
     then the instance waits (status says so) until one of its pods registers again."""
     cluster = two_pods()
     config = make_config()
@@ -706,7 +706,7 @@ async def test_failed_reconfiguration_retries_are_bounded_with_backoff_and_surfa
 
 
 async def test_drain_failure_is_recorded_and_the_round_still_commits() -> None:
-    """Issue 13 item 13 (decision): a failed DEL does not fail the round (see Strategy.drain)."""
+    """Decision: a failed DEL does not fail the round (see Strategy.drain)."""
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
@@ -721,7 +721,7 @@ async def test_drain_failure_is_recorded_and_the_round_still_commits() -> None:
 
 
 async def test_no_engine_relaunch_fallback_a_rebuild_restarts_every_original_rank_and_clears_history() -> None:
-    """Issue 13 item 15 (decision): after a committed round, the fallback is the whole rebuild: every
+    """Decision: after a committed round, the fallback is the whole rebuild: every
     original rank restarts, dead_committed is cleared and all ranks are published again."""
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
@@ -739,7 +739,7 @@ async def test_no_engine_relaunch_fallback_a_rebuild_restarts_every_original_ran
 
 
 async def test_periodic_set_right_after_the_success_add_never_withdraws_the_survivors() -> None:
-    """Issue 13 item 9: a SET waiting on the publication lock while the round's ADD is sent runs
+    """A SET waiting on the publication lock while the round's ADD is sent runs
     while the strategy's task is still finishing; it must keep the survivors it just published."""
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
@@ -775,7 +775,7 @@ async def test_can_serve_follows_what_the_coordinator_acknowledged_in_a_set() ->
 
 @pytest.mark.parametrize(("dead", "want"), [({1}, {(0, 31001)}), ({0, 1}, {(2, 42002)})])
 async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_pod(dead, want) -> None:
-    """Issue 13 item 6: pods configured with different store port bases; the Controller chooses the
+    """Pods configured with different store port bases; the Controller chooses the
     round's port from the new master's NodeManager and every apply carries that one."""
     cluster = two_pods()
     core, _ = make_core(cluster)
@@ -791,7 +791,7 @@ async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_
 
 
 async def test_a_round_slower_than_the_guard_lease_renews_it_and_commits_on_a_live_lease() -> None:
-    """Issue 13 item 11: the NodeManagers refuse finalize(commit) on an expired lease; the Controller
+    """The NodeManagers refuse finalize(commit) on an expired lease; the Controller
     renews the guard (same request_id) while the round runs."""
     cluster = two_pods()
     core, clock = make_core(cluster)
@@ -814,7 +814,7 @@ async def test_a_round_slower_than_the_guard_lease_renews_it_and_commits_on_a_li
 
 
 async def test_one_nodemanager_fails_finalize_commit_while_the_other_committed() -> None:
-    """Issue 13 (missing test): the vendor's half-applied defect. Pod .2 retires rank 1, pod .3 refuses
+    """The vendor's half-applied defect. Pod .2 retires rank 1, pod .3 refuses
     its commit: the Controller does not commit, falls back to the whole rebuild, and no publication
     ever routes to a retired rank nor leaves a serving rank retired."""
     cluster, coord = two_pods(), FakeCoordinator()
@@ -861,7 +861,7 @@ async def test_survivors_healthy_after_apply_are_not_read_again() -> None:
 @pytest.mark.parametrize("long_poll", [True, False])
 async def test_status_polls_are_long_polls_that_wait_out_what_the_verdicts_call_wait(long_poll: bool) -> None:
     """Before apply the NodeManagers are asked to wait out the apply-ready WAIT states, after it the
-    recovery WAIT states, for poll_interval_sec (issue 19). A NodeManager that held its answer is
+    recovery WAIT states, for poll_interval_sec. A NodeManager that held its answer is
     asked again at once; one that answered at once (no long poll) gets the backoff delay first."""
     from motor.controller.fault_tolerance.engine_states import APPLY_WAIT_STATES, RECOVERY_WAIT_STATES
 

@@ -1,4 +1,4 @@
-"""Issue 14 in ControllerCore, with a manual clock and in-memory peers: a replica acts only while
+"""Leader takeover in ControllerCore, with a manual clock and in-memory peers: a replica acts only while
 it leads and has taken over; a takeover forgets everything, restores from the store with the RFC §5
 restart rule and learns what the Coordinator routes to (and its revision); losing the term stops
 everything, and a standby reports what the store holds."""

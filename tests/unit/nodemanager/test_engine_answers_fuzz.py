@@ -1,7 +1,7 @@
 """Fuzz of the NodeManager's engine answer parsing (hypothesis): random JSON, random bytes, truncated
 bodies, wrong types in every key, any HTTP status. A status answer is either a well-typed entry of the
 endpoint asked for or an EngineProtocolError naming the endpoint; an apply answer never raises and
-is accepted exactly on 202. Bounded example counts; the counts are reported in the session summary."""
+is accepted exactly on 202. Bounded example counts; the counts are reported in pytest's summary."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def test_finalize_abort_releases_without_retiring(env) -> None:
 
 
 def test_finalize_commit_is_refused_on_an_expired_lease_abort_is_not(env) -> None:
-    """Issue 13 item 11: RFC §6, an expired lease (or a wrong id) is refused by the NodeManager."""
+    """RFC §6, an expired lease (or a wrong id) is refused by the NodeManager."""
     proxy, state, clock, commits = env
     proxy.guard("r1", 10, 7)
     clock.now = 11.0

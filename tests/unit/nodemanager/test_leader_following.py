@@ -1,5 +1,5 @@
-"""Issue 14 on the NodeManager side, against a scripted double of the Controller client (no
-sockets): a fault report made while no Controller replica leads (a leader switch) waits for the new
+"""Following the Controller leader on the NodeManager side, against a scripted double of the
+Controller client (no sockets): a fault report made while no Controller replica leads (a leader switch) waits for the new
 leader instead of being counted lost; a new leader term makes the pod register again and report its
 current faults again."""
 

@@ -1,4 +1,4 @@
-"""NodeManager config keys added for issue 4: defaults, and each refusal naming its key and value."""
+"""NodeManager config keys: defaults, and each refusal naming its key and value."""
 
 from __future__ import annotations
 

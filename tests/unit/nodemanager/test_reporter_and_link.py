@@ -197,7 +197,7 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
 
 
 async def test_early_reports_wait_for_the_first_registration() -> None:
-    """Issue 13 item 7: a report made before the NodeManager registered is held, then sent."""
+    """A report made before the NodeManager registered is held, then sent."""
     client = ScriptedClient()
     r = reporter(client, registered=False)
     async with running(r):
@@ -211,7 +211,7 @@ async def test_early_reports_wait_for_the_first_registration() -> None:
 
 
 async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -> None:
-    """Issue 13 item 7: NOT_FOUND (the Controller does not know the instance yet) is not final."""
+    """NOT_FOUND (the Controller does not know the instance yet) is not final."""
     client = ScriptedClient()
     client.fail["report"] = 4
     client.fail_code = grpc.StatusCode.NOT_FOUND

@@ -204,7 +204,7 @@ class Strategy(ABC):
     async def drain(self) -> None:
         """DEL of exactly the published view, waited for (RFC: the drain is synchronous).
 
-        Decision (issue 13): a failed DEL is recorded in the timeline and the round goes on, unlike
+        Decision: a failed DEL is recorded in the timeline and the round goes on, unlike
         the vendor's implementation, which fails the round. Failing would turn a one-second
         scale-down into a whole-instance reconfiguration (minutes) because the Coordinator blinked,
         and it buys no safety: the survivors answer 503 until they are rebuilt and the Coordinator

@@ -216,8 +216,8 @@ class DpScaleDownStrategy(Strategy):
         self._log(logging.INFO, "apply skew %.3fs over survivors %s", skew, rank_ranges(list(sent)))
 
     async def _renew_guards_if_due(self) -> None:
-        """Renews the guard every third of its lease while the round runs (issue 13: a round slower
-        than the lease must not rely on an expired lease)."""
+        """Renews the guard every third of its lease while the round runs, so a round slower than
+        the lease never relies on an expired lease."""
         lease = self.deps.config.fault_tolerance_config.guard_lease_sec
         now = self.deps.clock.monotonic()
         if now - self._guarded_at_sec >= lease / 3:
@@ -248,8 +248,8 @@ class DpScaleDownStrategy(Strategy):
 
     async def _await_recovered(self, plan: RoundPlan) -> None:
         # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
-        # voted yes, so later polls read only the ones still rebuilding (issue 19: at DP=256 each
-        # full read is ~75 ms of NodeManager and engine work).
+        # voted yes, so later polls read only the ones still rebuilding: at DP=256 a poll then skips
+        # the hundreds of survivors already healthy.
         await self._poll(plan, recovery_state, RECOVERY_WAIT_STATES, goal="healthy after apply", done_stays_done=True)
 
     async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict],
@@ -263,10 +263,10 @@ class DpScaleDownStrategy(Strategy):
         judged done is not read again.
 
         Each poll is a long poll: the NodeManagers wait out `wait_states` (the pairs `judge` calls WAIT)
-        for up to poll_interval_sec and answer as soon as their engines settled (issue 19: no poll is
-        spent before a rebuild can have finished, and a settled survivor is seen within one re-read).
+        for up to poll_interval_sec and answer as soon as their engines settled, so no poll is spent
+        before a rebuild can have finished and a settled survivor is seen within one re-read.
         A poll answered sooner than the backoff delay (a NodeManager that does not long-poll) is
-        followed by the rest of the delay, so the cadence never falls below today's. The first poll
+        followed by the rest of the delay, so polls never come faster than the backoff. The first poll
         goes through `first_fan_out` when given (the guards), the others through a plain status fan-out."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec

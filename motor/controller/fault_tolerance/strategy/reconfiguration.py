@@ -5,7 +5,7 @@ original rank into a new DP group; success clears the scale-down history and pub
 A failure leaves the instance RECONFIGURING with last_error; the strategy centre tries again, a
 bounded number of times with backoff.
 
-Decision (issue 13): Motor has no EngineRelaunch fallback (restart the engines in place and keep
+Decision: Motor has no EngineRelaunch fallback (restart the engines in place and keep
 dead_committed). An engine started in place would have to join a DP group whose original ranks have
 holes; vLLM starts a DP group only as ranks 0..dp_size-1 of the launched size, and it can shrink
 around holes only through the FT API of a running group. So the only restart Motor can order is the

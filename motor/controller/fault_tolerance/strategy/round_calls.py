@@ -70,8 +70,8 @@ class RoundCalls:
                         ) -> list[common_pb2.EngineFtStatus]:
         """Guards every participant. With `then_read`, each pod with survivors is asked for their status
         as soon as its own guard holds, not after the last guard: the read is evidence only and the
-        apply still waits for every guard, so the round saves a whole fan-out (issue 19: ~35 ms at
-        DP=256). Returns the entries read (none without `then_read`)."""
+        apply still waits for every guard, so the first status read costs the round no fan-out of its
+        own. Returns the entries read (none without `then_read`)."""
         async def one(pod: PodInfo) -> list[common_pb2.EngineFtStatus]:
             client = self._nodemanagers.get(pod.node_manager_address)
             self._guard_attempted.append(pod.node_manager_address)

@@ -10,9 +10,9 @@ Documents read (Ascend/mind-cluster; field names and JSON tags as in its Go stru
 - Kubernetes Nodes: the Ready condition (`node_ready`).
 
 Not read, on purpose: Volcano's `volcano-system/vcjob-fault-npu-cm` (its NodeUnhealthy /
-heartbeatTimeOut node entries and per-job reasons). It is the scheduler's view rebuilt each session
-from the documents above and from node heartbeats; reading it would report the device plugin's
-faults a second time under other identities and tie Motor to Volcano's internals. A node whose
+heartbeatTimeOut node entries and per-job reasons). It is the scheduler's view, rebuilt in each of
+its scheduling sessions from the documents above and from node heartbeats; reading it would report
+the device plugin's faults a second time under other identities and tie Motor to Volcano's internals. A node whose
 heartbeat is lost is the Node Ready condition here, NodeD's and the switch's faults are read first hand.
 """
 

@@ -99,8 +99,8 @@ def test_operator_resource_names_are_read() -> None:
 
 
 def test_hot_reset_ring_mates_are_evidence_not_noise() -> None:
-    # Today: the ring-mates' NormalNPU/NormalNetwork entries (empty fault_code) are no fault of their
-    # own, not a problem; the -Recovering list makes each a card under reset (L5).
+    # The ring-mates' NormalNPU/NormalNetwork entries (empty fault_code) are no fault of their own,
+    # not a problem; the -Recovering list makes each a card under reset (L5).
     faults, problems = parse_configmap(device_info_cfg(device_info_text(HOT_RESET)), node_name=NODE)
     assert problems == []
     got = {f.npu_name: (f.fault_codes, f.level, f.fault_type) for f in faults}

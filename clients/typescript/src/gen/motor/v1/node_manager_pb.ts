@@ -130,7 +130,7 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
   /**
    * The caller records every UNHEALTHY and DEAD entry of the answer as fault evidence (the
    * Controller's snapshot pull): the NodeManager counts those reads as reported, so its own poll
-   * does not report the same entry again (issue 19: ~255 fewer reports a round at DP=256).
+   * does not report the same entry again (a survivor's verdict reaches the Controller once).
    *
    * @generated from field: bool taken_as_evidence = 6;
    */
