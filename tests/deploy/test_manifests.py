@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
 from motor.common.config import (
     ControllerConfig,
     CoordinatorConfig,
@@ -29,6 +28,8 @@ from motor.common.security import Role
 from motor.controller.fault_tolerance.gate import Capability, evaluate_gate
 from motor.controller.hardware.formats import CONFIGMAP_NAMESPACE
 from nodemanager.device_ids import check_device_ids
+
+from .deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
 
 pytestmark = pytest.mark.timeout(300)
 

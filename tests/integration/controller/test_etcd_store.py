@@ -34,6 +34,7 @@ from motor.controller.persistence import (
     open_runtime_store,
 )
 from motor.launch.etcd import astart_etcd
+from motor.testing.waits import async_wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.etcd]
 
@@ -333,10 +334,8 @@ async def test_close_during_a_call_fails_that_call_with_store_error(tmp_path: Pa
         try:
             pending = asyncio.create_task(store.load_all())
             # Close only once the call is on the wire to the frozen server (an event, not a sleep).
-            for _ in range(2000):
-                if store._conn.in_flight and not pending.done():
-                    break
-                await asyncio.sleep(0.005)
+            await async_wait_for(lambda: store._conn.in_flight and not pending.done(), 10,
+                                 "the call on the wire to the frozen server", interval_sec=0.005)
             await store.close()
             # Cut in the RPC ("connection closed during the call") or in its connect: a StoreError
             # either way, never a hang or a bare cancellation.

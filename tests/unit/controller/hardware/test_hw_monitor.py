@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hw_samples import NODE_READY, configmap_object, full_data, node_not_ready
 
 from gen.motor.v1 import controller_pb2
 from motor.common.config import HardwareMonitorConfig
@@ -31,6 +30,9 @@ from motor.controller.hardware.model import HardwareFault, HardwareFaultError
 from motor.controller.hardware.monitor import HardwareMonitorError, ResourceMonitor
 from motor.controller.hardware.resolver import TopologyResolver
 from motor.controller.hardware.rpc_source import RpcSource, SourceNotStarted
+from motor.testing.waits import async_wait_for
+
+from .hw_samples import NODE_READY, configmap_object, full_data, node_not_ready
 
 LOST = HardwareFault("node-a", "Ascend910-2", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)
 RESET = HardwareFault("node-a", "Ascend910-5", ("80CB8002",), levels.L5, "CardUnhealthy", "RestartNPU", 1760000010.0)
@@ -61,15 +63,6 @@ class Sink:
         self._event.clear()
         await asyncio.wait_for(self._event.wait(), WAIT_SEC)
         return self.batches[-1]
-
-
-async def wait_until(predicate, what: str) -> None:
-    """Polls (bounded) until predicate() holds."""
-    for _ in range(int(WAIT_SEC / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # --- directory of mounted ConfigMaps ---------------------------------------------------------
@@ -293,7 +286,7 @@ async def test_monitor_funnels_sources_and_survives_a_failing_intake(tmp_path: P
         assert _keys(calls[0]) == {LOST.key}
         assert "fault intake failed" in caplog.text  # logged, source kept running
         write_configmap_fault(tmp_path, "node-a", [LOST, RESET])
-        await wait_until(lambda: len(calls) >= 2, "the second delivery")
+        await async_wait_for(lambda: len(calls) >= 2, WAIT_SEC, "the second delivery", interval_sec=0.01)
         assert _keys(calls[1]) == {RESET.key}
         rpc_fault = await monitor.rpc.report(build_report_request("node-b", "Ascend910-0", "80CB8002", "RestartNPU"))
         assert calls[-1] == [rpc_fault]
@@ -390,8 +383,9 @@ async def test_list_then_watch_then_relist_after_410_and_retry_after_failure() -
     await source.start(sink)
     try:
         expected = {LOST.key, RESET.key, (("NodeNotReady",), "", "worker-7")}
-        await wait_until(lambda: _keys(sink.faults) == expected, "three faults")
-        await wait_until(lambda: api.calls.count("watch cm 100") >= 2, "the relist after 410")
+        await async_wait_for(lambda: _keys(sink.faults) == expected, WAIT_SEC, "three faults", interval_sec=0.01)
+        await async_wait_for(lambda: api.calls.count("watch cm 100") >= 2, WAIT_SEC, "the relist after 410",
+                             interval_sec=0.01)
     finally:
         await source.stop()
     cm_calls = [c for c in api.calls if "cm" in c and "mindx-dl" not in c]
@@ -475,7 +469,8 @@ async def test_list_and_watch_noded_configmaps() -> None:
     source = KubernetesConfigMapSource(api, watch_nodes=False, watch_timeout_sec=5, retry_backoff_sec=0.01)
     await source.start(sink)
     try:
-        await wait_until(lambda: {f.node_name for f in sink.faults} == {"node-a", "node-c"}, "both NodeD faults")
+        await async_wait_for(lambda: {f.node_name for f in sink.faults} == {"node-a", "node-c"}, WAIT_SEC,
+                             "both NodeD faults", interval_sec=0.01)
     finally:
         await source.stop()
     assert "list cm mindx-dl" in api.calls and "watch nodeinfo 300" in api.calls

@@ -7,7 +7,14 @@ import json
 
 import pytest
 import yaml
-from hw_samples import (
+
+from motor.controller.hardware import levels
+from motor.controller.hardware.checkcode import device_info_check_code
+from motor.controller.hardware.formats import document_kind, node_from_configmap_name
+from motor.controller.hardware.node_parser import parse_node
+from motor.controller.hardware.parser import parse_configmap
+
+from .hw_samples import (
     A5_CARDS,
     CUSTOM_CARDS,
     DEVICE_INFO_CFG,
@@ -28,12 +35,6 @@ from hw_samples import (
     node_not_ready,
     normal,
 )
-
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import device_info_check_code
-from motor.controller.hardware.formats import document_kind, node_from_configmap_name
-from motor.controller.hardware.node_parser import parse_node
-from motor.controller.hardware.parser import parse_configmap
 
 
 def _by_card(faults):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hw_samples import (
+
+from motor.controller.hardware import levels
+from motor.controller.hardware.checkcode import go_json, go_string, node_info_check_code
+from motor.controller.hardware.parser import parse_configmap
+from motor.controller.hardware.switch_parser import alarm_code
+
+from .hw_samples import (
     EMPTY_SWITCH,
     NODE,
     NODED_SEPARATE,
@@ -21,11 +27,6 @@ from hw_samples import (
     switch_info,
     switch_info_2024,
 )
-
-from motor.controller.hardware import levels
-from motor.controller.hardware.checkcode import go_json, go_string, node_info_check_code
-from motor.controller.hardware.parser import parse_configmap
-from motor.controller.hardware.switch_parser import alarm_code
 
 LINK = (0x00F103B0, "155904", "cpu", 0, 3, 1760000300000, "Separate")
 SUB = (0x00F1FF09, "na", "na", 1, 4, 1760000301000, "SubHealthFault")
