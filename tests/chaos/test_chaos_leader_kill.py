@@ -33,7 +33,8 @@ from .chaos_checks import (
     scale_down_applies,
 )
 
-pytestmark = pytest.mark.timeout(600)
+# One local cluster at a time (--dist loadgroup): two would starve each other's 2 s leader leases.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("local-cluster")]
 
 ALL = [0, 1, 2, 3]
 
