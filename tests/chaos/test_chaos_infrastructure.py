@@ -32,8 +32,7 @@ from .chaos_checks import (
 # Each look reads the cluster's status pages: look every 0.2 s.
 LOOK_SEC = 0.2
 
-# One local cluster at a time (--dist loadgroup): two would starve each other's 2 s leader leases.
-pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("local-cluster")]
+pytestmark = pytest.mark.timeout(600)
 
 ALL = [0, 1, 2, 3]
 

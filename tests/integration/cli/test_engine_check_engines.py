@@ -21,9 +21,7 @@ from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.testing.waits import wait_for
 
-# The timeout is per test, module fixtures included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("engine_check_engines")]
+pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
 
 REPO = Path(__file__).resolve().parents[3]
 MOTORCTL = Path(sys.executable).parent / "motorctl"

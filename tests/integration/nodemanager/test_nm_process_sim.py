@@ -26,8 +26,7 @@ from motor.sim.client import SimClient
 from motor.testing.fake_controller import FakeController
 from motor.testing.waits import wait_for
 
-# One xdist worker runs the module (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(90), pytest.mark.xdist_group("nm_process_sim")]
+pytestmark = pytest.mark.timeout(90)
 
 POD_IP = "127.0.0.2"
 INSTANCE = 7

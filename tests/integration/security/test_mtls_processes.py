@@ -29,8 +29,7 @@ POD_IP = "127.0.0.2"
 FAKE_ENGINE = [sys.executable, "-m", "motor.testing.fake_engine", "--host", "{host}", "--port", "{port}",
                "--dp-rank", "{dp_rank}", "--ft-api-prefix", "{ft_api_prefix}"]
 
-# One xdist worker runs the module (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("mtls_processes")]
+pytestmark = pytest.mark.timeout(180)
 
 
 @dataclass

@@ -69,8 +69,7 @@ REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.Sta
            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.OUT_OF_RANGE,
            grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 
-# One xdist worker runs the module (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("rpc_fuzz")]
+pytestmark = pytest.mark.timeout(600)
 
 
 # -- request strategies --------------------------------------------------------------------------

@@ -24,9 +24,7 @@ from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 from motor.testing.waits import wait_for
 
-# The timeout is per test, module fixtures included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("sim_fault_injection")]
+pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
 
 HOSTS = ["127.0.0.1", "127.0.0.2"]
 PREFIX = "/fault_tolerance"

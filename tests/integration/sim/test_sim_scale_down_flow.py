@@ -20,9 +20,7 @@ from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import expected_completion
 from motor.testing.waits import wait_for
 
-# The timeout is per test, module fixtures included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("sim_scale_down_flow")]
+pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -13,9 +13,7 @@ from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.sim.toy_model import expected_completion
 
-# The timeout is per test, module fixtures included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(90), pytest.mark.xdist_group("sim_single_rank")]
+pytestmark = pytest.mark.timeout(90)  # per test, module fixtures included
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

@@ -17,8 +17,7 @@ from motor.testing.waits import wait_for
 
 from .sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
 
-# One xdist worker runs the module (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("sim_vllm_dialect_flow")]
+pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster:

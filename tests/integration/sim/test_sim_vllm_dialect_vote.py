@@ -12,8 +12,7 @@ from motor.sim.ft_state import RECOVERY_FAILED_INFO
 
 from .sim_vllm_helpers import start_group, status_is, watch, watch_ranks
 
-# One xdist worker runs the module (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("sim_vllm_dialect_vote")]
+pytestmark = pytest.mark.timeout(120)
 
 SURVIVORS = (0, 1, 2)
 

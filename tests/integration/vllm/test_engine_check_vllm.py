@@ -13,9 +13,7 @@ from motor.testing.waits import wait_for
 
 from .vllm_peer_helpers import FT_PREFIX, Peer
 
-# The timeout is per test, the module's peer start-up included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("engine_check_vllm")]
+pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up included
 
 RANK = 2
 

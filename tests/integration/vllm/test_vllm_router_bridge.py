@@ -22,9 +22,7 @@ from nodemanager.engine_http import EngineAddress, EngineHttpClient
 
 from .vllm_peer_helpers import FT_PREFIX, Peer, http_request
 
-# The timeout is per test, the module's peer start-up included. One xdist worker runs the module
-# (--dist loadgroup), so its module-scoped processes start once.
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("vllm_router_bridge")]
+pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up included
 
 RANK = 1
 
