@@ -34,7 +34,8 @@ import psutil
 
 from motor.common.ports import free_ports
 from motor.common.process import ManagedProcess, start_process
-from motor.testing.fake_controller import FakeController, wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import wait_for
 
 HOST = "127.0.0.1"
 BIN = Path(sys.executable).parent

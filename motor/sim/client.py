@@ -6,10 +6,8 @@ Standard library only, every call bounded by ``timeout_sec``.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,21 +122,3 @@ def inject_fault(base_url: str, fault: str, params: dict[str, Any] | None = None
     if res.status != 200:
         raise InjectionError(f"{base_url} refused fault {fault!r}: HTTP {res.status} {res.body}")
     return res.body
-
-
-def wait_until(predicate: Callable[[], bool], timeout_sec: float, interval_sec: float = 0.05,
-               what: str = "condition") -> float:
-    """Poll ``predicate`` until true; returns the seconds it took, raises TimeoutError naming ``what``."""
-    started = time.monotonic()
-    deadline = started + timeout_sec
-    last_error: Exception | None = None
-    while True:
-        try:
-            if predicate():
-                return time.monotonic() - started
-        except Exception as exc:  # a poll that errors is just "not yet"
-            last_error = exc
-        if time.monotonic() >= deadline:
-            suffix = f" (last error: {last_error})" if last_error else ""
-            raise TimeoutError(f"{what} not reached within {timeout_sec:g}s{suffix}")
-        time.sleep(interval_sec)

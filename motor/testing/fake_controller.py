@@ -5,18 +5,13 @@ NodeManagerFtConfig. Not a Controller: no decisions, only what a NodeManager tes
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
-from collections.abc import Callable
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
-
-T = TypeVar("T")
 
 
 class FakeController(controller_pb2_grpc.ControllerServicer):
@@ -104,29 +99,3 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         """Heartbeats received after the first ``index`` ones (use ``len(heartbeats)`` as a mark)."""
         with self.lock:
             return self.heartbeats[index:]
-
-
-def _poll(predicate: Callable[[], T], deadline: float, timeout_sec: float, what: str) -> T | None:
-    """One look: the predicate's truthy answer, None to look again, or the AssertionError once late."""
-    last = predicate()
-    if last:
-        return last
-    if time.monotonic() >= deadline:
-        raise AssertionError(f"{what} not reached within {timeout_sec:g}s (last: {last!r})")
-    return None
-
-
-def wait_for(predicate: Callable[[], T], timeout_sec: float, what: str, interval_sec: float = 0.05) -> T:
-    """Polls ``predicate`` until it returns something truthy (returned), else AssertionError."""
-    deadline = time.monotonic() + timeout_sec
-    while (found := _poll(predicate, deadline, timeout_sec, what)) is None:
-        time.sleep(interval_sec)
-    return found
-
-
-async def async_wait_for(predicate: Callable[[], T], timeout_sec: float, what: str, interval_sec: float = 0.05) -> T:
-    """`wait_for` without blocking the event loop."""
-    deadline = time.monotonic() + timeout_sec
-    while (found := _poll(predicate, deadline, timeout_sec, what)) is None:
-        await asyncio.sleep(interval_sec)
-    return found

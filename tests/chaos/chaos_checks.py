@@ -3,12 +3,10 @@ journals), what etcd holds (read directly), what the Controller reports and the 
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from typing import Any
 
 from motor.launch.cluster import LocalCluster
-from motor.testing import fake_controller
 
 
 def scale_down_applies(cluster: LocalCluster) -> dict[str, Counter[int]]:
@@ -70,7 +68,3 @@ def guards_held(cluster: LocalCluster, pods: list[str] | None = None) -> dict[st
     """pod ip → the request id holding its guard (pods holding none are left out), of `pods` (all)."""
     held = {ip: describe_pod(cluster, ip).guard_request_id for ip in (pods or cluster.nodemanagers)}
     return {ip: rid for ip, rid in held.items() if rid}
-
-
-# The project's bounded poll, every 0.2 s: each look reads the cluster's status pages.
-wait_for = functools.partial(fake_controller.wait_for, interval_sec=0.2)

@@ -8,10 +8,6 @@ artifacts.json with what each step did (kills, freezes, restarts), what the engi
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,39 +16,21 @@ import pytest
 
 from motor.launch.cluster import LocalCluster
 from motor.launch.spec import ClusterSpec
+from motor.testing.artifacts import Artifacts, artifacts_root, run_folder
 
-REPO = Path(__file__).resolve().parents[2]
-OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("chaos-%Y%m%d-%H%M%S")))
+OUT = artifacts_root(Path(__file__).resolve().parents[2] / "runs", "chaos")
 # Short, so takeovers are quick; etcd's own floor is about 2 s.
 LEASE_TTL_SEC = 2
 
 
-class Artifacts:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.data: dict[str, Any] = {"steps": []}
-
-    def step(self, what: str, **facts: Any) -> None:
-        self.data["steps"].append({"at_unix_sec": time.time(), "what": what, **facts})
-
-    def record(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    def save(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "artifacts.json").write_text(json.dumps(self.data, indent=2, default=str))
-
-
 @pytest.fixture
 def run_dir(request: pytest.FixtureRequest) -> Path:
-    folder = OUT / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return run_folder(OUT, request.node.name)
 
 
 @pytest.fixture
 def artifacts(run_dir: Path) -> Iterator[Artifacts]:
-    arts = Artifacts(run_dir)
+    arts = Artifacts(run_dir, steps=[])
     try:
         yield arts
     finally:

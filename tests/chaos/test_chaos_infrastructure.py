@@ -17,16 +17,20 @@ Each row counts what the engines were sent and what etcd holds.
 from __future__ import annotations
 
 import pytest
-from chaos_checks import (
+
+from motor.launch.load import trigger_traffic
+from motor.testing.waits import wait_for
+
+from .chaos_checks import (
     assert_at_most_one_apply_per_survivor_per_round,
     assert_serving,
     assert_store_matches,
     guards_held,
     scale_down_applies,
-    wait_for,
 )
 
-from motor.launch.load import trigger_traffic
+# Each look reads the cluster's status pages: look every 0.2 s.
+LOOK_SEC = 0.2
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -109,7 +113,7 @@ def test_etcd_restarted_in_scaled_down_running_during_a_round_and_for_longer_tha
     before, leader = cluster.etcd_view(), cluster.leader()
     cluster.stop_etcd()
     wait_for(lambda: not (cluster.controller_status(leader) or {}).get("leadership", {}).get("is_leader", True),
-             60.0, f"{leader.name} standing down without etcd")
+             60.0, f"{leader.name} standing down without etcd", interval_sec=LOOK_SEC)
     artifacts.step("etcd down: the leader stood down", leader=leader.name,
                    leadership=cluster.controller_status(leader)["leadership"])
     cluster.start_etcd_again()
@@ -173,7 +177,7 @@ def test_frozen_leader_does_not_act_after_it_resumes(ha_cluster, artifacts) -> N
         return leadership if not leadership.get("is_leader") and leadership.get("leader_id") == new.name \
             and "stopped acting" in log else None
 
-    leadership = wait_for(stood_down, 60.0, f"{old.name} standing down")
+    leadership = wait_for(stood_down, 60.0, f"{old.name} standing down", interval_sec=LOOK_SEC)
     log = (cluster.run_dir / f"{old.name}.log").read_text()
     artifacts.step(f"{old.name} resumed and stood down", leadership=leadership)
     # It did not act: nothing it could have sent or written is there.

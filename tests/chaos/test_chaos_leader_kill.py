@@ -20,7 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from chaos_checks import (
+
+from motor.launch.load import trigger_traffic
+
+from .chaos_checks import (
     assert_at_most_one_apply_per_survivor_per_round,
     assert_serving,
     assert_store_matches,
@@ -29,8 +32,6 @@ from chaos_checks import (
     retired_ranks,
     scale_down_applies,
 )
-
-from motor.launch.load import trigger_traffic
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from image_build import CONTAINER_PREFIX, Podman
 from motor.common.ports import free_port
 from motor.common.process import start_process
 from motor.launch.cluster import LocalCluster
 from motor.launch.processes import Launch, ready_path
 from motor.launch.spec import ClusterSpec
+
+from .image_build import CONTAINER_PREFIX, Podman
 
 # The image's user (deploy/Containerfile).
 IMAGE_UID = 10001

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy_helpers import DEPLOY, REPO
+from .deploy_helpers import DEPLOY, REPO
+
 
 TOOLS = REPO / ".tools" / "image"
 TORCH_VERSION = "2.13.0"

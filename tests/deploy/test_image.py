@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from container_cluster import IMAGE_UID, ContainerCluster
-from deploy_helpers import IMAGE_TEST, K8S, REPO
-from image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
 from motor.common.config.loader import build_config
-from nodemanager.config import NodeManagerConfig
 from motor.launch.spec import ClusterSpec
-from motor.testing.fake_controller import wait_for
+from motor.testing.waits import wait_for
+from nodemanager.config import NodeManagerConfig
+
+from .container_cluster import IMAGE_UID, ContainerCluster
+from .deploy_helpers import IMAGE_TEST, K8S, REPO
+from .image_build import CONTAINER_PREFIX, BuildReport, Podman, ensure_images
 
 pytestmark = pytest.mark.timeout(1200)
 

@@ -17,17 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
 from motor.common.config.loader import build_config
-from motor.controller.config import ControllerConfig
-from motor.coordinator.config import CoordinatorConfig
-from nodemanager.config import NodeManagerConfig
 from motor.common.pki import create_dev_pki
 from motor.common.security import Role
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.hardware.formats.names import CONFIGMAP_NAMESPACE
+from motor.controller.config import ControllerConfig
 from motor.controller.model.capability import Capability
+from motor.coordinator.config import CoordinatorConfig
+from nodemanager.config import NodeManagerConfig
 from nodemanager.device_ids import check_device_ids
+
+from .deploy_helpers import DEPLOY, K8S, K8S_VERSIONS, KUSTOMIZATIONS, REPO, find, render, render_text, run, tool
 
 pytestmark = pytest.mark.timeout(300)
 

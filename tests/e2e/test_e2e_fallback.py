@@ -11,7 +11,7 @@ from watch import counter
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
 from motor.launch.load import trigger_traffic
-from motor.testing.fake_controller import wait_for
+from motor.testing.waits import wait_for
 
 
 def fallback_cause(txn: dict) -> str:

@@ -13,7 +13,7 @@ from watch import counter
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
 from motor.launch.load import trigger_traffic
-from motor.testing.fake_controller import wait_for
+from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

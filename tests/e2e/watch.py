@@ -11,7 +11,7 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
-from motor.testing.fake_controller import wait_for
+from motor.testing.waits import wait_for
 
 
 def counter(cluster, name: str, service: str = "controller", **labels: str) -> float:

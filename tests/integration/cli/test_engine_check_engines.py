@@ -8,7 +8,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from motor.cli.motorctl import run
 from motor.common.ports import free_port
 from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
+from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)  # per test, module fixtures included
 
@@ -81,10 +81,7 @@ def test_reference_engine_wrong_prefix_says_so(sim: str) -> None:
 def test_reference_engine_retry_echoes_our_request_id(sim: str) -> None:
     client = SimClient(sim)
     assert client.inject("unhealthy", reason="engine-check test").status == 200
-    deadline = time.monotonic() + 20
-    while client.status()["engines"][0]["status"] != "unhealthy":
-        assert time.monotonic() < deadline, client.status()
-        time.sleep(0.05)
+    wait_for(lambda: client.entry()["status"] == "unhealthy", 20, "the injected unhealthy status")
     code, out = engine_check(sim, "--rank", "0", "--try-retry")
     assert code == 0, out
     assert "ok    status: 'unhealthy'" in out.splitlines()

@@ -1,20 +1,17 @@
-"""Runtime store against a real etcd server (started once per session by the `etcd_endpoint` fixture).
-
-The CAS semantic suite runs against both backends, so the in-memory default cannot drift from etcd.
-etcd-only tests cover what a single process cannot show: concurrent writers on separate
-connections, a restarted controller (a fresh store object), unreachable and silent endpoints,
-corrupt data written by someone else, and key-prefix isolation. Every test uses its own prefix.
+"""The etcd runtime store beyond the contract both backends share (test_store_contract.py), against
+a real etcd server (the session's `etcd_endpoint`, or one of the test's own where it is frozen or
+stopped): a restarted controller (a fresh store object), the key layout, unreachable and silent
+endpoints, corrupt data written by someone else, and key-prefix isolation. Every test uses its own
+prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import signal
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -22,73 +19,13 @@ import aetcd
 import pytest
 
 from motor.common.ports import free_port
-from motor.controller.config import StoreConfig
-from motor.controller.persistence import (
-    EtcdRuntimeStore,
-    MemoryRuntimeStore,
-    PersistedInstance,
-    RuntimeStore,
-    StaleWriteError,
-    StoreError,
-    encode_record,
-    open_runtime_store,
-)
+from motor.controller.persistence import EtcdRuntimeStore, StaleWriteError, StoreError, encode_record
 from motor.launch.etcd import astart_etcd
+from motor.testing.waits import async_wait_for
+
+from .store_support import etcd_store, record
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.etcd]
-
-StoreFactory = Callable[[], RuntimeStore]
-
-
-def record(instance_id: int = 1, generation: int = 0, **changes: object) -> PersistedInstance:
-    base = PersistedInstance(
-        instance_id=instance_id,
-        phase="NORMAL",
-        generation=generation,
-        original_dp_ranks=(0, 1, 2, 3),
-        dead_committed=(),
-        fallback_strategy="instance_reconfiguration",
-        topology=bytes(range(256)),
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"/motor-test/{uuid.uuid4().hex}"
-
-
-def etcd_store(endpoint: str, prefix: str, timeout_sec: float = 5.0) -> EtcdRuntimeStore:
-    store = open_runtime_store(StoreConfig(etcd_endpoints=[endpoint], key_prefix=prefix,
-                                           request_timeout_sec=timeout_sec))
-    assert isinstance(store, EtcdRuntimeStore)
-    return store
-
-
-@pytest.fixture
-async def stores() -> AsyncIterator[list[RuntimeStore]]:
-    """Collects stores a test opens and closes them at the end."""
-    opened: list[RuntimeStore] = []
-    yield opened
-    for store in opened:
-        await store.close()
-
-
-@pytest.fixture(params=["memory", "etcd"])
-def new_store(request: pytest.FixtureRequest, prefix: str, stores: list[RuntimeStore]) -> StoreFactory:
-    """Opens stores of one backend that share state (etcd: same prefix; memory: same object)."""
-    if request.param == "memory":
-        shared = MemoryRuntimeStore()
-        stores.append(shared)
-        return lambda: shared
-    endpoint = request.getfixturevalue("etcd_endpoint")
-
-    def make() -> RuntimeStore:
-        store = etcd_store(endpoint, prefix)
-        stores.append(store)
-        return store
-
-    return make
 
 
 @pytest.fixture
@@ -98,109 +35,6 @@ async def raw_etcd(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
     client = aetcd.Client(host=host, port=int(port), timeout=5)
     yield client
     await client.close()
-
-
-# ---- the semantic suite, both backends ----------------------------------------------------------
-
-
-async def test_first_write_needs_no_record(new_store: StoreFactory) -> None:
-    store = new_store()
-    await store.put(record(generation=0), None)
-    assert await store.load_all() == [record(generation=0)]
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=0, phase="DECIDING"), None)
-    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, None, 0)
-    assert "instance 1: stale put refused: expected no record, stored generation 0" in str(err.value)
-
-
-async def test_expected_generation_without_record_is_stale(new_store: StoreFactory) -> None:
-    store = new_store()
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=4), 3)
-    assert (err.value.expected_generation, err.value.actual_generation) == (3, None)
-    assert await store.load_all() == []
-
-
-async def test_stale_generation_refused_newer_state_kept(new_store: StoreFactory) -> None:
-    store = new_store()
-    await store.put(record(generation=0), None)
-    await store.put(record(generation=1, phase="DECIDING"), 0)
-    await store.put(record(generation=2, phase="SCALING_DOWN", dead_committed=(3,)), 1)
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=1, phase="RECONFIGURING"), 0)
-    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, 0, 2)
-    assert "expected generation 0, stored generation 2" in str(err.value)
-    assert await store.load_all() == [record(generation=2, phase="SCALING_DOWN", dead_committed=(3,))]
-
-
-async def test_load_all_returns_latest_per_instance(new_store: StoreFactory) -> None:
-    store = new_store()
-    # 1 and 10 share a key prefix in etcd: neither may shadow or delete the other.
-    for iid in (10, 1, 2):
-        await store.put(record(iid, 0), None)
-    await store.put(record(1, 1, phase="DECIDING"), 0)
-    await store.put(record(10, 1, topology=b""), 0)
-    assert await store.load_all() == [record(1, 1, phase="DECIDING"), record(2, 0), record(10, 1, topology=b"")]
-    await store.delete(1, 1)
-    assert [r.instance_id for r in await store.load_all()] == [2, 10]
-
-
-async def test_delete_is_compare_and_set(new_store: StoreFactory) -> None:
-    store = new_store()
-    await store.put(record(generation=0), None)
-    await store.put(record(generation=1), 0)
-    with pytest.raises(StaleWriteError) as err:
-        await store.delete(1, 0)
-    assert (err.value.expected_generation, err.value.actual_generation) == (0, 1)
-    assert "stale delete" in str(err.value)
-    await store.delete(1, 1)
-    assert await store.load_all() == []
-    with pytest.raises(StaleWriteError) as err:
-        await store.delete(1, 1)
-    assert err.value.actual_generation is None
-    await store.put(record(generation=0), None)
-    assert await store.load_all() == [record(generation=0)]
-
-
-async def test_second_store_sees_and_competes_with_first(new_store: StoreFactory) -> None:
-    first, second = new_store(), new_store()
-    await first.put(record(generation=0), None)
-    (seen,) = await second.load_all()
-    await second.put(dataclasses.replace(seen, generation=1, phase="RECONFIGURING"), seen.generation)
-    with pytest.raises(StaleWriteError) as err:
-        await first.put(record(generation=1, phase="DECIDING"), 0)
-    assert err.value.actual_generation == 1
-    assert [r.phase for r in await first.load_all()] == ["RECONFIGURING"]
-
-
-async def test_concurrent_writers_same_expected_generation_exactly_one_wins(new_store: StoreFactory) -> None:
-    # Separate store objects: on etcd each has its own gRPC channel, so the race is real.
-    writers = [new_store() for _ in range(4)]
-    await writers[0].put(record(generation=0), None)
-    for generation in range(1, 11):
-        results = await asyncio.gather(
-            *(w.put(record(generation=generation, phase=f"writer{i}"), generation - 1)
-              for i, w in enumerate(writers)),
-            return_exceptions=True,
-        )
-        winners = [i for i, r in enumerate(results) if r is None]
-        assert len(winners) == 1, results
-        for r in results:
-            if r is not None:
-                assert isinstance(r, StaleWriteError), r
-                assert (r.expected_generation, r.actual_generation) == (generation - 1, generation)
-        assert await writers[-1].load_all() == [record(generation=generation, phase=f"writer{winners[0]}")]
-
-
-async def test_closed_store_refuses_calls(new_store: StoreFactory) -> None:
-    store = new_store()
-    await store.put(record(), None)
-    await store.close()
-    with pytest.raises(StoreError, match="closed"):
-        await store.load_all()
-
-
-# ---- etcd only ---------------------------------------------------------------------------------------
 
 
 async def test_restarted_controller_reads_what_the_old_one_wrote(etcd_endpoint: str, prefix: str) -> None:
@@ -333,10 +167,8 @@ async def test_close_during_a_call_fails_that_call_with_store_error(tmp_path: Pa
         try:
             pending = asyncio.create_task(store.load_all())
             # Close only once the call is on the wire to the frozen server (an event, not a sleep).
-            for _ in range(2000):
-                if store._conn.in_flight and not pending.done():
-                    break
-                await asyncio.sleep(0.005)
+            await async_wait_for(lambda: store._conn.in_flight and not pending.done(), 10,
+                                 "the call on the wire to the frozen server", interval_sec=0.005)
             await store.close()
             # Cut in the RPC ("connection closed during the call") or in its connect: a StoreError
             # either way, never a hang or a bare cancellation.

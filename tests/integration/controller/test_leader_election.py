@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import uuid
@@ -34,6 +33,7 @@ from motor.controller.persistence import EtcdRuntimeStore, PersistedInstance
 from motor.controller.persistence.errors import FencedWriteError
 from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
+from motor.testing.waits import async_wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.etcd]
 
@@ -65,14 +65,6 @@ class Candidate:
         await self.store.close()
 
 
-async def _until(predicate, timeout_sec: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_sec
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
-
-
 RECORD = PersistedInstance(instance_id=1, phase="NORMAL", generation=1, original_dp_ranks=(0, 1), dead_committed=(),
                            fallback_strategy="instance_reconfiguration", topology=b"t")
 
@@ -88,7 +80,7 @@ async def test_one_leads_the_other_observes_and_a_resignation_hands_over_at_once
         assert b.leadership.leader.leader_id == "a" and b.leadership.leader.term == a.elected[0].term
         await a.store.put(RECORD, None)  # the leader's fenced write lands
         await a.election.close(resign=True)
-        await _until(lambda: len(b.elected) == 1)
+        await async_wait_for(lambda: len(b.elected) == 1, 20.0, "b elected after a resigned")
         assert b.elected[0].term > a.elected[0].term and b.leadership.leading
         assert not a.leadership.leading
         with pytest.raises(FencedWriteError, match="not the leader"):
@@ -110,7 +102,7 @@ async def test_a_silent_leader_is_replaced_after_its_lease_and_etcd_refuses_its_
         # frozen process would (no clock check runs while it is stopped).
         await a.election.close(resign=False)
         a.leadership.adopt(Fence(old.term, old.key, math.inf, lease_id=old.lease_id))
-        await _until(lambda: len(b.elected) == 1, TTL * 5)
+        await async_wait_for(lambda: len(b.elected) == 1, TTL * 5, "b elected once a's lease expired")
         assert b.elected[0].term > old.term
         with pytest.raises(FencedWriteError, match=rf"leader key .* is of term {b.elected[0].term}, not term {old.term}"):
             await a.store.put(dataclasses.replace(RECORD, generation=2), 1)
@@ -180,7 +172,7 @@ async def test_the_standby_refuses_writes_naming_the_leader_and_clients_follow(r
         assert client.address == leader_addr and client.term == terms[-1] == leader.core.leadership.term
         first_term = client.term
         await leader.stop()  # resigns: the standby takes over at once
-        await _until(lambda: standby.core.acting)
+        await async_wait_for(lambda: standby.core.acting, 20.0, "the standby acting")
         resp = await client.call("Heartbeat", _heartbeat())
         assert client.address == standby_addr and client.term > first_term
     finally:

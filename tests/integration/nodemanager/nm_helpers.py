@@ -15,6 +15,7 @@ import aiohttp
 import grpc
 
 from gen.motor.v1 import node_manager_pb2_grpc
+from motor.testing.waits import async_wait_for
 from nodemanager.config import NodeManagerConfig
 from nodemanager.main import NodeManagerService
 
@@ -129,10 +130,8 @@ def quiet_poller(controller_address: str, tmp_path: Path) -> NodeManagerConfig:
 async def first_polls_done(n) -> None:
     """Every engine has been read by the NodeManager's own first poll (its next is 60 s away)."""
     for rank in (0, 1):
-        deadline = asyncio.get_running_loop().time() + 10
-        while await status_reads(n.engine_url(rank)) < 1:
-            assert asyncio.get_running_loop().time() < deadline, f"rank {rank} never polled"
-            await asyncio.sleep(0.02)
+        await async_wait_for(lambda rank=rank: status_reads(n.engine_url(rank)), 10, f"rank {rank} polled",
+                             interval_sec=0.02, until=lambda reads: reads >= 1)
 
 
 async def status_reads(base_url: str) -> int:
@@ -145,11 +144,8 @@ async def status_reads(base_url: str) -> int:
 async def fake_polled(base_url: str, count: int, timeout_sec: float = 5.0) -> None:
     """Returns once the fake engine has answered ``count`` more status reads than now."""
     target = await status_reads(base_url) + count
-    deadline = asyncio.get_running_loop().time() + timeout_sec
-    while (seen := await status_reads(base_url)) < target:
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{base_url}: {seen} status reads, expected {target} within {timeout_sec:g}s")
-        await asyncio.sleep(0.05)
+    await async_wait_for(lambda: status_reads(base_url), timeout_sec, f"{base_url}: {target} status reads",
+                         until=lambda reads: reads >= target)
 
 
 async def fake_exit(base_url: str, code: int) -> None:

@@ -13,9 +13,11 @@ import grpc
 import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
-from motor.testing.fake_controller import FakeController, async_wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
 
-from nm_helpers import INSTANCE, POD_IP, fake_applies, fake_control, fake_polled, nm_config, rpc_error, running_nm
+from .nm_helpers import INSTANCE, POD_IP, fake_applies, fake_control, fake_polled, nm_config, rpc_error, running_nm
+
 
 pytestmark = pytest.mark.timeout(60)
 SCALE_DOWN = nm.INSTRUCTION_SCALE_DOWN

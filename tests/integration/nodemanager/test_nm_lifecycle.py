@@ -11,12 +11,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from nm_helpers import INSTANCE, POD_IP, fake_exit, nm_config, rpc_error, running_nm
 
 from gen.motor.v1 import controller_pb2
 from gen.motor.v1 import node_manager_pb2 as nm
 from motor.common.ports import free_port
-from motor.testing.fake_controller import FakeController, async_wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
+
+from .nm_helpers import INSTANCE, POD_IP, fake_exit, nm_config, rpc_error, running_nm
 
 pytestmark = pytest.mark.timeout(60)
 ENGINE_DEAD = controller_pb2.SOFTWARE_FAULT_KIND_ENGINE_DEAD

@@ -15,9 +15,11 @@ import pytest
 from gen.motor.v1 import node_manager_pb2 as nm, node_manager_pb2_grpc
 from motor.common.process import ManagedProcess, group_alive, start_process, stop_process_group
 from motor.sim.client import SimClient
-from motor.testing.fake_controller import FakeController, wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import wait_for
 
-from nm_helpers import POD_IP, nm_config
+from .nm_helpers import POD_IP, nm_config
+
 
 pytestmark = pytest.mark.timeout(60)
 BIN = Path(sys.executable).parent

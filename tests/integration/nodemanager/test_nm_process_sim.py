@@ -23,7 +23,8 @@ from gen.motor.v1 import node_manager_pb2 as nm
 from motor.common.ports import free_port
 from motor.common.process import ManagedProcess, group_alive, start_process, stop_process_group
 from motor.sim.client import SimClient
-from motor.testing.fake_controller import FakeController, wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 

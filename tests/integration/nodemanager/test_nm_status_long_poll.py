@@ -13,7 +13,7 @@ import pytest
 from gen.motor.v1 import common_pb2, node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController
 
-from nm_helpers import (
+from .nm_helpers import (
     INSTANCE,
     fake_control,
     fake_polled,
@@ -23,6 +23,7 @@ from nm_helpers import (
     running_nm,
     status_reads,
 )
+
 
 pytestmark = pytest.mark.timeout(60)
 

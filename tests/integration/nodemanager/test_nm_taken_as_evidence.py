@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2 as nm
-from motor.testing.fake_controller import FakeController, async_wait_for
-from nm_helpers import INSTANCE, fake_control, first_polls_done, quiet_poller, running_nm
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
+
+from .nm_helpers import INSTANCE, fake_control, first_polls_done, quiet_poller, running_nm
 
 pytestmark = pytest.mark.timeout(60)
 

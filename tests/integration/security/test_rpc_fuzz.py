@@ -53,6 +53,7 @@ from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 from motor.testing.fake_controller import FakeController
 from nodemanager.config import NodeManagerConfig
+from motor.testing.waits import wait_for
 from nodemanager.main import NodeManagerService
 
 EXAMPLES = int(os.environ.get("MOTOR_FUZZ_EXAMPLES", "25"))
@@ -435,14 +436,11 @@ def _healthy(channel: grpc.Channel) -> int:
 
 
 def _wait_quiet(target: Target, timeout_sec: float = 10.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        if target.quiet():
-            return True
-        time.sleep(0.05)
-    return False
+    """Whether the target went quiet (no recovery running) within the bound; a state comparison needs it."""
+    try:
+        return wait_for(target.quiet, timeout_sec, "the target quiet")
+    except AssertionError:
+        return False
 
 
 @pytest.mark.parametrize(("service", "full_name", "method"), CASES, ids=[f"{c[1].rpartition('.')[2]}.{c[2].name}" for c in CASES])

@@ -18,6 +18,7 @@ from motor.common.process import (
     start_process,
     stop_process_group,
 )
+from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(60)  # per test, module fixtures included
 
@@ -66,21 +67,18 @@ def test_stubborn_group_is_killed_after_grace(tmp_path: Path) -> None:
         time.sleep(60)
     """), log_path=tmp_path / "p.log")
     try:
-        deadline = time.monotonic() + 10
-        while not child_pid_file.exists() or not child_pid_file.read_text():
-            assert time.monotonic() < deadline, proc.log_tail()
-            time.sleep(0.05)
-        child_pid = int(child_pid_file.read_text())
+        try:
+            child_pid = int(wait_for(lambda: child_pid_file.exists() and child_pid_file.read_text(), 10,
+                                     "the child's pid file"))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{proc.log_tail()}") from None
         started = time.monotonic()
         proc.stop(grace_sec=0.5)
         assert time.monotonic() - started >= 0.5
     finally:
         proc.kill()
     assert proc.returncode == -9
-    deadline = time.monotonic() + 5
-    while pid_alive(child_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pid_alive(child_pid)
+    wait_for(lambda: not pid_alive(child_pid), 5, "the child that ignores SIGTERM killed with its group")
 
 
 def test_early_exit_reports_log_tail(tmp_path: Path) -> None:

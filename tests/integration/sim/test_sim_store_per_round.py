@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from motor.common.ports import free_port
-from motor.sim.client import SimClient, wait_until
+from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
-from sim_vllm_helpers import HOSTS, REPO_ROOT
+from motor.testing.waits import wait_for
+
+from .sim_vllm_helpers import HOSTS, REPO_ROOT
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,17 +34,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster
 
 
 def wait_entries(clients: list[SimClient], ranks: list[int], pred, what: str) -> dict[int, dict[str, Any]]:
-    seen: dict[int, dict[str, Any]] = {}
-
-    def check() -> bool:
-        seen.update({r: clients[r].entry() for r in ranks})
-        return all(pred(seen[r]) for r in ranks)
-
-    try:
-        wait_until(check, WAIT_SEC, interval_sec=0.05, what=what)
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; last status: {seen}") from None
-    return seen
+    """The ranks' status entries once every one satisfies `pred` (a late wait shows the last ones)."""
+    return wait_for(lambda: {r: clients[r].entry() for r in ranks}, WAIT_SEC, what, interval_sec=0.05,
+                    until=lambda seen: all(pred(seen[r]) for r in ranks))
 
 
 def kill_under_traffic(clients: list[SimClient], dead: int, survivors: list[int]) -> None:

@@ -8,12 +8,14 @@ for the next round."""
 from __future__ import annotations
 
 import pytest
-from sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
 
 from motor.common.ports import free_port
-from motor.sim.client import SimClient, wait_until
+from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 from motor.sim.toy_model import expected_completion
+from motor.testing.waits import wait_for
+
+from .sim_vllm_helpers import HOSTS, start_group, status_is, watch, watch_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,9 +73,9 @@ def removing_the_lowest_alive_rank_needs_a_new_address(clients: list[SimClient])
 
 def after_the_commit_an_idle_death_is_seen_without_traffic(clients: list[SimClient]) -> None:
     # No traffic from here on: no request in flight, the survivors stepping idle (the commit's keep-stepping).
-    wait_until(lambda: all(s["in_flight_requests"] == 0 and s["wave"]["active"]
-                           for s in (clients[r].admin_state() for r in (1, 2, 3))), 10,
-               what="no request in flight, every survivor stepping")
+    wait_for(lambda: all(s["in_flight_requests"] == 0 and s["wave"]["active"]
+                         for s in (clients[r].admin_state() for r in (1, 2, 3))), 10,
+             "no request in flight, every survivor stepping", ignoring=Exception)
     assert all(clients[r].entry()["status"] == "healthy" for r in (1, 2, 3))
     assert clients[3].inject("executor_death").status == 200
     entries, seen = watch_ranks(clients, (1, 2), status_is("unhealthy"), "survivors unhealthy")

@@ -5,11 +5,12 @@ retry leaves the survivors unhealthy); one survivor voting no makes every surviv
 from __future__ import annotations
 
 import pytest
-from sim_vllm_helpers import start_group, status_is, watch, watch_ranks
 
 from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 from motor.sim.ft_state import RECOVERY_FAILED_INFO
+
+from .sim_vllm_helpers import start_group, status_is, watch, watch_ranks
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from vllm_peer_helpers import Peer, start_peer, vllm_python
+
+from .vllm_peer_helpers import Peer, start_peer, vllm_python
 
 
 @pytest.fixture(scope="session")

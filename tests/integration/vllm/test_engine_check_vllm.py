@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
-from vllm_peer_helpers import FT_PREFIX, Peer
 
 from motor.cli.motorctl import run
+from motor.testing.waits import wait_for
+
+from .vllm_peer_helpers import FT_PREFIX, Peer
 
 pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up included
 
@@ -27,15 +27,6 @@ def engine_check(peer: Peer, *argv: str) -> tuple[int, list[str]]:
     out = io.StringIO()
     code = run(["engine-check", peer.url, "--prefix", FT_PREFIX, "--rank", str(RANK), *argv], out=out)
     return code, out.getvalue().splitlines()
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout_sec: float = 10.0) -> Any:
-    """The background recovery task runs after the 202 went out: wait for its effect (bounded)."""
-    deadline = time.monotonic() + timeout_sec
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"{what} not seen within {timeout_sec:g}s"
-        time.sleep(0.05)
-    return value
 
 
 @pytest.mark.parametrize("status", ["healthy", "diagnosing", "unhealthy", "dead"])
@@ -59,7 +50,9 @@ def test_retry_on_an_unhealthy_engine_reports_the_server_made_request_id(peer: P
                 if "made by the engine" in line)
     assert made is not None, lines
     # vLLM handed the engine client the request id it made, not ours; the retry healed the engine.
-    handled = wait_for(lambda: [h for h in peer.handled() if h["request_id"] == made.group(1)], "the retry handled")
+    # The background recovery task runs after the 202 went out: wait for its effect.
+    handled = wait_for(lambda: [h for h in peer.handled() if h["request_id"] == made.group(1)], 10.0,
+                       "the retry handled")
     assert [(h["instruction"], h["success"]) for h in handled] == [("retry", True)]
     assert peer.status_doc()["engines"] == [{"id": RANK, "status": "healthy"}]
 
@@ -69,7 +62,7 @@ def test_retry_on_a_healthy_engine_is_accepted_then_refused_in_status(peer: Peer
     code, lines = engine_check(peer, "--try-retry")
     assert code == 0, lines
     # The refusal lands in the cached entry (last_ft_request_id, ft_error): still Motor's shape.
-    wait_for(lambda: "ft_error" in peer.status_doc()["engines"][0], "ft_error of the refused retry")
+    wait_for(lambda: "ft_error" in peer.status_doc()["engines"][0], 10.0, "ft_error of the refused retry")
     code, lines = engine_check(peer)
     assert code == 0, lines
     assert "ok    last_ft_request_id: a string" in lines and "ok    ft_error: a string" in lines

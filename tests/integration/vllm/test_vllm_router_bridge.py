@@ -4,16 +4,14 @@ bodies, also on a bare FastAPI app (FastAPI's default handlers)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from vllm_peer_helpers import FT_PREFIX, Peer, http_request
 
 from gen.motor.v1 import common_pb2
+from motor.testing.waits import async_wait_for
 from nodemanager.engine_answers import (
     EngineIdentityError,
     EngineStatusEntry,
@@ -21,6 +19,8 @@ from nodemanager.engine_answers import (
     parse_apply_answer,
 )
 from nodemanager.engine_http import EngineAddress, EngineHttpClient
+
+from .vllm_peer_helpers import FT_PREFIX, Peer, http_request
 
 pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up included
 
@@ -57,15 +57,8 @@ def retry_body(request_id: str) -> str:
 
 async def wait_status(bridge: EngineHttpClient, peer: Peer, predicate: Callable[[EngineStatusEntry], bool],
                       what: str, timeout_sec: float = 10.0) -> EngineStatusEntry:
-    """Polls the status route through the bridge until ``predicate`` holds (bounded)."""
-    deadline = time.monotonic() + timeout_sec
-    entry = await bridge.read_status(addr(peer))
-    while not predicate(entry):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not seen within {timeout_sec:g}s; last entry {entry}")
-        await asyncio.sleep(0.05)
-        entry = await bridge.read_status(addr(peer))
-    return entry
+    """Reads the status route through the bridge until ``predicate`` holds (bounded)."""
+    return await async_wait_for(lambda: bridge.read_status(addr(peer)), timeout_sec, what, until=predicate)
 
 
 # -- status ------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from motor.controller.clock import ManualClock
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.persistence import MemoryRuntimeStore
+from motor.testing.waits import turns_until
 
 HEALTHY, UNHEALTHY, DEAD = common_pb2.ENGINE_HEALTH_HEALTHY, common_pb2.ENGINE_HEALTH_UNHEALTHY, common_pb2.ENGINE_HEALTH_DEAD
 NONE, RECOVERING, FAILED = common_pb2.FT_STATE_UNSPECIFIED, common_pb2.FT_STATE_RECOVERING, common_pb2.FT_STATE_FAILED
@@ -319,15 +320,6 @@ def heartbeat_all(core: ControllerCore, cluster: FakeCluster, instance_id: int =
                                                        alive_endpoint_ids=alive, seq=seq))
 
 
-async def turns_until(predicate, what: str, turns: int = 10_000) -> None:
-    """Yields to the event loop until `predicate()` holds (bounded by loop turns, not time)."""
-    for _ in range(turns):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(what)
-
-
 async def settle(core: ControllerCore, instance_id: int = 7) -> None:
     """Lets the running strategy of the instance end."""
-    await turns_until(lambda: core.faults.running(instance_id) is None, "strategy still running", 300)
+    await turns_until(lambda: core.faults.running(instance_id) is None, 300, f"instance {instance_id}'s strategy ended")

@@ -3,7 +3,6 @@ the runtime broadcasts, so they agree with the timeline page; valid exposition f
 
 from __future__ import annotations
 
-from controller_fakes import FakeCoordinator, assemble, make_core, settle, two_pods
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,6 +12,8 @@ from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES, scale_dow
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.metrics import run_outcome
 from motor.controller.model.runtime import FtPhase
+
+from .controller_fakes import FakeCoordinator, assemble, make_core, settle, two_pods
 
 
 def value(core, name: str, **labels: str) -> float:

@@ -4,7 +4,7 @@ whole-instance reconfiguration, with the same bounded retries and serving rules 
 from __future__ import annotations
 
 import grpc
-from controller_fakes import (
+from .controller_fakes import (
     FakeCoordinator,
     assemble,
     heartbeat_all,

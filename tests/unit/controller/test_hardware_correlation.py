@@ -3,9 +3,14 @@ unmappable faults, software-first, with in-memory peers and a manual clock."""
 
 from __future__ import annotations
 
-import asyncio
+from gen.motor.v1 import controller_pb2
+from motor.controller.fault_tolerance.evidence import EvidenceKind
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.controller.hardware.model import HardwareFault
+from motor.controller.model.runtime import FtPhase
+from motor.testing.waits import turns_until
 
-from controller_fakes import (
+from .controller_fakes import (
     DEAD,
     UNHEALTHY,
     assemble,
@@ -15,12 +20,6 @@ from controller_fakes import (
     settle,
     two_pods,
 )
-
-from gen.motor.v1 import controller_pb2
-from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
-from motor.controller.hardware.model import HardwareFault
-from motor.controller.model.runtime import FtPhase
 
 L2, L5 = 2, 5
 
@@ -288,10 +287,7 @@ async def test_hardware_fault_on_a_survivor_during_a_round_fails_it_and_is_not_d
     await core.faults.evaluate_all()
     first = core.faults.running(7)
     assert isinstance(first, DpScaleDownStrategy)
-    for _ in range(300):
-        if core.faults.running(7) is not first:
-            break
-        await asyncio.sleep(0)
+    await turns_until(lambda: core.faults.running(7) is not first, 300, "the first round ended by the hardware fault")
     assert "kept as evidence" in notes[0]
     txns = core.timelines.transactions(7)
     assert txns[0].strategy == "dp_scale_down" and "hardware fault" in txns[0].outcome

@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import DEAD, UNHEALTHY, FakeCoordinator, assemble, make_config, make_core, two_pods
 
 from gen.motor.v1 import coordinator_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.idle_probe import next_candidates
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.testing.waits import async_wait_for
 
-
-async def wait_for(predicate, what: str, steps: int = 2000) -> None:
-    for _ in range(steps):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{what} not reached")
+from .controller_fakes import DEAD, UNHEALTHY, FakeCoordinator, assemble, make_config, make_core, two_pods
 
 
 def test_policy_one_canary_at_a_time_never_the_same_survivor_twice() -> None:
@@ -60,18 +54,19 @@ async def test_dead_rank_with_healthy_survivors_gets_a_canary_then_scales_down()
     cluster.set(1, DEAD)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: answered, "a canary")
+    await async_wait_for(lambda: answered, 10.0, "a canary", interval_sec=0.005)
     assert [(c[0], c[1]) for c in coordinator.canaries] == [(7, [0, 2, 3])]
     assert coordinator.canaries[0][2] == core.config.fault_tolerance_config.idle_fault_probe_timeout_sec
     await core.faults.evaluate_all()  # the canary's target has no evidence yet: no second canary
     assert len(coordinator.canaries) == 1
-    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors unhealthy (pulled)")
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, 10.0, "survivors unhealthy (pulled)",
+                         interval_sec=0.005)
     assert core.runtimes.get(7).idle_fault_probes == 1
     coordinator.reinference[7] = 5
     await core.faults.evaluate_all()
     strategy = core.faults.running(7)
     assert isinstance(strategy, DpScaleDownStrategy)
-    await wait_for(lambda: core.faults.running(7) is None, "the round ended")
+    await async_wait_for(lambda: core.faults.running(7) is None, 10.0, "the round ended", interval_sec=0.005)
     txn = core.timelines.transactions(7)[-1]
     assert txn.outcome == "succeeded" and len(coordinator.canaries) == 1
     canaries = [e for e in txn.events if e.name == "canary"]
@@ -132,7 +127,7 @@ async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_a
         await asyncio.sleep(0.01)
     assert [c[1] for c in coordinator.canaries] == [[1, 2, 3], [2, 3], [3]]
     assert isinstance(core.faults.running(7), DpScaleDownStrategy)
-    await wait_for(lambda: core.faults.running(7) is None, "the round ended")
+    await async_wait_for(lambda: core.faults.running(7) is None, 10.0, "the round ended", interval_sec=0.005)
     assert [e.endpoint_ids[0] for e in core.timelines.transactions(7)[-1].events if e.name == "canary"] == [1, 2, 3]
     await core.faults.close()
 
@@ -143,7 +138,8 @@ async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_a
     cluster.set(1, DEAD)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: core.runtimes.get(7).idle_fault_probes == 1, "the failed canary recorded")
+    await async_wait_for(lambda: core.runtimes.get(7).idle_fault_probes == 1, 10.0, "the failed canary recorded",
+                         interval_sec=0.005)
     await core.faults.evaluate_all()
     assert len(coordinator.canaries) == 1, "no evidence from the target: no second canary"
     # Traffic arrives after all: the survivors notice, and the round's timeline shows the failed call.
@@ -152,7 +148,8 @@ async def test_dead_store_master_one_survivor_at_a_time_and_coordinator_errors_a
     for rank in (0, 2, 3):
         core.faults.report_software(7, rank, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: core.faults.running(7) is None and core.timelines.transactions(7), "the round ended")
+    await async_wait_for(lambda: core.faults.running(7) is None and core.timelines.transactions(7), 10.0,
+                         "the round ended", interval_sec=0.005)
     canary = next(e for e in core.timelines.transactions(7)[-1].events if e.name == "canary")
     assert canary.outcome.startswith("error: ") and "down" in canary.error and not canary.endpoint_ids
     assert core.metrics.registry.get_sample_value("motor_idle_fault_probes_total", {"outcome": "error"}) == 1.0
@@ -174,7 +171,8 @@ async def test_peers_reporting_within_the_settle_time_get_no_second_canary() -> 
     cluster.set(1, DEAD)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "executor died", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: core.runtimes.get(7).idle_fault_probes == 1, "the first canary answered")
+    await async_wait_for(lambda: core.runtimes.get(7).idle_fault_probes == 1, 10.0, "the first canary answered",
+                         interval_sec=0.005)
     core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())  # the target
     await core.faults.evaluate_all()
     assert len(coordinator.canaries) == 1 and core.faults.idle_probe.deadlines(), "held back for the settle time"
@@ -182,7 +180,8 @@ async def test_peers_reporting_within_the_settle_time_get_no_second_canary() -> 
     for rank in (2, 3):
         core.faults.report_software(7, rank, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: core.faults.running(7) is None and core.timelines.transactions(7), "the round ended")
+    await async_wait_for(lambda: core.faults.running(7) is None and core.timelines.transactions(7), 10.0,
+                         "the round ended", interval_sec=0.005)
     assert len(coordinator.canaries) == 1
     assert core.timelines.transactions(7)[-1].outcome == "succeeded"
     await core.faults.close()

@@ -1,8 +1,8 @@
-"""MemoryRuntimeStore: compare-and-set on generation, the record codec, and the store factory.
+"""What the runtime store needs no server for: a model-based check of MemoryRuntimeStore under every
+interleaving of two writers, the record codec's edge cases, and the store factory's choice and log line.
 
-The same semantic suite also runs against a real etcd in
-tests/integration/controller/test_etcd_store.py; this file adds what needs no server: a model-based
-check of every interleaving of two writers, codec edge cases and the factory's choice and log line.
+The contract both backends keep (compare-and-set on generation, caller errors, a closed store) runs
+over memory and etcd in tests/integration/controller/test_store_contract.py.
 """
 
 from __future__ import annotations
@@ -42,115 +42,6 @@ def record(instance_id: int = 1, generation: int = 0, **changes: object) -> Pers
         topology=b"\x08\x01\x12\x00\xff",
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-async def test_first_write_needs_no_record() -> None:
-    store = MemoryRuntimeStore()
-    await store.put(record(generation=0), None)
-    assert await store.load_all() == [record(generation=0)]
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=0, phase="DECIDING"), None)
-    assert (err.value.instance_id, err.value.expected_generation, err.value.actual_generation) == (1, None, 0)
-    assert "instance 1" in str(err.value) and "expected no record" in str(err.value)
-    assert "stored generation 0" in str(err.value)
-
-
-async def test_write_with_expected_generation_but_no_record_is_stale() -> None:
-    store = MemoryRuntimeStore()
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=4), 3)
-    assert (err.value.expected_generation, err.value.actual_generation) == (3, None)
-    assert "expected generation 3, stored no record" in str(err.value)
-    assert await store.load_all() == []
-
-
-async def test_stale_generation_refused_and_newer_state_kept() -> None:
-    store = MemoryRuntimeStore()
-    await store.put(record(generation=0), None)
-    await store.put(record(generation=1, phase="DECIDING"), 0)
-    await store.put(record(generation=2, phase="SCALING_DOWN"), 1)
-    with pytest.raises(StaleWriteError) as err:
-        await store.put(record(generation=1, phase="RECONFIGURING"), 0)
-    assert (err.value.expected_generation, err.value.actual_generation) == (0, 2)
-    assert "expected generation 0, stored generation 2" in str(err.value)
-    assert await store.load_all() == [record(generation=2, phase="SCALING_DOWN")]
-
-
-async def test_load_all_returns_latest_of_each_instance_sorted() -> None:
-    store = MemoryRuntimeStore()
-    for iid in (12, 3, 7):
-        await store.put(record(iid, 0), None)
-    await store.put(record(7, 1, dead_committed=(2,)), 0)
-    assert [(r.instance_id, r.generation) for r in await store.load_all()] == [(3, 0), (7, 1), (12, 0)]
-    assert (await store.load(7)) == record(7, 1, dead_committed=(2,))
-    assert await store.load(99) is None
-
-
-async def test_delete_is_compare_and_set() -> None:
-    store = MemoryRuntimeStore()
-    await store.put(record(generation=0), None)
-    await store.put(record(generation=1), 0)
-    with pytest.raises(StaleWriteError) as err:
-        await store.delete(1, 0)
-    assert (err.value.expected_generation, err.value.actual_generation) == (0, 1)
-    await store.delete(1, 1)
-    assert await store.load_all() == []
-    with pytest.raises(StaleWriteError) as err:
-        await store.delete(1, 1)
-    assert err.value.actual_generation is None
-    # After a delete the instance starts afresh.
-    await store.put(record(generation=0), None)
-
-
-async def test_records_come_back_normalized_and_equal() -> None:
-    store = MemoryRuntimeStore()
-    # Lists in, tuples out: both backends hand back what the codec decodes.
-    await store.put(record(original_dp_ranks=[0, 1], dead_committed=[1], topology=bytearray(b"\x00")), None)  # type: ignore[arg-type]
-    (got,) = await store.load_all()
-    assert got == record(original_dp_ranks=(0, 1), dead_committed=(1,), topology=b"\x00")
-
-
-@pytest.mark.parametrize("bad", [
-    {"generation": -1}, {"generation": True}, {"instance_id": -2}, {"phase": 3},
-    {"original_dp_ranks": "0,1"}, {"dead_committed": (1.5,)}, {"topology": "not bytes"},
-])
-async def test_invalid_record_is_a_caller_error(bad: dict[str, object]) -> None:
-    store = MemoryRuntimeStore()
-    with pytest.raises(ValueError):
-        await store.put(record(**bad), None)
-    assert await store.load_all() == []
-
-
-async def test_generation_going_back_or_bad_expected_is_a_caller_error() -> None:
-    store = MemoryRuntimeStore()
-    await store.put(record(generation=0), None)
-    await store.put(record(generation=5), 0)
-    with pytest.raises(ValueError, match="go back"):
-        await store.put(record(generation=4), 5)
-    with pytest.raises(ValueError, match="expected_generation"):
-        await store.put(record(generation=6), -1)
-    with pytest.raises(ValueError, match="expected_generation"):
-        await store.delete(1, None)  # type: ignore[arg-type]
-
-
-async def test_closed_store_refuses_calls() -> None:
-    store = MemoryRuntimeStore()
-    await store.close()
-    with pytest.raises(StoreError, match="closed"):
-        await store.load_all()
-    with pytest.raises(StoreError, match="closed"):
-        await store.put(record(), None)
-
-
-async def test_concurrent_writers_with_same_expected_generation_one_wins() -> None:
-    store = MemoryRuntimeStore()
-    await store.put(record(generation=0), None)
-    results = await asyncio.gather(
-        *(store.put(record(generation=1, phase=f"W{i}"), 0) for i in range(8)), return_exceptions=True)
-    winners = [i for i, r in enumerate(results) if r is None]
-    assert len(winners) == 1
-    assert all(isinstance(r, StaleWriteError) for r in results if r is not None)
-    assert (await store.load_all())[0].phase == f"W{winners[0]}"
 
 
 # ---- model-based: two writers interleaving puts, deletes and re-reads ----------------------------

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import asyncio
 
-import controller_fakes
 import grpc
 import pytest
-from controller_fakes import (
+
+from gen.motor.v1 import common_pb2, controller_pb2
+from motor.controller.fault_tolerance.context import ScaleDownContext
+from motor.controller.fault_tolerance.evidence import EvidenceKind
+from motor.controller.fault_tolerance.strategy.base import Outcome, Priority, Strategy
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.controller.model.runtime import FtPhase
+from motor.controller.persistence import MemoryRuntimeStore
+from motor.testing.waits import turns_until
+
+from .controller_fakes import (
     DEAD,
+    NONE,
     UNHEALTHY,
     FakeCluster,
     FakeCoordinator,
@@ -18,16 +28,8 @@ from controller_fakes import (
     make_config,
     make_core,
     register_request,
-    turns_until,
     two_pods,
 )
-
-from motor.controller.fault_tolerance.context import ScaleDownContext
-from motor.controller.fault_tolerance.evidence import EvidenceKind
-from motor.controller.fault_tolerance.strategy.base import Outcome, Priority, Strategy
-from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
-from motor.controller.model.runtime import FtPhase
-from motor.controller.persistence import MemoryRuntimeStore
 
 
 def ctx(core, dead, unhealthy, iid=7) -> ScaleDownContext:
@@ -98,7 +100,7 @@ async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_bef
     slow = cluster.hold_guard["127.0.0.3:1"] = asyncio.Event()
     strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
     task = asyncio.create_task(strategy.run())
-    await turns_until(lambda: cluster.named("status"), f"no status read; calls so far: {cluster.calls}")
+    await turns_until(lambda: cluster.named("status"), 10_000, f"a status read (calls before: {cluster.calls})")
     assert [c[1:3] for c in cluster.named("status")] == [("127.0.0.2:1", (0,))]
     assert len(cluster.named("guard")) == 2 and not cluster.named("apply")
     slow.set()
@@ -278,25 +280,10 @@ async def test_dedupe_committed_candidates() -> None:
 # ---- FaultManager ----------------------------------------------------------------------------------
 
 
-async def settle(core, rounds: int = 50) -> None:
-    for _ in range(rounds):
-        await core.faults.evaluate_all()
-        await asyncio.sleep(0)
-        running = [core.faults.running(r.instance_id) for r in core.runtimes.all()]
-        if not any(running):
-            return
-        for s in running:
-            if s is not None:
-                await asyncio.sleep(0)
-    raise AssertionError("strategies did not settle")
-
-
 async def drain_tasks(core) -> None:
-    for _ in range(200):
-        if not any(core.faults.running(r.instance_id) for r in core.runtimes.all()):
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("strategy still running")
+    """Lets every running strategy end."""
+    await turns_until(lambda: not any(core.faults.running(r.instance_id) for r in core.runtimes.all()), 200,
+                      "every strategy ended")
 
 
 async def test_fault_manager_complete_snapshot_runs_scale_down() -> None:
@@ -529,7 +516,7 @@ async def test_missing_capability_fails_closed() -> None:
     assert not outcome.succeeded and "reported no FT capability" in outcome.detail
 
 
-DIAGNOSING = controller_fakes.common_pb2.ENGINE_HEALTH_DIAGNOSING
+DIAGNOSING = common_pb2.ENGINE_HEALTH_DIAGNOSING
 
 
 async def test_diagnosing_survivor_is_waited_for_before_apply_not_a_failure() -> None:
@@ -582,7 +569,7 @@ async def test_survivor_dead_after_apply_fails_the_round_with_the_engine_message
         if cluster.named("apply"):
             for r in (0, 2, 3):
                 cluster.engines[r].polls_since_apply = -1
-                cluster.engines[r].status, cluster.engines[r].ft_state = DEAD, controller_fakes.NONE
+                cluster.engines[r].status, cluster.engines[r].ft_state = DEAD, NONE
                 cluster.engines[r].fault_info = "Recovery failed; full restart required"
 
     cluster.on_status = vote_failed
@@ -649,21 +636,21 @@ async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set()
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     await run_round(core, {1}, {0, 2, 3})
     assert core.runtimes.get(7).dead_committed == {1}
-    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
-                                                                   alive_endpoint_ids=[0, 1], seq=1))
+    core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                   alive_endpoint_ids=[0, 1], seq=1))
     assert "reports ranks [1] alive" in core.runtimes.get(7).last_error
     await core.faults.evaluate_all()
     assert core.faults.running(7) is None  # within the grace
-    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
-                                                                   alive_endpoint_ids=[0], seq=1))
+    core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                   alive_endpoint_ids=[0], seq=1))
     assert core.runtimes.get(7).last_error is None  # consistent again: a stale heartbeat is forgiven
-    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
-                                                                   alive_endpoint_ids=[0, 1], seq=1))
+    core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                   alive_endpoint_ids=[0, 1], seq=1))
     clock.advance(core.config.heartbeat_timeout_sec)
-    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
-                                                                   alive_endpoint_ids=[0, 1], seq=2))
-    core.heartbeat(controller_fakes.controller_pb2.HeartbeatRequest(pod_ip="127.0.0.3", instance_id=7,
-                                                                   alive_endpoint_ids=[2, 3], seq=2))
+    core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
+                                                   alive_endpoint_ids=[0, 1], seq=2))
+    core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.3", instance_id=7,
+                                                   alive_endpoint_ids=[2, 3], seq=2))
     await core.faults.evaluate_all()
     running = core.faults.running(7)
     assert running is not None and running.name == "instance_reconfiguration"

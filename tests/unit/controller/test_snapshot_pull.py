@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import DEAD, UNHEALTHY, assemble, make_core, two_pods
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
+from motor.testing.waits import async_wait_for
+
+from .controller_fakes import DEAD, UNHEALTHY, assemble, make_core, two_pods
 
 DIAGNOSING = 4
+
+
+# Event waits, bounded generously: the pulls run on real time while the machine may be busy.
+BOUND_SEC = 60.0
 
 
 async def pulling_core(interval_sec: float):
@@ -23,22 +29,13 @@ async def pulling_core(interval_sec: float):
     return cluster, core
 
 
-async def wait_for(predicate, what: str, bound_sec: float = 60.0) -> None:
-    """An event wait (bounded generously: the pulls run on real time while the machine may be busy)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + bound_sec
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached")
-        await asyncio.sleep(0.005)
-
-
 async def test_one_dead_report_is_enough_the_survivors_are_pulled() -> None:
     cluster, core = await pulling_core(0.01)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
     await core.faults.evaluate_all()  # incomplete: waits, and starts pulling
-    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors' evidence pulled")
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC, "survivors' evidence pulled",
+                         interval_sec=0.005)
     assert all("pulled by the Controller" in core.faults.evidence(7)[r].detail for r in (0, 2, 3))
     assert cluster.status_taken and all(cluster.status_taken), \
         "every pull asks the NodeManagers not to report what it took"
@@ -53,12 +50,13 @@ async def test_diagnosing_and_healthy_answers_are_no_news_and_pulls_stop_with_th
     cluster.set(2, DIAGNOSING)
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
     await core.faults.evaluate_all()
-    await wait_for(lambda: core.faults.puller.pulls >= 3, "three pulls")
+    await async_wait_for(lambda: core.faults.puller.pulls >= 3, BOUND_SEC, "three pulls", interval_sec=0.005)
     assert set(core.faults.evidence(7)) == {1}
     cluster.set(1, 1)  # healthy again (e.g. restarted), and its NodeManager says so: the window closes
     core.faults.report_software(7, 1, EvidenceKind.RECOVERED, "", core.clock.wall())
     pulls = core.faults.puller.pulls
-    await wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), "puller ended")
+    await async_wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), BOUND_SEC, "puller ended",
+                         interval_sec=0.005)
     assert core.faults.puller.pulls <= pulls + 1
     cluster.set(2, UNHEALTHY)
     await core.faults.close()
@@ -85,7 +83,7 @@ async def test_pulls_are_off_with_interval_zero() -> None:
 
 async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank() -> None:
     cluster, core = await rank1_dead_survivors_diagnosing(0.02)
-    await wait_for(lambda: core.faults.puller.pulls >= 6, "a full read and probes")
+    await async_wait_for(lambda: core.faults.puller.pulls >= 6, BOUND_SEC, "a full read and probes", interval_sec=0.005)
     reads = [ids for _, _, ids in cluster.named("status")]
     assert all(1 not in ids for ids in reads), "the rank with DEAD evidence is never read"
     assert set(reads[0]) | set(reads[1]) == {0, 2, 3}, "the first read: every rank without evidence, per pod"
@@ -93,18 +91,21 @@ async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank()
     # One survivor decides: the probe that finds it makes the next read a full one, and the snapshot completes.
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
-    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "every survivor's verdict pulled")
-    await wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), "puller ended: nothing left")
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC,
+                         "every survivor's verdict pulled", interval_sec=0.005)
+    await async_wait_for(lambda: all(t.done() for t in core.faults.puller._tasks.values()), BOUND_SEC,
+                         "puller ended: nothing left", interval_sec=0.005)
     await core.faults.close()
 
 
 async def test_a_nodemanager_report_wakes_the_puller_before_its_next_probe() -> None:
     cluster, core = await rank1_dead_survivors_diagnosing(10.0)  # probes 2.5 s apart
-    await wait_for(lambda: core.faults.puller.pulls >= 1, "the first full read")
+    await async_wait_for(lambda: core.faults.puller.pulls >= 1, BOUND_SEC, "the first full read", interval_sec=0.005)
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
     core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
-    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "the others read after the report")
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC,
+                         "the others read after the report", interval_sec=0.005)
     assert core.faults.puller.woken == 1, "the report, not the probe tick, started the read"
     assert core.faults.puller.pulls == 2, "one full read of the ranks still lacking, no probe in between"
     await core.faults.close()
@@ -118,9 +119,10 @@ def test_rank_ranges_are_compact() -> None:
 
 async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing() -> None:
     cluster, core = await rank1_dead_survivors_diagnosing(0.01)
-    await wait_for(lambda: core.faults.puller.pulls >= 2, "pulls while diagnosing")
+    await async_wait_for(lambda: core.faults.puller.pulls >= 2, BOUND_SEC, "pulls while diagnosing", interval_sec=0.005)
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
-    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "verdicts pulled")
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC, "verdicts pulled",
+                         interval_sec=0.005)
     assert all(core.faults.evidence(7)[r].diagnosing_at_sec > 0 for r in (0, 2, 3))
     await core.faults.close()

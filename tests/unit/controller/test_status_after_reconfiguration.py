@@ -5,7 +5,7 @@ capability its pods report now."""
 from __future__ import annotations
 
 import grpc
-from controller_fakes import assemble, heartbeat_all, make_core, register_request, settle, two_pods
+from .controller_fakes import assemble, heartbeat_all, make_core, register_request, settle, two_pods
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.model.runtime import FtPhase

@@ -3,7 +3,7 @@ master stays the same, inside the range the NodeManager's config allows (base ..
 
 from __future__ import annotations
 
-from controller_fakes import assemble, make_core, two_pods
+from .controller_fakes import assemble, make_core, two_pods
 
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy

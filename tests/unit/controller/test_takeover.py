@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-from controller_fakes import FakeCoordinator, FakeNodeManagers, assemble, make_config, two_pods
 
 from gen.motor.v1 import coordinator_pb2
 from motor.controller.clients import ControllerPeers
@@ -18,6 +17,8 @@ from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore
 from motor.controller.persistence.persister import read_only_view
 from motor.controller.serving import EventPusher
+
+from .controller_fakes import FakeCoordinator, FakeNodeManagers, assemble, make_config, two_pods
 
 
 class ListingCoordinator(FakeCoordinator):

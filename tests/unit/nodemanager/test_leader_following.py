@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_reporter_and_link import ScriptedClient, link, reporter, running, until
 
 from gen.motor.v1 import controller_pb2
 from motor.common.leader_client import LeaderUnavailable
+from motor.testing.waits import async_wait_for
 from nodemanager.ft_poller import ENGINE_DEAD, UNHEALTHY, FaultReport
+
+from .scripted_controller import ScriptedClient, link, reporter, running
 
 
 class SwitchingClient(ScriptedClient):
@@ -39,7 +41,7 @@ async def test_a_report_made_during_a_leader_switch_reaches_the_new_leader() -> 
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "exited during the switch"))
         r.submit(FaultReport(2, UNHEALTHY, "peer gone"))
-        await until(lambda: r.sent == 2)
+        await async_wait_for(lambda: r.sent == 2, 5.0, "both reports reaching the new leader", interval_sec=0.01)
         assert r.lost == 0
         assert [c.endpoint_id for c in client.calls["report"]] == [1] * 8 + [2]
 
@@ -50,7 +52,7 @@ async def test_no_leader_for_longer_than_the_hold_time_spends_the_attempts() -> 
     r = reporter(client, hold_sec=0.0)  # type: ignore[arg-type]
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await until(lambda: r.lost == 1)
+        await async_wait_for(lambda: r.lost == 1, 5.0, "the report dropped past its hold time", interval_sec=0.01)
         assert r.sent == 0 and len(client.calls["report"]) == 3
 
 
@@ -64,13 +66,15 @@ async def test_a_new_leader_term_registers_the_pod_again_and_reports_again() -> 
     launched.set()
     task = asyncio.create_task(lk.run(launched))
     try:
-        await until(lambda: len(client.calls["heartbeat"]) >= 2)
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 2, 5.0, "two heartbeats", interval_sec=0.01)
         assert len(client.calls["register"]) == 1 and lk.registered_term == 4 and changes == []
         client.term = 9  # another replica took over (its answers carry its term)
-        await until(lambda: len(client.calls["register"]) == 2)
-        await until(lambda: changes == [9])
+        await async_wait_for(lambda: len(client.calls["register"]) == 2, 5.0, "registration again under the new term",
+                             interval_sec=0.01)
+        await async_wait_for(lambda: changes == [9], 5.0, "the new term seen", interval_sec=0.01)
         assert lk.registered_term == 9
-        await until(lambda: len(client.calls["heartbeat"]) >= 5)
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 5, 5.0, "heartbeats going on under the new term",
+                             interval_sec=0.01)
         assert len(client.calls["register"]) == 2  # once per new term
     finally:
         task.cancel()

@@ -12,6 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gen.motor.v1 import controller_pb2, node_manager_pb2
+from motor.testing.waits import async_wait_for
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.config import NodeManagerConfig
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
@@ -63,13 +64,6 @@ class Controller:
         return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
 
 
-async def until(predicate, timeout_sec: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_sec
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_every_poll_is_counted_and_timed_and_errors_by_kind() -> None:
     metrics = NodeManagerMetrics()
     answers = [EngineStatusEntry(3, "healthy"), EngineTimeout(3, "no answer within 0.5s"),
@@ -102,7 +96,7 @@ async def test_reports_sent_retried_and_dropped_by_reason() -> None:
         reporter.submit(FaultReport(5, DEAD, "retired rank"))
         reporter.submit(FaultReport(1, DEAD, "lost after 3 attempts"))
         reporter.submit(FaultReport(2, UNHEALTHY, "1 retry, then delivered"))
-        await until(lambda: reporter.sent == 1)
+        await async_wait_for(lambda: reporter.sent == 1, 10.0, "the report sent", interval_sec=0.01)
     finally:
         await reporter.close()
     assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="retired") == 1
@@ -118,7 +112,7 @@ async def test_reports_sent_retried_and_dropped_by_reason() -> None:
     reporter.submit(FaultReport(2, DEAD, "refused by the controller"))
     reporter.start()
     try:
-        await until(lambda: reporter.lost == 2)
+        await async_wait_for(lambda: reporter.lost == 2, 10.0, "both reports lost", interval_sec=0.01)
     finally:
         await reporter.close()
     assert value(refused, "motor_nodemanager_fault_reports_dropped_total", reason="queue_full") == 1

@@ -5,88 +5,15 @@ scripted double of the Controller client wrapper (no sockets)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from nodemanager.controller_link import ControllerLink
+from motor.testing.waits import async_wait_for
 from nodemanager.ft_poller import DEAD, ENGINE_DEAD, UNHEALTHY, FaultReport
-from nodemanager.reporter import FaultReporter
 
-
-def unavailable(code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
-
-
-class ScriptedClient:
-    """Double of nodemanager.controller_client.ControllerClient: fails the first N calls of a kind."""
-
-    address = "controller.test:1"
-
-    def __init__(self) -> None:
-        self.fail = {"register": 0, "heartbeat": 0, "report": 0}
-        self.fail_code = grpc.StatusCode.UNAVAILABLE
-        self.refuse_register = 0
-        self.known = True
-        self.config: controller_pb2.NodeManagerFtConfig | None = None
-        self.calls: dict[str, list] = {"register": [], "heartbeat": [], "report": []}
-
-    def _maybe_fail(self, kind: str, req: object) -> None:
-        self.calls[kind].append(req)
-        if self.fail[kind] > 0:
-            self.fail[kind] -= 1
-            raise unavailable(self.fail_code)
-
-    async def register(self, req: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
-        self._maybe_fail("register", req)
-        if self.refuse_register > 0:
-            self.refuse_register -= 1
-            return controller_pb2.RegisterResponse(accepted=False, message="instance topology mismatch")
-        resp = controller_pb2.RegisterResponse(accepted=True)
-        if self.config is not None:
-            resp.config.CopyFrom(self.config)
-        return resp
-
-    async def heartbeat(self, req: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
-        self._maybe_fail("heartbeat", req)
-        resp = controller_pb2.HeartbeatResponse(known=self.known)
-        if self.config is not None:
-            resp.config.CopyFrom(self.config)
-        return resp
-
-    async def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest
-                                    ) -> controller_pb2.ReportSoftwareFaultResponse:
-        self._maybe_fail("report", req)
-        return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
-
-
-async def until(predicate, timeout_sec: float = 5.0) -> None:  # noqa: ANN001
-    deadline = asyncio.get_running_loop().time() + timeout_sec
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int = 8, registered: bool = True,
-             hold_sec: float = 60.0) -> FaultReporter:
-    retired = retired if retired is not None else set()
-    event = asyncio.Event()
-    if registered:
-        event.set()
-    return FaultReporter(client, pod_ip="127.0.0.2", instance_id=7, queue_size=size, attempts=3,  # type: ignore[arg-type]
-                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01)
-
-
-@contextlib.asynccontextmanager
-async def running(r: FaultReporter) -> AsyncIterator[FaultReporter]:
-    r.start()
-    try:
-        yield r
-    finally:
-        await r.close()
+from .scripted_controller import ScriptedClient, link, reporter, running
 
 
 async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
@@ -96,7 +23,7 @@ async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
     async with running(r):
         r.submit(FaultReport(1, UNHEALTHY, "u"))
         r.submit(FaultReport(2, DEAD, "d"))
-        await until(lambda: r.sent == 2)
+        await async_wait_for(lambda: r.sent == 2, 5.0, "both reports sent", interval_sec=0.01)
         kinds = [(c.endpoint_id, c.kind) for c in client.calls["report"]]
         assert kinds == [(1, UNHEALTHY), (1, UNHEALTHY), (1, UNHEALTHY), (2, DEAD)]  # 2 failures, then delivered
         assert client.calls["report"][0].pod_ip == "127.0.0.2" and client.calls["report"][0].instance_id == 7
@@ -110,7 +37,7 @@ async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through()
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
-        await until(lambda: r.sent == 1)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "the second report sent", interval_sec=0.01)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 1, 1, 2]
 
 
@@ -122,7 +49,7 @@ async def test_a_refusal_is_final() -> None:
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
-        await until(lambda: r.sent == 1)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "the report after the refusal sent", interval_sec=0.01)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 2]
 
 
@@ -142,15 +69,9 @@ async def test_retired_endpoints_are_filtered_at_submit_and_at_send() -> None:
     r.submit(FaultReport(7, DEAD, "x"))
     retired.add(6)  # committed while queued
     async with running(r):
-        await until(lambda: r.sent == 1)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "the report of the endpoint still in service sent",
+                             interval_sec=0.01)
         assert [c.endpoint_id for c in client.calls["report"]] == [7]
-
-
-def link(client: ScriptedClient, configs: list, alive: list[int]) -> ControllerLink:
-    return ControllerLink(client, instance_id=7, pod_ip="127.0.0.2",  # type: ignore[arg-type]
-                          build_register=lambda: controller_pb2.RegisterRequest(instance_id=7),
-                          alive_ids=lambda: list(alive), on_config=lambda cfg, src: configs.append((cfg, src)),
-                          heartbeat_interval_sec=0.05, max_backoff_sec=0.05)
 
 
 async def test_registration_is_retried_through_errors_and_refusals() -> None:
@@ -175,20 +96,23 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
         await asyncio.sleep(0.1)
         assert client.calls["register"] == []  # not before the initial launch ended
         launched.set()
-        await until(lambda: len(client.calls["heartbeat"]) >= 3)
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 3, 5.0, "three heartbeats", interval_sec=0.01)
         assert lk.heartbeat_interval_sec == 0.05  # the controller's 0.02 is clamped to the floor
         assert configs[0][1] == "register" and configs[-1][1] == "heartbeat"
         assert [list(h.alive_endpoint_ids) for h in client.calls["heartbeat"][:1]] == [[0, 1]]
         seqs = [h.seq for h in client.calls["heartbeat"]]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         client.fail["heartbeat"] = 3  # the controller is down for a while: the loop keeps going
-        await until(lambda: client.fail["heartbeat"] == 0 and len(client.calls["heartbeat"]) >= 8)
+        await async_wait_for(lambda: client.fail["heartbeat"] == 0 and len(client.calls["heartbeat"]) >= 8, 5.0,
+                             "heartbeats through the failures", interval_sec=0.01)
         client.known = False
-        await until(lambda: len(client.calls["register"]) >= 2)
+        await async_wait_for(lambda: len(client.calls["register"]) >= 2, 5.0, "re-registration after known=false",
+                             interval_sec=0.01)
         client.known = True
         alive.remove(1)
         lk.poke()
-        await until(lambda: list(client.calls["heartbeat"][-1].alive_endpoint_ids) == [0])
+        await async_wait_for(lambda: list(client.calls["heartbeat"][-1].alive_endpoint_ids) == [0], 5.0,
+                             "a heartbeat with only endpoint 0 alive", interval_sec=0.01)
         assert not task.done()
     finally:
         task.cancel()
@@ -206,7 +130,7 @@ async def test_early_reports_wait_for_the_first_registration() -> None:
             await asyncio.sleep(0)
         assert client.calls["report"] == [] and r.pending == 1
         r.registered.set()
-        await until(lambda: r.sent == 1)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "the early report sent after registration", interval_sec=0.01)
         assert r.lost == 0
 
 
@@ -218,7 +142,7 @@ async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -
     r = reporter(client)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await until(lambda: r.sent == 1)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "the held report sent again", interval_sec=0.01)
         assert r.lost == 0 and len(client.calls["report"]) == 5
 
 
@@ -229,5 +153,5 @@ async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
     r = reporter(client, hold_sec=0.0)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await until(lambda: r.lost == 1)
+        await async_wait_for(lambda: r.lost == 1, 5.0, "the held report dropped", interval_sec=0.01)
         assert r.sent == 0 and len(client.calls["report"]) == 1

@@ -9,14 +9,7 @@ import asyncio
 import pytest
 
 from motor.testing.fake_group import RECOVERY_FAILED_INFO, ApplyRejected, FakeDpGroup
-
-
-async def _until(predicate, what: str, polls: int = 2000) -> None:
-    for _ in range(polls):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"not reached: {what}")
+from motor.testing.waits import async_wait_for
 
 
 def _body(request_id: str, removed: list[int], **params) -> dict:
@@ -27,10 +20,11 @@ async def test_peer_death_diagnosing_then_unhealthy_with_mask() -> None:
     group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0.05, rebuild_sec=0.01)
     group.inject(1, "executor_death")
     assert group.ranks[1].entry() == {"id": 1, "status": "dead", "fault_info": "EngineDeadError"}
-    await _until(lambda: group.ranks[0].status == "diagnosing", "diagnosing")
+    await async_wait_for(lambda: group.ranks[0].status == "diagnosing", 10.0, "diagnosing", interval_sec=0.005)
     with pytest.raises(ApplyRejected, match="diagnosing"):
         group.apply(0, _body("r1", [1]))
-    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in (0, 2, 3)), "unhealthy")
+    await async_wait_for(lambda: all(group.ranks[r].status == "unhealthy" for r in (0, 2, 3)), 10.0, "unhealthy",
+                         interval_sec=0.005)
     assert group.ranks[2].entry() == {"id": 2, "status": "unhealthy", "fault_info": "RuntimeError", "mask": [1]}
     events = [(e["rank"], e["event"]) for e in group.journal]
     assert (1, "dead") in events and (0, "diagnosing") in events and (0, "unhealthy") in events
@@ -39,7 +33,8 @@ async def test_peer_death_diagnosing_then_unhealthy_with_mask() -> None:
 async def test_scale_down_round_commits_after_every_survivor_checked_in() -> None:
     group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, rebuild_sec=0.01)
     group.inject(0, "executor_death")
-    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in (1, 2, 3)), "unhealthy")
+    await async_wait_for(lambda: all(group.ranks[r].status == "unhealthy" for r in (1, 2, 3)), 10.0, "unhealthy",
+                         interval_sec=0.005)
     with pytest.raises(ApplyRejected, match="required"):
         group.apply(1, _body("r1", [0]))  # the master (rank 0) is removed: a new address is needed
     with pytest.raises(ApplyRejected, match="own rank"):
@@ -49,17 +44,17 @@ async def test_scale_down_round_commits_after_every_survivor_checked_in() -> Non
     await asyncio.sleep(0.03)
     assert not group.serving(1), "no commit before the last survivor checked in"
     group.apply(3, _body("r1", [0], dp_master_ip="127.0.0.2", dp_store_port=20001))
-    await _until(lambda: all(group.serving(r) for r in (1, 2, 3)), "healthy")
+    await async_wait_for(lambda: all(group.serving(r) for r in (1, 2, 3)), 10.0, "healthy", interval_sec=0.005)
     assert group.describe()["members"] == [1, 2, 3] and group.describe()["removed"] == [0]
     assert group.ranks[1].entry() == {"id": 1, "status": "healthy"}
     # The next fault: the removed rank stays removed; an apply naming no new rank is refused.
     group.inject(3, "executor_death")
-    await _until(lambda: group.ranks[1].status == "unhealthy", "second fault")
+    await async_wait_for(lambda: group.ranks[1].status == "unhealthy", 10.0, "second fault", interval_sec=0.005)
     with pytest.raises(ApplyRejected, match="no newly removed"):
         group.apply(1, _body("r2", [0]))
     group.apply(1, _body("r2", [0, 3]))
     group.apply(2, _body("r2", [3]))
-    await _until(lambda: group.serving(1) and group.serving(2), "second round")
+    await async_wait_for(lambda: group.serving(1) and group.serving(2), 10.0, "second round", interval_sec=0.005)
     assert group.describe()["members"] == [1, 2]
 
 
@@ -67,9 +62,10 @@ async def test_missing_check_in_makes_the_checked_in_survivors_dead() -> None:
     group = FakeDpGroup([0, 1, 2], diagnosing_sec=0, checkin_sec=0.05)
     group.inject(2, "kill_process")
     assert group.ranks[2].killed
-    await _until(lambda: group.ranks[0].status == "unhealthy" and group.ranks[1].status == "unhealthy", "unhealthy")
+    await async_wait_for(lambda: group.ranks[0].status == "unhealthy" and group.ranks[1].status == "unhealthy", 10.0,
+                         "unhealthy", interval_sec=0.005)
     group.apply(0, _body("r1", [2]))
-    await _until(lambda: group.ranks[0].status == "dead", "failed vote")
+    await async_wait_for(lambda: group.ranks[0].status == "dead", 10.0, "failed vote", interval_sec=0.005)
     assert group.ranks[0].fault_info == RECOVERY_FAILED_INFO
     assert group.ranks[1].status == "unhealthy"
 
@@ -103,7 +99,7 @@ def test_the_reference_engines_fault_names_are_simulated() -> None:
 async def _faulted(group: FakeDpGroup, victim: int) -> list[int]:
     group.inject(victim, "executor_death")
     survivors = sorted(set(group.ranks) - {victim})
-    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in survivors), "unhealthy")
+    await async_wait_for(lambda: all(group.ranks[r].status == "unhealthy" for r in survivors), 10.0, "unhealthy", interval_sec=0.005)
     return survivors
 
 
@@ -115,7 +111,7 @@ async def test_failed_apply_is_accepted_then_the_round_fails_on_every_survivor()
         assert group.apply(r, _body("r1", [3])) == "r1"  # every apply is accepted (202)
     assert group.ranks[1].entry() == {"id": 1, "status": "dead", "fault_info": RECOVERY_FAILED_INFO,
                                       "last_ft_request_id": "r1", "ft_error": "injected failure: disk full"}
-    await _until(lambda: all(group.ranks[r].status == "dead" for r in survivors), "round failed")
+    await async_wait_for(lambda: all(group.ranks[r].status == "dead" for r in survivors), 10.0, "round failed", interval_sec=0.005)
     assert group.ranks[0].fault_info == RECOVERY_FAILED_INFO and group.ranks[0].last_ft_request_id == "r1"
     assert "did not check in" in group.ranks[0].ft_error and "[1]" in group.ranks[0].ft_error
     assert group.describe()["members"] == [0, 1, 2, 3], "nothing committed"
@@ -128,7 +124,7 @@ async def test_stalled_apply_is_accepted_and_never_recovers() -> None:
     group.inject(0, "stall_next_apply")
     for r in survivors:
         group.apply(r, _body("r1", [2]))
-    await _until(lambda: group.ranks[1].status == "dead", "the other survivor's round fails")
+    await async_wait_for(lambda: group.ranks[1].status == "dead", 10.0, "the other survivor's round fails", interval_sec=0.005)
     assert group.ranks[0].entry() == {"id": 0, "status": "unhealthy", "fault_info": "RuntimeError", "mask": [2]}
     assert not group.serving(0) and group.ranks[0].stalled == "r1"
     assert group.apply(0, _body("r2", [2])) == "r2", "a later command is ignored, not refused"
@@ -144,7 +140,7 @@ async def test_failed_vote_makes_every_survivor_dead_after_all_checked_in() -> N
     group.inject(2, "fail_vote")
     for r in survivors:
         group.apply(r, _body("r1", [0], dp_master_ip="127.0.0.3", dp_store_port=20001))
-    await _until(lambda: all(group.ranks[r].status == "dead" for r in survivors), "vote failed")
+    await async_wait_for(lambda: all(group.ranks[r].status == "dead" for r in survivors), 10.0, "vote failed", interval_sec=0.005)
     for r in survivors:
         entry = group.ranks[r].entry()
         assert entry["fault_info"] == RECOVERY_FAILED_INFO and entry["last_ft_request_id"] == "r1"
@@ -164,7 +160,7 @@ async def test_slow_rebuild_delays_the_commit_and_clear_disarms() -> None:
         group.apply(r, _body("r1", [2]))
     await asyncio.sleep(0.05)
     assert not group.serving(0), "still rebuilding"
-    await _until(lambda: group.serving(0) and group.serving(1), "committed after the delay")
+    await async_wait_for(lambda: group.serving(0) and group.serving(1), 10.0, "committed after the delay", interval_sec=0.005)
     assert group.describe()["members"] == [0, 1]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from motor.controller.hardware import levels
 from motor.controller.hardware.model import HardwareFault
+from motor.testing.waits import async_wait_for
 
 LOST = HardwareFault("node-a", "Ascend910-2", ("80E18402",), levels.L6, "CardUnhealthy", "SeparateNPU", 1760000000.0)
 RESET = HardwareFault("node-a", "Ascend910-5", ("80CB8002",), levels.L5, "CardUnhealthy", "RestartNPU", 1760000010.0)
@@ -43,12 +44,8 @@ class Sink:
 
 
 async def wait_until(predicate, what: str) -> None:
-    """Polls (bounded) until predicate() holds."""
-    for _ in range(int(WAIT_SEC / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    """The shared bounded wait at this package's pace (WAIT_SEC, 10 ms polls)."""
+    await async_wait_for(predicate, WAIT_SEC, what, interval_sec=0.01)
 
 
 class FakeKubeApi:
