@@ -1,4 +1,4 @@
-"""Issue 14: everything around the leader fails in turn, over real processes.
+"""Everything around the leader fails in turn, over real processes.
 
 - A NodeManager is SIGKILLed (with its engines) while it holds a round's guard: the round fails
   cleanly (the other guard aborted), and the instance recovers by reconfiguration once the pod is

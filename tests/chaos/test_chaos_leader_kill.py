@@ -1,4 +1,4 @@
-"""Issue 14: the leader Controller is SIGKILLed in each phase of a round; the standby takes over
+"""The leader Controller is SIGKILLed in each phase of a round; the standby takes over
 (RFC §5 restart rules) and the instance ends serving with a consistent dead_committed and at most
 one apply per survivor per round.
 
