@@ -2,7 +2,8 @@
 
 An instance is assembled once its pods together report every rank 0..dp_size-1; from then on its
 rank set is immutable (`original_dp_ranks`). A re-registration may refresh addresses and ports of the
-ranks a pod already had, never change which ranks it has. Every pod must report the same
+ranks a pod already had, never change which ranks it has; no two pods of an instance share a
+NodeManager address. Every pod must report the same
 FtCapability; a missing or inconsistent one fails closed (no scale-down, reason recorded).
 """
 
@@ -207,6 +208,17 @@ class InstanceRegistry:
                     f"instance {req.instance_id}: ranks {clash} of pod {pod_ip} are already hosted by pod {other.pod_ip}",
                     precondition=True,
                 )
+        address = req.pod.node_manager_address
+        # A round calls each pod's NodeManager by address: behind a shared one, one NodeManager
+        # would answer for both pods' ranks.
+        sharing = next((o for o in record.pods.values() if o.pod_ip != pod_ip and o.node_manager_address == address),
+                       None)
+        if sharing is not None:
+            raise RegistrationError(
+                f"instance {req.instance_id}: pod {pod_ip} registered NodeManager address {address}, which pod "
+                f"{sharing.pod_ip} already has; every pod needs a NodeManager address of its own",
+                precondition=True,
+            )
         if record.assembled and known is None:
             raise RegistrationError(
                 f"instance {req.instance_id} is already assembled; pod {pod_ip} is not part of it", precondition=True

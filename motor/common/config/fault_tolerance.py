@@ -6,30 +6,62 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
 
-from motor.common.config.base import ConfigModel, PositiveSec
+from motor.common.config.base import ConfigModel
 
 # Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
 MAX_GUARD_LEASE_SEC = 3600.0
+# One Controller call longer than a minute is a peer that is gone, not a slow one.
+MAX_REQUEST_TIMEOUT_SEC = 60.0
+# Status reads further apart than this would spend a default round's whole window on a handful.
+MAX_POLL_INTERVAL_SEC = 10.0
+# The rest of the lease (guard_lease_sec) once the other two timers are at their bounds, so any
+# accepted configuration derives a lease the NodeManagers accept: 1675 s.
+MAX_EXECUTION_DEADLINE_SEC = (MAX_GUARD_LEASE_SEC - 4 * MAX_REQUEST_TIMEOUT_SEC - max(5.0, MAX_POLL_INTERVAL_SEC)) / 2
+# A mapped hardware fault waits this long at most for the engines' perception before reconfiguring.
+MAX_CORRELATION_WINDOW_SEC = 60.0
+# A backstop scan (and first reconfiguration retry) rarer than the default bound of a whole
+# reconfiguration (reconfiguration_timeout_sec, 300 s) backs nothing up.
+MAX_CHECK_INTERVAL_SEC = 300.0
+# Ten times the default: an instance that waits longer for a complete snapshot is better rebuilt.
+MAX_COLLECTION_TIMEOUT_SEC = 600.0
+# Slower, a NodeManager would first see a fault after the default collection timeout ran out.
+MAX_ENGINE_POLL_INTERVAL_SEC = 60.0
 
 
 class DpScaleDownConfig(ConfigModel):
-    """RFC §7 `dp_scale_down_config`: the timers of one scale-down round."""
+    """RFC §7 `dp_scale_down_config`: the timers of one scale-down round. Their bounds keep the
+    derived guard lease within the NodeManagers' 3600 s whatever the combination."""
 
-    request_timeout_sec: PositiveSec = Field(
+    request_timeout_sec: Annotated[float, Field(gt=0, le=MAX_REQUEST_TIMEOUT_SEC)] = Field(
         default=5.0, description="Deadline of one Controller call to a NodeManager or the Coordinator, in seconds.")
-    poll_interval_sec: PositiveSec = Field(
+    poll_interval_sec: Annotated[float, Field(gt=0, le=MAX_POLL_INTERVAL_SEC)] = Field(
         default=1.0, description="Seconds between the Controller's status reads while a round executes.")
-    execution_deadline_sec: PositiveSec = Field(
+    execution_deadline_sec: Annotated[float, Field(gt=0, le=MAX_EXECUTION_DEADLINE_SEC)] = Field(
         default=30.0, description="Seconds a round's apply may take on every survivor before the round fails.")
+
+    @field_validator("execution_deadline_sec", mode="wrap")
+    @classmethod
+    def _explain_deadline_bound(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            if any(e["type"] == "less_than_equal" for e in exc.errors()):
+                raise ValueError(
+                    f"must be at most {MAX_EXECUTION_DEADLINE_SEC:g}: the guard lease 2 × execution_deadline_sec + "
+                    f"4 × request_timeout_sec + max(5, poll_interval_sec) must stay within the NodeManager bound "
+                    f"of {MAX_GUARD_LEASE_SEC:g}s with request_timeout_sec and poll_interval_sec at their bounds "
+                    f"({MAX_REQUEST_TIMEOUT_SEC:g}, {MAX_POLL_INTERVAL_SEC:g})"
+                ) from None
+            raise
 
 
 class FaultToleranceConfig(ConfigModel):
     """RFC §7 `fault_tolerance_config`, plus the timers of RFC §4.4. The guard lease a round holds on
     the NodeManagers derives from dp_scale_down_config (2 × execution_deadline_sec + 4 ×
-    request_timeout_sec + max(5, poll_interval_sec), 85 s with the defaults) and must stay within
-    3600 s; `enable_dp_scale_down_proxy` derives from the two switches and is refused as input."""
+    request_timeout_sec + max(5, poll_interval_sec), 85 s with the defaults), which the timers' bounds
+    keep within 3600 s; `enable_dp_scale_down_proxy` derives from the two switches and is refused as input."""
 
     enable_fault_tolerance: bool = Field(
         default=True,
@@ -41,20 +73,20 @@ class FaultToleranceConfig(ConfigModel):
         description="After a scale-down commits, stop the pods whose ranks are all retired (recyclable).")
     dp_scale_down_config: DpScaleDownConfig = Field(
         default=DpScaleDownConfig(), description="Timers of one scale-down round.")
-    hardware_ft_correlation_window_sec: PositiveSec = Field(
+    hardware_ft_correlation_window_sec: Annotated[float, Field(gt=0, le=MAX_CORRELATION_WINDOW_SEC)] = Field(
         default=5.0,
         description="Seconds a hardware fault waits for matching engine FT evidence before the instance is "
                     "reconfigured.")
     # RFC name kept as is (it carries no unit).
-    strategy_center_check_interval: PositiveSec = Field(
+    strategy_center_check_interval: Annotated[float, Field(gt=0, le=MAX_CHECK_INTERVAL_SEC)] = Field(
         default=10.0,
         description="Seconds between the strategy center's scans of every instance; the first reconfiguration "
                     "retry delay.")
     # Motor derives its default from the engines' gloo timeout.
-    software_status_collection_timeout_sec: PositiveSec = Field(
+    software_status_collection_timeout_sec: Annotated[float, Field(gt=0, le=MAX_COLLECTION_TIMEOUT_SEC)] = Field(
         default=60.0,
         description="Seconds, from a round's first UNHEALTHY/DEAD report, to collect every rank's status.")
-    engine_status_poll_interval_sec: PositiveSec = Field(
+    engine_status_poll_interval_sec: Annotated[float, Field(gt=0, le=MAX_ENGINE_POLL_INTERVAL_SEC)] = Field(
         default=1.0, description="Seconds between a NodeManager's polls of each engine's FT status.")
     # Beyond the RFC, opt-in: an idle instance runs no collective, so a DEAD rank's survivors stay
     # HEALTHY; one canary request makes their collective fail, the snapshot completes and the
@@ -75,19 +107,6 @@ class FaultToleranceConfig(ConfigModel):
                 "enable_fault_tolerance and enable_dp_scale_down"
             )
         return data
-
-    @model_validator(mode="after")
-    def _check_lease(self) -> FaultToleranceConfig:
-        lease = self.guard_lease_sec
-        if lease > MAX_GUARD_LEASE_SEC:
-            c = self.dp_scale_down_config
-            raise ValueError(
-                f"guard lease {lease:g}s derived from dp_scale_down_config (execution_deadline_sec="
-                f"{c.execution_deadline_sec:g}, request_timeout_sec={c.request_timeout_sec:g}, "
-                f"poll_interval_sec={c.poll_interval_sec:g}) exceeds the NodeManager bound of "
-                f"{MAX_GUARD_LEASE_SEC:g}s"
-            )
-        return self
 
     @property
     def enable_dp_scale_down_proxy(self) -> bool:

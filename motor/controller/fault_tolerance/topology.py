@@ -1,7 +1,7 @@
 """Grouping of a round's NodeManagers from the full endpoint topology (RFC §5 "组 NodeManager"). Pure.
 
 Routable survivors get status and apply; pods with only headless or only removed ranks still take
-part (guard / finalize). Missing topology fails closed.
+part (guard / finalize). Missing topology, or pods sharing a NodeManager address, fails closed.
 """
 
 from __future__ import annotations
@@ -70,9 +70,15 @@ def plan_round(
         raise TopologyError(f"no endpoint known for ranks {missing}")
     pod_list = list(pods)
     owner: dict[int, PodInfo] = {}
-    for pod in pod_list:
+    by_address: dict[str, PodInfo] = {}
+    for pod in sorted(pod_list, key=lambda p: p.pod_ip):
         if not pod.node_manager_address:
             raise TopologyError(f"pod {pod.pod_ip} has no NodeManager address")
+        other = by_address.setdefault(pod.node_manager_address, pod)
+        if other is not pod:
+            # The round's calls are keyed by address: one NodeManager would answer for both pods.
+            raise TopologyError(f"pods {other.pod_ip} and {pod.pod_ip} share NodeManager address "
+                                f"{pod.node_manager_address}")
         for rank in pod.ranks:
             if rank in owner:
                 raise TopologyError(f"rank {rank} is claimed by pods {owner[rank].pod_ip} and {pod.pod_ip}")

@@ -277,8 +277,8 @@ def services(tmp_path_factory: pytest.TempPathFactory):
             "heartbeat_interval_sec": 1800.0, "heartbeat_timeout_sec": 3600.0, "publish_interval_sec": 3600.0,
             "reconfiguration_timeout_sec": 5.0, "hardware_monitor": {"kubernetes": "off"},
             "fault_tolerance_config": {
-                "enable_dp_scale_down": True, "strategy_center_check_interval": 3600.0,
-                "software_status_collection_timeout_sec": 3600.0, "hardware_ft_correlation_window_sec": 1.0,
+                "enable_dp_scale_down": True, "strategy_center_check_interval": 300.0,
+                "software_status_collection_timeout_sec": 600.0, "hardware_ft_correlation_window_sec": 1.0,
                 "dp_scale_down_config": {"request_timeout_sec": 0.5, "poll_interval_sec": 0.2,
                                          "execution_deadline_sec": 1.0}},
         }))

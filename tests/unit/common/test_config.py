@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from motor.common.config.fault_tolerance import FaultToleranceConfig
+from motor.common.config.fault_tolerance import MAX_GUARD_LEASE_SEC, FaultToleranceConfig
 from motor.common.config.loader import ConfigError, load_config, parse_override
 from motor.controller.config import ControllerConfig
 
@@ -112,6 +114,56 @@ def test_lease_bound_violation_is_refused() -> None:
         {"fault_tolerance_config": {"dp_scale_down_config": {"execution_deadline_sec": 2000.0}}},
     )
     assert "guard lease" in message and "execution_deadline_sec=2000" in message and "3600" in message
+
+
+# Every RFC §7 timer and the fault-tolerance keys beside it, with its upper bound.
+FT_BOUNDS = [
+    ("dp_scale_down_config.request_timeout_sec", 60.0),
+    ("dp_scale_down_config.poll_interval_sec", 10.0),
+    ("dp_scale_down_config.execution_deadline_sec", 1675.0),
+    ("hardware_ft_correlation_window_sec", 60.0),
+    ("strategy_center_check_interval", 300.0),
+    ("software_status_collection_timeout_sec", 600.0),
+    ("engine_status_poll_interval_sec", 60.0),
+    ("idle_fault_probe_timeout_sec", 30.0),
+]
+
+
+@pytest.mark.parametrize(("key", "bound"), FT_BOUNDS)
+def test_every_fault_tolerance_timer_is_refused_above_its_bound_naming_key_value_and_bound(
+        key: str, bound: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(ControllerConfig, None, [(f"fault_tolerance_config.{key}", bound + 1)])
+    message = str(info.value)
+    assert f"fault_tolerance_config.{key}={bound + 1!r}" in message and f"{bound:g}" in message, message
+
+
+@pytest.mark.parametrize(("key", "bound"), FT_BOUNDS)
+def test_every_fault_tolerance_timer_is_accepted_at_its_bound(key: str, bound: float) -> None:
+    load_config(ControllerConfig, None, [(f"fault_tolerance_config.{key}", bound)])
+
+
+def test_a_601_sec_collection_timeout_is_refused() -> None:
+    message = _refused(ControllerConfig, {"fault_tolerance_config": {"software_status_collection_timeout_sec": 601.0}})
+    assert "fault_tolerance_config.software_status_collection_timeout_sec=601.0" in message and "600" in message
+
+
+@given(
+    deadline=st.floats(min_value=1e-3, max_value=1675.0),
+    request=st.floats(min_value=1e-3, max_value=60.0),
+    poll=st.floats(min_value=1e-3, max_value=10.0),
+)
+def test_every_accepted_round_timer_combination_derives_a_lease_the_nodemanagers_accept(
+        deadline: float, request: float, poll: float) -> None:
+    ft = FaultToleranceConfig.model_validate({"dp_scale_down_config": {
+        "execution_deadline_sec": deadline, "request_timeout_sec": request, "poll_interval_sec": poll}})
+    assert 0 < ft.guard_lease_sec <= MAX_GUARD_LEASE_SEC
+
+
+def test_the_round_timers_at_their_bounds_derive_exactly_the_lease_bound() -> None:
+    ft = FaultToleranceConfig.model_validate({"dp_scale_down_config": {
+        "execution_deadline_sec": 1675.0, "request_timeout_sec": 60.0, "poll_interval_sec": 10.0}})
+    assert ft.guard_lease_sec == MAX_GUARD_LEASE_SEC == 3600.0
 
 
 def test_file_and_overrides_compose(tmp_path: Path) -> None:

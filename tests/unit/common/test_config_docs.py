@@ -32,7 +32,7 @@ def test_rendering_is_deterministic(gen: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("key", [
-    "`fault_tolerance_config.dp_scale_down_config.execution_deadline_sec` | number | `30.0` | > 0 |",
+    "`fault_tolerance_config.dp_scale_down_config.execution_deadline_sec` | number | `30.0` | (0, 1675] |",
     "`server.port` | integer | `0` | [0, 65535] |",
     "`leader_election.lease_ttl_sec` | integer | `5` | [2, 300] |",
     "`migration.withdrawn_stall_sec` | number | `2.0` | (0, 600] |",

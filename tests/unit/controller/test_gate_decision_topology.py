@@ -167,6 +167,8 @@ def test_headless_survivor_gets_no_status_or_apply() -> None:
         ({"removed_this_round": [1], "pods": PODS[:1]}, "no pod hosts ranks [2, 3]"),
         ({"removed_this_round": [1], "pods": [PODS[0], PodInfo("127.0.0.3", "", (2, 3))]}, "no NodeManager address"),
         ({"removed_this_round": [1], "pods": [*PODS, PodInfo("127.0.0.4", "x:1", (3,))]}, "claimed by pods"),
+        ({"removed_this_round": [1], "pods": [PODS[0], PodInfo("127.0.0.3", "127.0.0.2:1", (2, 3))]},
+         "pods 127.0.0.2 and 127.0.0.3 share NodeManager address 127.0.0.2:1"),
     ],
 )
 def test_topology_fails_closed(kwargs: dict, message: str) -> None:

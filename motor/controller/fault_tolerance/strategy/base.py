@@ -209,16 +209,30 @@ class Strategy(ABC):
         scale-down into a whole-instance reconfiguration (minutes) because the Coordinator blinked,
         and it buys no safety: the survivors answer 503 until they are rebuilt and the Coordinator
         retries elsewhere before the first byte; the publish after the commit and the periodic SET
-        converge the Coordinator's view."""
+        converge the Coordinator's view.
+
+        Decision: with nothing acknowledged as published (the first ADD and every SET since failed)
+        there is nothing to DEL: no call is made, a note says so and the round goes on, drain then
+        apply holding with an empty view. An ADD the Coordinator applied without its answer arriving
+        leaves it routing a view the Controller does not know of, the case of a failed DEL above."""
         deps = self.deps
         record = deps.registry.get(self.instance_id)
         if record is not None and deps.pusher.enabled:
+            wall, start = deps.clock.wall(), deps.clock.monotonic()
             try:
-                await self.timed_call("drain", deps.pusher.target, lambda: deps.pusher.drain(record.topology()),
-                                      result_facts=lambda ids: {"endpoint_ids": list(ids or []),
-                                                                "detail": f"DEL endpoints={list(ids or [])}"})
+                ids = await deps.pusher.drain(record.topology())
             except PublishError as exc:
+                if self.txn is not None:
+                    self.txn.call("drain", deps.pusher.target, wall, deps.clock.monotonic() - start, str(exc))
                 log.warning("instance=%d drain failed (continuing): %s", self.instance_id, exc)
+            else:
+                if ids is None:
+                    if self.txn is not None:
+                        self.txn.note("drain", wall, "nothing published: no DEL sent")
+                    log.info("instance=%d nothing published: no DEL sent", self.instance_id)
+                elif self.txn is not None:
+                    self.txn.call("drain", deps.pusher.target, wall, deps.clock.monotonic() - start,
+                                  endpoint_ids=list(ids), detail=f"DEL endpoints={list(ids)}")
         deps.runtimes.set_published(self.instance_id, False)
 
     async def publish(self) -> None:
