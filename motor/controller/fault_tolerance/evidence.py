@@ -55,6 +55,16 @@ class RankEvidence:
     diagnosing_at_sec: float = 0.0
 
 
+@dataclass(frozen=True)
+class RankRead:
+    """A strategy's last status read of one rank: when the Controller asked for it (its monotonic
+    clock; the engine was read after that) and when the NodeManager read the engine (its own wall
+    clock, 0 when the answer carried no time)."""
+
+    mono_sec: float
+    observed_at_sec: float = 0.0
+
+
 class FaultNormalizer:
     """Software evidence → original DP rank of one instance (RFC §4.1).
 
