@@ -327,6 +327,8 @@ class ControllerCore:
 
     def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest, kind: EvidenceKind) -> str:
         self.metrics.fault_report(str(kind))
+        # A report without an observation time is dated by its arrival on the Controller's wall clock:
+        # the latest it can have been observed, so it is never taken as older than what it follows.
         observed = req.observed_at_unix_sec or self.clock.wall()
         detail = req.evidence or (req.status.fault_info if req.HasField("status") else "")
         return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed,

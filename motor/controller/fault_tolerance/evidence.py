@@ -46,8 +46,10 @@ class RankEvidence:
     health: Health
     kind: EvidenceKind
     detail: str
-    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it:
-    # both only shown (timelines); the Controller compares its own monotonic receipt time.
+    # Wall time the NodeManager observed it (its own clock; the Controller's wall clock at receipt
+    # when a report carries none): orders the evidence of one rank (EvidenceIntake.record_software).
+    # When the Controller received it (0 when unknown): shown in timelines; a round's reads supersede
+    # evidence by the Controller's monotonic receipt time.
     observed_at_sec: float
     received_at_sec: float = 0.0
     received_mono_sec: float = 0.0

@@ -30,6 +30,15 @@ class InstanceEvidence:
         return {rank: ev.health for rank, ev in self.evidence.items()}
 
 
+class OlderObservationError(ValueError):
+    """A report observed before the evidence held for its rank: the newer observation stands."""
+
+    def __init__(self, incoming: RankEvidence, held: RankEvidence) -> None:
+        super().__init__(f"rank {incoming.rank} {incoming.kind} observed at {incoming.observed_at_sec:.3f} is older "
+                         f"than the {held.kind} observed at {held.observed_at_sec:.3f}")
+        self.held = held
+
+
 class EvidenceIntake:
     def __init__(self) -> None:
         self._by_instance: dict[int, InstanceEvidence] = {}
@@ -48,7 +57,14 @@ class EvidenceIntake:
         self, runtime: FtRuntime, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
         received_at_sec: float, now_sec: float, diagnosing_at_sec: float = 0.0,
     ) -> RankEvidence | None:
-        """The recorded evidence, or None for a committed dead rank. Raises NormalizationError."""
+        """The recorded evidence, or None for a committed dead rank. Raises NormalizationError, and
+        OlderObservationError for a report observed before the evidence held for its rank.
+
+        Evidence of a rank is ordered by when it was observed, not when it arrived: a NodeManager's
+        queued report can arrive after a snapshot pull read something newer, and a pull's answer
+        after a report of something newer. Both times of one rank are its NodeManager's wall clock
+        (the report's observation, the pull's engine read), so they compare without skew. On a tie
+        the later arrival wins."""
         evidence = FaultNormalizer(runtime.original_dp_ranks).normalize(
             endpoint_id, kind, detail, observed_at_sec, runtime.dead_committed
         )
@@ -57,6 +73,9 @@ class EvidenceIntake:
         evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec, received_mono_sec=now_sec,
                                        diagnosing_at_sec=diagnosing_at_sec)
         state = self.of(runtime.instance_id)
+        held = state.evidence.get(endpoint_id)
+        if held is not None and evidence.observed_at_sec < held.observed_at_sec:
+            raise OlderObservationError(evidence, held)
         if evidence.health is Health.HEALTHY:
             state.evidence.pop(endpoint_id, None)
             state.first_seen_sec.pop(endpoint_id, None)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import DEAD, HEALTHY, UNHEALTHY, assemble, make_core, two_pods
+import pytest
+from controller_fakes import DEAD, HEALTHY, UNHEALTHY, Engine, assemble, make_core, two_pods
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
@@ -74,3 +75,114 @@ async def test_a_survivor_dying_after_its_healthy_read_starts_a_second_round_not
     assert phases[0] == "DECIDING"
     assert not isinstance(core.faults.running(7), ReconfigurationStrategy)
 
+
+async def pulling_core(interval_sec: float = 0.01):
+    """Two pods, assembled, with snapshot pulls every `interval_sec`."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": interval_sec})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    return cluster, core, clock
+
+
+async def wait_for(predicate, what: str, bound_sec: float = 20.0) -> None:
+    """An event wait (bounded generously: the pulls run on real time while the machine may be busy)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_sec
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached")
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("stamped", [True, False], ids=["read-time-in-answer", "no-time-in-answer"])
+async def test_an_engine_dead_that_arrives_while_a_pull_is_out_is_not_replaced_by_its_older_read(stamped) -> None:
+    """The pull reads rank 2 UNHEALTHY; before its answer is back the NodeManager's process watch
+    reports rank 2 ENGINE_DEAD. The death is the newer observation and stays; the snapshot is
+    complete with ranks 1 and 2 dead."""
+    cluster, core, clock = await pulling_core()
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    if stamped:
+        for engine in cluster.engines.values():
+            engine.observed_at_unix_sec = clock.wall()
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", clock.wall())
+
+    def rank2_dies_while_the_pull_is_out(_polls: int) -> None:
+        if 2 not in core.faults.evidence(7):
+            clock.advance(0.5)
+            core.faults.report_software(7, 2, EvidenceKind.ENGINE_DEAD, "engine exited (code 9)", clock.wall())
+
+    cluster.on_status = rank2_dies_while_the_pull_is_out
+    await core.faults.evaluate_all()
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors' evidence pulled")
+    cluster.on_status = None
+    held = core.faults.evidence(7)
+    assert held[2].kind is EvidenceKind.ENGINE_DEAD, held[2]
+    await core.faults.evaluate_all()
+    running = core.faults.running(7)
+    assert isinstance(running, DpScaleDownStrategy) and running.ctx.dead == {1, 2}
+    await core.faults.close()
+
+
+@pytest.mark.parametrize("stamped", [True, False], ids=["read-time-in-answer", "no-time-in-answer"])
+@pytest.mark.parametrize("late", [EvidenceKind.UNHEALTHY, EvidenceKind.RECOVERED])
+async def test_a_queued_older_report_delivered_after_a_pull_read_dead_does_not_overwrite_it(stamped, late) -> None:
+    """The NodeManager's poll saw rank 2 unhealthy (or recovering) and queued the report; then a pull
+    read rank 2 DEAD (taken: the NodeManager never sends that DEAD itself). The queued report comes
+    in last but was observed first: the DEAD stands and the round removes rank 2."""
+    cluster, core, clock = await pulling_core()
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", clock.wall())
+    queued_at = clock.wall()
+    clock.advance(0.5)
+    cluster.fault(dead={1, 2}, unhealthy={0, 3})
+    if stamped:
+        for engine in cluster.engines.values():
+            engine.observed_at_unix_sec = clock.wall()
+    await core.faults.evaluate_all()
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "survivors' evidence pulled")
+    assert core.faults.evidence(7)[2].health is Health.DEAD
+    answer = core.faults.report_software(7, 2, late, "collective failed", queued_at)
+    assert answer.endswith("ignored"), answer
+    held = core.faults.evidence(7)
+    assert held[2].health is Health.DEAD and "pulled by the Controller" in held[2].detail
+    await core.faults.evaluate_all()
+    running = core.faults.running(7)
+    assert isinstance(running, DpScaleDownStrategy) and running.ctx.dead == {1, 2}
+    await core.faults.close()
+
+
+def test_a_report_observed_at_the_same_time_as_the_held_evidence_replaces_it() -> None:
+    """Ties go to the later arrival, as every report did before ordering by observation time."""
+    from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
+    from motor.controller.model.runtime import FtRuntimeStore
+
+    runtime = FtRuntimeStore(True).create(7, (0, 1, 2, 3), "reconfiguration")
+    intake = EvidenceIntake()
+    intake.record_software(runtime, 2, EvidenceKind.UNHEALTHY, "", 100.0, 100.0, 1.0)
+    intake.record_software(runtime, 2, EvidenceKind.DEAD, "", 100.0, 100.0, 2.0)
+    assert intake.of(7).evidence[2].health is Health.DEAD
+
+
+@pytest.mark.parametrize("foreign", [[9], [0]], ids=["not-a-rank-of-the-instance", "another-pods-rank"])
+async def test_a_pull_answer_with_ids_not_asked_for_is_dropped_and_the_puller_keeps_running(foreign) -> None:
+    """Pod 127.0.0.3 is asked for ranks 2 and 3 and answers an entry it was not asked for as well (a
+    rank of no pod, or rank 0 of the other pod, which reads DEAD): that read breaks the identity
+    contract, so it is dropped (ranks 2 and 3 stay without evidence, no stray verdict is recorded)
+    and logged; the puller goes on and reads the pod again once its answers are right."""
+    cluster, core, clock = await pulling_core()
+    cluster.fault(dead={1}, unhealthy={2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", clock.wall())
+    core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "peer failed", clock.wall())
+    cluster.engines[0].status = DEAD  # what a stray entry for rank 0 says
+    cluster.engines[9] = Engine(9, status=DEAD)
+    cluster.extra_status = {"127.0.0.3:1": foreign}
+    await core.faults.evaluate_all()
+    await wait_for(lambda: core.faults.puller.pulls >= 3, "pulls after the bad answer")
+    assert not core.faults.puller._tasks[7].done(), "the puller is still running"
+    assert {r: ev.health for r, ev in core.faults.evidence(7).items()} == {0: Health.UNHEALTHY, 1: Health.DEAD}
+    cluster.extra_status = {}
+    await wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, "the pod read again")
+    assert {r: ev.health for r, ev in core.faults.evidence(7).items()} == {
+        0: Health.UNHEALTHY, 1: Health.DEAD, 2: Health.UNHEALTHY, 3: Health.UNHEALTHY}
+    await core.faults.close()
