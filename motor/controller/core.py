@@ -145,6 +145,9 @@ class ControllerCore:
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
         self._acting_tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
+        # A failed write is written again until the store has it (a round's post-commit write above all).
+        self._acting_tasks.append(asyncio.create_task(self.persister.retry_unsaved(self.clock.sleep),
+                                                      name="persist-retry"))
         self.faults.notify()
 
     async def _stop_acting(self) -> None:

@@ -7,7 +7,8 @@ round → [stop emptied pods once] → SCALED_DOWN_RUNNING → publish the survi
 It never retries an apply and never changes its request_id. Before the Controller's own commit, any
 failure (or preemption) sends finalize(abort) to every participant not yet committed and hands the
 frozen fallback back to the FaultManager. After the commit nothing is rolled back: persistence, pod
-stop or publication failures only set last_error / serving_published.
+stop or publication failures only set last_error / serving_published (a failed write is retried in
+the background by the persister until the store holds the committed state).
 """
 
 from __future__ import annotations
