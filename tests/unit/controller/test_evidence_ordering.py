@@ -153,7 +153,7 @@ async def test_a_queued_older_report_delivered_after_a_pull_read_dead_does_not_o
 
 
 def test_a_report_observed_at_the_same_time_as_the_held_evidence_replaces_it() -> None:
-    """Ties go to the later arrival, as every report did before ordering by observation time."""
+    """Two observations of one rank at the same time: the later arrival stands."""
     from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
     from motor.controller.model.runtime import FtRuntimeStore
 
