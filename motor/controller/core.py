@@ -145,6 +145,9 @@ class ControllerCore:
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
         self._acting_tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
+        # A failed write is written again until the store has it (a round's post-commit write above all).
+        self._acting_tasks.append(asyncio.create_task(self.persister.retry_unsaved(self.clock.sleep),
+                                                      name="persist-retry"))
         self.faults.notify()
 
     async def _stop_acting(self) -> None:
@@ -327,6 +330,8 @@ class ControllerCore:
 
     def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest, kind: EvidenceKind) -> str:
         self.metrics.fault_report(str(kind))
+        # A report without an observation time is dated by its arrival on the Controller's wall clock:
+        # the latest it can have been observed, so it is never taken as older than what it follows.
         observed = req.observed_at_unix_sec or self.clock.wall()
         detail = req.evidence or (req.status.fault_info if req.HasField("status") else "")
         return self.faults.report_software(req.instance_id, req.endpoint_id, kind, detail, observed,

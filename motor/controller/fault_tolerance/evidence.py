@@ -46,13 +46,25 @@ class RankEvidence:
     health: Health
     kind: EvidenceKind
     detail: str
-    # Wall time the NodeManager observed it, and (0 when unknown) when the Controller received it:
-    # both only shown (timelines); the Controller compares its own monotonic receipt time.
+    # Wall time the NodeManager observed it (its own clock; the Controller's wall clock at receipt
+    # when a report carries none): orders the evidence of one rank (EvidenceIntake.record_software).
+    # When the Controller received it (0 when unknown): shown in timelines; a round's reads supersede
+    # evidence by the Controller's monotonic receipt time.
     observed_at_sec: float
     received_at_sec: float = 0.0
     received_mono_sec: float = 0.0
     # When the NodeManager first saw the engine diagnosing before this verdict (0: not seen).
     diagnosing_at_sec: float = 0.0
+
+
+@dataclass(frozen=True)
+class RankRead:
+    """A strategy's last status read of one rank: when the Controller asked for it (its monotonic
+    clock; the engine was read after that) and when the NodeManager read the engine (its own wall
+    clock, 0 when the answer carried no time)."""
+
+    mono_sec: float
+    observed_at_sec: float = 0.0
 
 
 class FaultNormalizer:

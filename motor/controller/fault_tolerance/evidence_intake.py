@@ -8,10 +8,10 @@ persisted: a restarted Controller rebuilds it from the next reports.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from motor.controller.fault_tolerance.evidence import EvidenceKind, FaultNormalizer, Health, RankEvidence
+from motor.controller.fault_tolerance.evidence import EvidenceKind, FaultNormalizer, Health, RankEvidence, RankRead
 from motor.controller.model.runtime import TRANSACTION_PHASES, FtPhase, FtRuntime
 
 
@@ -28,6 +28,15 @@ class InstanceEvidence:
 
     def health(self) -> dict[int, Health]:
         return {rank: ev.health for rank, ev in self.evidence.items()}
+
+
+class OlderObservationError(ValueError):
+    """A report observed before the evidence held for its rank: the newer observation stands."""
+
+    def __init__(self, incoming: RankEvidence, held: RankEvidence) -> None:
+        super().__init__(f"rank {incoming.rank} {incoming.kind} observed at {incoming.observed_at_sec:.3f} is older "
+                         f"than the {held.kind} observed at {held.observed_at_sec:.3f}")
+        self.held = held
 
 
 class EvidenceIntake:
@@ -48,7 +57,14 @@ class EvidenceIntake:
         self, runtime: FtRuntime, endpoint_id: int, kind: EvidenceKind, detail: str, observed_at_sec: float,
         received_at_sec: float, now_sec: float, diagnosing_at_sec: float = 0.0,
     ) -> RankEvidence | None:
-        """The recorded evidence, or None for a committed dead rank. Raises NormalizationError."""
+        """The recorded evidence, or None for a committed dead rank. Raises NormalizationError, and
+        OlderObservationError for a report observed before the evidence held for its rank.
+
+        Evidence of a rank is ordered by when it was observed, not when it arrived: a NodeManager's
+        queued report can arrive after a snapshot pull read something newer, and a pull's answer
+        after a report of something newer. Both times of one rank are its NodeManager's wall clock
+        (the report's observation, the pull's engine read), so they compare without skew. On a tie
+        the later arrival wins."""
         evidence = FaultNormalizer(runtime.original_dp_ranks).normalize(
             endpoint_id, kind, detail, observed_at_sec, runtime.dead_committed
         )
@@ -57,6 +73,9 @@ class EvidenceIntake:
         evidence = dataclasses.replace(evidence, received_at_sec=received_at_sec, received_mono_sec=now_sec,
                                        diagnosing_at_sec=diagnosing_at_sec)
         state = self.of(runtime.instance_id)
+        held = state.evidence.get(endpoint_id)
+        if held is not None and evidence.observed_at_sec < held.observed_at_sec:
+            raise OlderObservationError(evidence, held)
         if evidence.health is Health.HEALTHY:
             state.evidence.pop(endpoint_id, None)
             state.first_seen_sec.pop(endpoint_id, None)
@@ -117,13 +136,26 @@ class EvidenceIntake:
         return ""
 
     def settle(self, instance_id: int, dead_committed: frozenset[int], observed_mono_sec: float,
-               whole_rebuild: bool) -> None:
-        """After a successful strategy: its last engine observation supersedes every report received
-        before it (both on the Controller's monotonic clock: the NodeManagers' wall clocks may be
-        skewed), committed ranks are done, and a whole rebuild forgets every missing heartbeat."""
+               whole_rebuild: bool, last_reads: Mapping[int, RankRead] | None = None) -> None:
+        """After a successful strategy: committed ranks are done, a whole rebuild forgets every missing
+        heartbeat, and the strategy's engine observations supersede the reports they are newer than.
+
+        A rank the strategy read on its own (`last_reads`) is superseded only by its own last read: a
+        survivor seen healthy after apply is not read again, so a death reported after that read is
+        news for the next decision, not something the round saw. Receipt times are compared with when
+        the read was asked for, on the Controller's monotonic clock (the NodeManagers' wall clocks may
+        be skewed); a report received later but observed, on its NodeManager's clock, no later than
+        that NodeManager's read is superseded too. Any other rank is superseded by
+        `observed_mono_sec`, the strategy's last observation."""
         state = self.of(instance_id)
+        reads = last_reads or {}
         for rank, ev in list(state.evidence.items()):
-            if rank in dead_committed or ev.received_mono_sec <= observed_mono_sec:
+            read = reads.get(rank)
+            if read is None:
+                superseded = ev.received_mono_sec <= observed_mono_sec
+            else:
+                superseded = ev.received_mono_sec < read.mono_sec or 0 < ev.observed_at_sec <= read.observed_at_sec
+            if rank in dead_committed or superseded:
                 del state.evidence[rank]
                 state.first_seen_sec.pop(rank, None)
         for rank in list(state.missing_since_sec):

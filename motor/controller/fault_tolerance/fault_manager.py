@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.evidence import EvidenceKind, RankEvidence
-from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
+from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake, OlderObservationError
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
 from motor.controller.fault_tolerance.running import RunningStrategies
@@ -43,8 +43,8 @@ class SoftwareReports:
         diagnosing_at_sec: float = 0.0, *, pulled: bool = False,
     ) -> RankEvidence | None:
         """The evidence recorded (None: the rank is committed dead). Raises UnknownInstanceError /
-        NormalizationError. `pulled`: read by the snapshot puller, which logs one summary line per
-        read (this one is DEBUG)."""
+        NormalizationError / OlderObservationError (newer evidence of the rank is held). `pulled`:
+        read by the snapshot puller, which logs one summary line per read (this one is DEBUG)."""
         runtime = self._deps.runtimes.get(instance_id)
         evidence = self._intake.record_software(runtime, endpoint_id, kind, detail, observed_at_sec,
                                                 self._deps.clock.wall(), self._deps.clock.monotonic(),
@@ -88,7 +88,11 @@ class FaultManager:
     ) -> str:
         """Records one report; returns what was done. Raises UnknownInstanceError / NormalizationError.
         A recorded report also wakes the snapshot puller of its instance (its own finds it follows up)."""
-        evidence = self.reports.record(instance_id, endpoint_id, kind, detail, observed_at_sec, diagnosing_at_sec)
+        try:
+            evidence = self.reports.record(instance_id, endpoint_id, kind, detail, observed_at_sec, diagnosing_at_sec)
+        except OlderObservationError as exc:
+            log.info("instance=%d %s: the newer evidence stands", instance_id, exc)
+            return f"rank {endpoint_id} {kind} is older than the {exc.held.kind} held: ignored"
         if evidence is None:
             return f"rank {endpoint_id} is committed dead: ignored"
         self.puller.poke(instance_id)

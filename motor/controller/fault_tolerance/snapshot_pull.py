@@ -24,6 +24,14 @@ left to read), the evidence clearing, the window closing, the collection timeout
 stopping. What it reads is fed through the same intake as a NodeManager's report (DEAD and UNHEALTHY
 only: a healthy or diagnosing answer is no news), so the decision never depends on who saw the fault
 first.
+
+Each verdict is dated by when the NodeManager read the engine (the entry's observed_at_unix_sec,
+its own clock, as its reports are), or, when the answer carries no time, by the Controller's wall
+clock when the pull was sent (the earliest the engine can have been read): the intake keeps the
+newer observation of a rank, so neither a report that arrived while the pull was out nor a queued
+older report after it is overwritten by the other. An answer with an entry for an id not asked for
+breaks the identity contract (RFC §4.1): that read is dropped and logged, its ranks stay without
+evidence, and the puller goes on.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from gen.motor.v1 import common_pb2
 from motor.common.text import rank_ranges
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
-from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
+from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake, OlderObservationError
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps
 
 log = logging.getLogger(__name__)
@@ -149,15 +157,23 @@ class SnapshotPuller:
     async def _pull_once(self, instance_id: int, targets: dict[str, list[int]]) -> None:
         async def one(address: str, ranks: list[int]) -> list[common_pb2.EngineFtStatus]:
             try:
-                return await self._deps.nodemanagers.get(address).status(instance_id, "", ranks, taken_as_evidence=True)
+                entries = await self._deps.nodemanagers.get(address).status(instance_id, "", ranks,
+                                                                             taken_as_evidence=True)
             except PeerCallError as exc:
                 # The ranks stay without evidence: the next full read asks again, and the NodeManager's
                 # own poll and process watch still report what it did not count as taken.
                 log.debug("instance=%d snapshot pull from %s failed: %s", instance_id, address, exc)
                 return []
+            ids = [e.id for e in entries]
+            if len(ids) != len(set(ids)) or not set(ids) <= set(ranks):
+                log.warning("instance=%d snapshot pull from %s: protocol error, answered endpoint ids %s, asked for "
+                            "%s: read dropped", instance_id, address, ids, ranks)
+                return []
+            return list(entries)
 
         self.pulls += 1
         self.reads += sum(len(r) for r in targets.values())
+        sent_wall = self._deps.clock.wall()
         answers = await asyncio.gather(*(one(a, r) for a, r in targets.items()))
         if self._busy(instance_id):
             return
@@ -173,8 +189,12 @@ class SnapshotPuller:
             if kind is None or (known is not None and known.health is _HEALTH[kind]):
                 continue
             diagnosing_at = self._diagnosing.pop((instance_id, entry.id), 0.0)
-            self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}", wall,
-                         diagnosing_at, pulled=True)
+            try:
+                self._report(instance_id, entry.id, kind, f"pulled by the Controller: {entry.fault_info}",
+                             entry.observed_at_unix_sec or sent_wall, diagnosing_at, pulled=True)
+            except OlderObservationError as exc:
+                log.debug("instance=%d snapshot pull: %s: the newer evidence stands", instance_id, exc)
+                continue
             found.setdefault(str(kind), []).append(entry.id)
         if found:
             asked = sum(len(r) for r in targets.values())

@@ -314,7 +314,8 @@ class StrategyCenter:
         whole_rebuild = isinstance(strategy, ReconfigurationStrategy)
         if outcome.succeeded:
             log.info("instance=%d %s succeeded: %s", instance_id, strategy.name, outcome.detail)
-            self.intake.settle(instance_id, runtime.dead_committed, outcome.observed_mono_sec, whole_rebuild)
+            self.intake.settle(instance_id, runtime.dead_committed, outcome.observed_mono_sec, whole_rebuild,
+                               outcome.last_reads)
             slot.retry_after_sec, slot.retry_reason = None, ""
             if whole_rebuild:
                 runtime.reconfiguration_attempts, runtime.reconfiguration_gave_up = 0, False

@@ -1,10 +1,15 @@
 """Glue between the in-memory runtime and the RuntimeStore: compare-and-set writes keyed on the
-generation last written, and the restart rule of RFC §5 (an interrupted round becomes
-RECONFIGURING; apply is never replayed)."""
+generation last written, retried in the background until the store holds what a failed write
+carried, and the restart rule of RFC §5 (an interrupted round becomes RECONFIGURING; apply is never
+replayed)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import common_pb2
 from motor.controller.clock import Clock
@@ -22,6 +27,16 @@ from motor.controller.persistence.records import PersistedInstance
 
 log = logging.getLogger(__name__)
 
+# Backoff of the retries of a failed write: doubling from the first delay, capped, for as long as the
+# store fails (a write that only some later change would have repeated must not wait for one: after
+# a round's commit nothing else changes the instance, and a restart would then find the round's
+# phase before the commit and reconfigure a healthy scaled-down instance).
+RETRY_FIRST_DELAY_SEC = 0.5
+RETRY_MAX_DELAY_SEC = 10.0
+
+# Why a write to retry failed and the last error persisting it set on the runtime (cleared once written).
+_PERSIST_FAILED = "persisting runtime failed"
+
 
 class RuntimePersister:
     def __init__(self, store: RuntimeStore, runtimes: FtRuntimeStore, registry: InstanceRegistry) -> None:
@@ -29,13 +44,78 @@ class RuntimePersister:
         self._runtimes = runtimes
         self._registry = registry
         self._written: dict[int, int] = {}
+        # Instances whose last write failed: retry_unsaved writes them again until the store has them.
+        self._unsaved: set[int] = set()
+        self._unsaved_event = asyncio.Event()
+        # One write at a time: a retry and a strategy's write must not race on the same expected generation.
+        self._lock = asyncio.Lock()
 
     def reset(self) -> None:
         """Forgets what was written (a new leadership term restores everything again)."""
         self._written.clear()
+        self._unsaved.clear()
+
+    def unsaved(self) -> list[int]:
+        """Instances whose runtime a failed write left out of the store (retried in the background)."""
+        return sorted(self._unsaved)
 
     async def persist(self, instance_id: int) -> None:
-        """Writes the instance's record if its generation moved; StaleWriteError if another writer won."""
+        """Writes the instance's record if its generation moved; StaleWriteError if another writer won.
+        Any other StoreError is raised too, and the instance is retried by retry_unsaved."""
+        async with self._lock:
+            try:
+                await self._persist(instance_id)
+            except (StaleWriteError, FencedWriteError):
+                self._unsaved.discard(instance_id)
+                raise
+            except StoreError:
+                self._unsaved.add(instance_id)
+                self._unsaved_event.set()
+                raise
+            self._unsaved.discard(instance_id)
+
+    async def retry_unsaved(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        """Runs while this replica acts: after every failed write, writes the unsaved instances again
+        with a capped doubling backoff (`sleep`, the Controller's clock) until the store holds each
+        one's current runtime. Never ends by itself (cancelled when the replica stops acting)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(StoreError), sleep=sleep, before_sleep=self._retry_failed,
+            wait=wait_exponential(multiplier=RETRY_FIRST_DELAY_SEC, min=RETRY_FIRST_DELAY_SEC,
+                                  max=RETRY_MAX_DELAY_SEC))
+        while True:
+            await self._unsaved_event.wait()
+            self._unsaved_event.clear()
+            await retrying(self._persist_unsaved)
+
+    def _retry_failed(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("instances %s still not persisted (attempt %d), retrying in %.1fs: %s", self.unsaved(),
+                    state.attempt_number, state.upcoming_sleep, error)
+
+    async def _persist_unsaved(self) -> None:
+        """One attempt at every unsaved instance; raises the last StoreError if any is still unsaved."""
+        failed: StoreError | None = None
+        for instance_id in self.unsaved():
+            runtime = self._runtimes.find(instance_id)
+            if runtime is None or self._registry.get(instance_id) is None:
+                self._unsaved.discard(instance_id)
+                continue
+            try:
+                await self.persist(instance_id)
+            except (StaleWriteError, FencedWriteError) as exc:
+                # Another writer holds the store (fencing deposes this replica): nothing to retry.
+                log.error("instance=%d persisting runtime abandoned: %s", instance_id, exc)
+                continue
+            except StoreError as exc:
+                failed = exc
+                continue
+            log.info("instance=%d runtime persisted on retry (generation %d)", instance_id, runtime.generation)
+            if runtime.last_error and runtime.last_error.startswith(_PERSIST_FAILED):
+                self._runtimes.set_error(instance_id, None)
+        if failed is not None:
+            raise failed
+
+    async def _persist(self, instance_id: int) -> None:
         runtime = self._runtimes.get(instance_id)
         record = self._registry.get(instance_id)
         if record is None:

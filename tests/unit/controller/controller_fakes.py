@@ -35,10 +35,13 @@ class Engine:
     fail_on_apply: str = ""
     polls_since_apply: int = -1
     fault_info: str = ""
+    # When the NodeManager read the engine (EngineFtStatus.observed_at_unix_sec); 0: the answer carries no time.
+    observed_at_unix_sec: float = 0.0
 
     def proto(self) -> common_pb2.EngineFtStatus:
         return common_pb2.EngineFtStatus(id=self.rank, status=self.status, ft_state=self.ft_state, ft_error=self.ft_error,
-                                         last_ft_request_id=self.last_request_id, fault_info=self.fault_info)
+                                         last_ft_request_id=self.last_request_id, fault_info=self.fault_info,
+                                         observed_at_unix_sec=self.observed_at_unix_sec)
 
 
 @dataclass

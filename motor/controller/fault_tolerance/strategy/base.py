@@ -7,14 +7,14 @@ import asyncio
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TypeVar
 
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
 from motor.controller.config import ControllerConfig
-from motor.controller.fault_tolerance.evidence import RankEvidence
+from motor.controller.fault_tolerance.evidence import RankEvidence, RankRead
 from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
 from motor.controller.instances import InstanceRegistry
 from motor.controller.model.runtime import FtPhase, FtRuntimeStore
@@ -114,6 +114,9 @@ class Outcome:
     # Controller monotonic time of the last engine observation that proved the outcome (evidence
     # received before it is superseded).
     observed_mono_sec: float = 0.0
+    # The last read of each rank the strategy read, when it read ranks one by one (a survivor seen
+    # healthy after apply is not read again): a rank's evidence is superseded only by its own read.
+    last_reads: Mapping[int, RankRead] = field(default_factory=dict)
 
 
 class Strategy(ABC):

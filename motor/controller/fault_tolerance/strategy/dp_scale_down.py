@@ -7,7 +7,8 @@ round → [stop emptied pods once] → SCALED_DOWN_RUNNING → publish the survi
 It never retries an apply and never changes its request_id. Before the Controller's own commit, any
 failure (or preemption) sends finalize(abort) to every participant not yet committed and hands the
 frozen fallback back to the FaultManager. After the commit nothing is rolled back: persistence, pod
-stop or publication failures only set last_error / serving_published.
+stop or publication failures only set last_error / serving_published (a failed write is retried in
+the background by the persister until the store holds the committed state).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from motor.controller.fault_tolerance.engine_states import (
     recovery_state,
     status_text,
 )
+from motor.controller.fault_tolerance.evidence import RankRead
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.strategy.base import (
     ControllerDeps,
@@ -73,6 +75,7 @@ class DpScaleDownStrategy(Strategy):
         self._controller_committed = False
         self._guarded_at_sec = 0.0
         self.last_observed_mono_sec = 0.0
+        self.last_reads: dict[int, RankRead] = {}
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
@@ -192,11 +195,15 @@ class DpScaleDownStrategy(Strategy):
 
     async def _query(self, plan: RoundPlan, read: StatusRead,
                      fan_out: StatusFanOut) -> dict[int, common_pb2.EngineFtStatus]:
+        # A rank's read is dated when it was asked for: a report that comes in while the fan-out is
+        # out may be newer than that rank's answer, so it is kept for the next decision.
+        asked_mono_sec = self.deps.clock.monotonic()
         entries = await fan_out(plan, read)
         self.last_observed_mono_sec = self.deps.clock.monotonic()
         statuses: dict[int, common_pb2.EngineFtStatus] = {}
         for entry in entries:
             statuses[entry.id] = entry
+            self.last_reads[entry.id] = RankRead(asked_mono_sec, entry.observed_at_unix_sec)
             self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
         missing = sorted(set(plan.routable_survivors) - read.skip - set(statuses))
         if missing:
@@ -326,7 +333,8 @@ class DpScaleDownStrategy(Strategy):
         if self.txn:
             self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
-        return Outcome(True, f"removed {list(plan.removed_this_round)}", observed_mono_sec=self.last_observed_mono_sec)
+        return Outcome(True, f"removed {list(plan.removed_this_round)}", observed_mono_sec=self.last_observed_mono_sec,
+                       last_reads=dict(self.last_reads))
 
     async def _stop_emptied_pods(self, plan: RoundPlan) -> None:
         record = self.deps.registry.get(self.instance_id)
