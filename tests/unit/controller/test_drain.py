@@ -4,7 +4,7 @@ reasons: Strategy.drain and docs/rfc-575.md, deliberate deviations)."""
 
 from __future__ import annotations
 
-from controller_fakes import FakeCoordinator, assemble, make_core, two_pods
+from .controller_fakes import FakeCoordinator, assemble, make_core, two_pods
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.context import ScaleDownContext

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from controller_fakes import DEAD, HEALTHY, UNHEALTHY, Engine, assemble, make_core, two_pods
+from .controller_fakes import DEAD, HEALTHY, UNHEALTHY, Engine, assemble, make_core, two_pods
 
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy

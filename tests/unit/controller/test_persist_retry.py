@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from controller_fakes import FakeNodeManagers, assemble, make_config, make_core, two_pods
+from .controller_fakes import FakeNodeManagers, assemble, make_config, make_core, two_pods
 
 from motor.controller.clients import ControllerPeers
 from motor.controller.clock import ManualClock

@@ -5,7 +5,7 @@ guard for a topology that holds a shared address anyway (restored from a store).
 from __future__ import annotations
 
 import pytest
-from controller_fakes import FakeCluster, assemble, make_core, register_request, two_pods
+from .controller_fakes import FakeCluster, assemble, make_core, register_request, two_pods
 
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
