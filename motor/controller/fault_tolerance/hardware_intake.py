@@ -43,7 +43,7 @@ class HardwareIntake:
         resolver: TopologyResolver,
         *,
         busy: Callable[[int], bool],
-        window_open: Callable[[int], bool],
+        window_started: Callable[[int], float | None],
         on_busy_fault: Callable[[int, frozenset[int], str], None],
         on_fault: Callable[[str, bool], None] = lambda level, mapped: None,
     ) -> None:
@@ -52,9 +52,9 @@ class HardwareIntake:
         self._runtimes = runtimes
         self.correlation = correlation
         self.resolver = resolver
-        # Whether a strategy runs on the instance, and whether its collection window is open.
+        # Whether a strategy runs on the instance, and when its open collection window started (None: none).
         self._busy = busy
-        self._window_open = window_open
+        self._window_started = window_started
         # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
         self._on_busy_fault = on_busy_fault
         # Called with (level "L1".."L6", mapped to ranks of an instance) once per new fault: the metrics.
@@ -156,9 +156,13 @@ class HardwareIntake:
                 f"hardware fault {fault.describe()} on ranks {sorted(ranks)} (scale-down disabled)",
             )
             return f"instance {iid}: scale-down disabled, whole-instance reconfiguration"
-        if self._window_open(iid):
-            # Software came first: the FT snapshot alone decides, the hardware fault does not wait.
-            return f"instance {iid}: software evidence first, decided on the FT snapshot"
+        window_started_sec = self._window_started(iid)
+        if window_started_sec is not None:
+            # Software came first: the FT snapshot decides without waiting, and the fault is evidence for
+            # that decision as it is for a running round (RFC §4.2): a survivor's card fault fails it.
+            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe())
+            return (f"instance {iid}: software evidence first, decided on the FT snapshot; ranks {sorted(ranks)} "
+                    f"must be among its DEAD ranks")
         opened = self.correlation.open(iid, fault.key, ranks, now_sec, fault.describe())
         log.info("instance=%d hardware fault on ranks %s: %s", iid, sorted(ranks),
                  "correlation window opened" if opened else "already waiting")
