@@ -86,6 +86,8 @@ class HardwareIntake:
         whole-instance rebuild they are handled (every rank was restarted since)."""
         deferred = self._deferred.pop(instance_id, [])
         if rebuilt:
+            # A fallback asked for before the rebuild (while a failed one waited to retry) is done too.
+            self._forced.pop(instance_id, None)
             notes = [f"{f.describe()} (kept during the rebuild): handled by the whole-instance rebuild" for f in deferred]
             deferred = []
         else:
@@ -137,6 +139,15 @@ class HardwareIntake:
             # No correlation wait; the recovery already running is the original path.
             return f"instance {iid}: not ACTIVE (phase {runtime.phase}), left to the running recovery"
         if mapping.reason is not None:
+            if self._busy(iid):
+                # RFC §8: no scale-down in a round with an unmappable fault. Any rank may be hit, so the
+                # running strategy takes it on every active rank (a round fails before it commits, its
+                # fallback then runs once); judged again after it ends (a rebuild handles it).
+                self._deferred.setdefault(iid, []).append(fault)
+                self._on_busy_fault(iid, runtime.active_ranks,
+                                    f"{fault.describe()} (cannot be mapped: {mapping.reason.value})")
+                return (f"instance {iid}: unmappable ({mapping.reason.value}) while a strategy is running: "
+                        f"no scale-down in this round")
             reason = f"hardware fault {fault.describe()} cannot be mapped ({mapping.reason.value}): original strategy"
             self._forced[iid] = Forced(FallbackCause.HARDWARE_UNMAPPABLE, reason)
             log.warning("instance=%d %s", iid, reason)

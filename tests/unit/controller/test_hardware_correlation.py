@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 from controller_fakes import (
     DEAD,
     HEALTHY,
@@ -338,6 +339,52 @@ async def test_hardware_fault_on_the_software_dead_rank_confirms_the_scale_down(
     assert core.runtimes.get(7).dead_committed == {1}
 
 
+async def test_unmappable_hardware_fault_during_a_round_fails_it_before_apply_and_reconfigures_once() -> None:
+    """RFC §8: an unmappable hardware event in the same round means no scale-down; one fallback."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+
+    def fault_before_apply(polls: int) -> None:
+        if polls == 1:
+            core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+
+    cluster.on_status = fault_before_apply
+    report_complete_snapshot(core, {1})
+    await core.faults.evaluate_all()
+    assert isinstance(core.faults.running(7), DpScaleDownStrategy)
+    await turns_until(lambda: len(core.timelines.transactions(7)) == 2 and core.faults.running(7) is None,
+                      "the round's fallback did not finish")
+    for _ in range(3):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert not cluster.named("apply")
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["dp_scale_down", "instance_reconfiguration"]
+    assert len(cluster.named("start_engines")) == 2
+
+
+async def test_unmappable_hardware_fault_during_a_reconfiguration_is_handled_by_it() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is not None
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "npu-weird-0", t=2.0)])
+    assert "running" in notes[0], notes
+    await settle(core)
+    for _ in range(3):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["instance_reconfiguration"]
+    assert len(cluster.named("start_engines")) == 2
+
+
 async def _matched_by_all_unhealthy(core, cluster) -> None:
     """Hardware first on rank 1, then all-UNHEALTHY: the FT framework saw it (a matched window)."""
     core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
@@ -389,3 +436,24 @@ async def test_a_matched_window_ends_with_its_evidence_and_a_later_unrelated_fau
     assert strategy.ctx.dead == {2} and strategy.ctx.hardware_ranks == frozenset()
     await settle(core)
     assert core.runtimes.get(7).dead_committed == {2}
+
+
+async def test_unmappable_hardware_fault_while_a_failed_reconfiguration_waits_is_handled_by_its_retry() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fail[("start_engines", "*")] = grpc.StatusCode.UNAVAILABLE
+    core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert core.runtimes.get(7).reconfiguring and core.faults.running(7) is None
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "npu-weird-0", t=2.0)])
+    assert "whole-instance reconfiguration" in notes[0], notes
+    del cluster.fail[("start_engines", "*")]
+    for _ in range(4):
+        clock.advance(core.config.reconfiguration_max_backoff_sec)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["instance_reconfiguration"] * 2
+    assert not core.runtimes.get(7).reconfiguring
