@@ -121,8 +121,8 @@ class SlowListingCoordinator(ListingCoordinator):
 async def _restored_reconfiguring(cluster) -> MemoryRuntimeStore:
     """What a previous leader left: instance 7 in SCALING_DOWN (restored as RECONFIGURING)."""
     store = MemoryRuntimeStore()
-    previous = ControllerCore(make_config(), store, ControllerPeers(FakeNodeManagers(cluster), None),  # type: ignore[arg-type]
-                              ManualClock())
+    peers = ControllerPeers(FakeNodeManagers(cluster), None)  # type: ignore[arg-type]
+    previous = ControllerCore(make_config(), store, peers, ManualClock())
     await assemble(previous, cluster)
     previous.runtimes.set_phase(7, FtPhase.DECIDING)
     previous.runtimes.set_phase(7, FtPhase.SCALING_DOWN)
