@@ -5,7 +5,8 @@ Leadership (`motor.controller.election`, `motor.controller.fencing`): without el
 acts from the start, as a lone Controller always did. With election it acts only while its
 replica leads: on winning a term it forgets everything it knew, restores the instances from the
 store (the restart rule of RFC §5: an interrupted round becomes RECONFIGURING, apply is never
-replayed) and only then starts the FaultManager, the hardware monitor and the publication loop;
+replayed), reads what the Coordinator routes to, and only then starts the FaultManager, the
+hardware monitor and the publication loop;
 on losing the term it stops all of them at once (a round in flight is cancelled; its clean-up calls
 are refused by the fence) and serves a read-only view of what the store holds (`status_runtimes`)."""
 
@@ -142,6 +143,8 @@ class ControllerCore:
         await self.persister.restore(self.clock)
         for runtime in self.runtimes.all():  # restored instances are exported before their first change
             self.metrics.observe_runtime(runtime)
+        # Before the fault manager acts: a restored reconfiguration's drain withdraws what is routed to.
+        await self._learn_published()
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
         self._acting_tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
@@ -180,7 +183,6 @@ class ControllerCore:
             try:
                 await self._start_acting()
                 fence.check("taking over")
-                await self._learn_published()
             except Exception as exc:  # noqa: BLE001 - a failed takeover resigns, the election goes on
                 log.error("replica %s: taking over term %d failed, giving the term up: %s",
                           self.leadership.replica_id, fence.term, exc)
@@ -198,13 +200,15 @@ class ControllerCore:
                 self.broadcaster.changed(runtime.instance_id)
 
     async def _learn_published(self) -> None:
-        """What the Coordinator routes to (the previous leader's publications): a round's drain then
-        withdraws exactly that; SERVING flags stay as restored (unpublished) until this leader's SET."""
+        """What the Coordinator routes to (a previous leader's or this process's earlier publications):
+        a round's drain then withdraws exactly that; SERVING flags stay as restored (unpublished) until
+        this leader's SET. Bounded by the request deadline: unread, the first drain reads it itself."""
+        deadline_sec = self.config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         try:
-            published = await self.pusher.learn()
-        except PublishError as exc:
-            log.warning("could not read what the Coordinator routes to (the first drain withdraws nothing, the "
-                        "periodic SET converges): %s", exc)
+            published = await asyncio.wait_for(self.pusher.learn(), deadline_sec)
+        except (PublishError, TimeoutError) as exc:
+            log.warning("could not read what the Coordinator routes to within %gs (the first drain reads it "
+                        "again): %s", deadline_sec, exc or "timed out")
             return
         log.info("the Coordinator routes to %s", {iid: list(ids) for iid, ids in published.items()} or "nothing")
 

@@ -48,6 +48,9 @@ class EventPusher:
         self._revision = 0
         # What the Coordinator acknowledged, by instance id → endpoint ids.
         self._published: dict[int, tuple[int, ...]] = {}
+        # Whether `_published` is all the Coordinator routes to (this process read it or replaced it
+        # with a SET); until then an instance missing from it may still be routed to.
+        self._view_known = False
 
     @property
     def enabled(self) -> bool:
@@ -67,8 +70,10 @@ class EventPusher:
             await self._client.close()
 
     def forget(self) -> None:
-        """Forgets what was acknowledged (a new leadership term knows nothing published until its SET)."""
+        """Forgets what was acknowledged (a new leadership term knows nothing published until it reads
+        the Coordinator's view or sends its SET)."""
         self._published.clear()
+        self._view_known = False
 
     async def learn(self) -> dict[int, tuple[int, ...]]:
         """Takes what the Coordinator routes to now as published (a new leader, so that its first drain
@@ -78,14 +83,19 @@ class EventPusher:
         if self._client is None:
             return {}
         async with self._lock:
-            try:
-                resp = await self._client.list_instances()
-            except PeerCallError as exc:
-                raise PublishError(str(exc)) from None
-            self._published = {p.instance.id: tuple(sorted(e.id for e in p.instance.endpoints))
-                               for p in resp.instances}
-            self._revision = max(self._revision, resp.revision)
+            await self._learn_locked()
             return dict(self._published)
+
+    async def _learn_locked(self) -> None:
+        assert self._client is not None
+        try:
+            resp = await self._client.list_instances()
+        except PeerCallError as exc:
+            raise PublishError(str(exc)) from None
+        self._published = {p.instance.id: tuple(sorted(e.id for e in p.instance.endpoints))
+                           for p in resp.instances}
+        self._revision = max(self._revision, resp.revision)
+        self._view_known = True
 
     def _next_revision(self) -> int:
         self._revision = max(self._revision + 1, int(self._clock() * 1_000_000))
@@ -112,9 +122,14 @@ class EventPusher:
             log.info("instance=%d published endpoints %s", view.id, list(self._published[view.id]))
 
     async def drain(self, topology: common_pb2.Instance) -> tuple[int, ...] | None:
-        """DEL of exactly the currently published view; returns the ids drained (None: nothing was)."""
+        """DEL of exactly the currently published view; returns the ids drained (None: nothing was).
+        Unsure of what the Coordinator routes to (its view could not be read since this process
+        started or took over), it reads that view first rather than draining nothing."""
         async with self._lock:
             ids = self._published.get(topology.id)
+            if ids is None and not self._view_known and self._client is not None:
+                await self._learn_locked()
+                ids = self._published.get(topology.id)
             if ids is None:
                 return None
             view = common_pb2.Instance()
@@ -133,4 +148,5 @@ class EventPusher:
             listed = [v for v in compute_views() if v.endpoints]
             await self._refresh(coordinator_pb2.REFRESH_EVENT_SET, listed)
             self._published = {v.id: tuple(e.id for e in v.endpoints) for v in listed}
+            self._view_known = True
             return [v.id for v in listed]

@@ -11,6 +11,12 @@ goes on waiting: the window is then matched and the software collection timeout 
 there, as RFC §4.4 sends it; a later scale-down must still carry every hardware rank among its DEAD
 ranks. An incomplete snapshot is no match, even one holding every hardware rank's DEAD: when the
 window ends without a complete U+D, the instance is reconfigured.
+
+A hardware fault that comes while software evidence is already being collected waits for nothing
+(the FT snapshot decides) but is evidence for that decision, as it is for a running round (RFC
+§4.2): it joins the window matched. A matched entry belongs to the collection window it matched: it
+does not hold the decision back (the snapshot pulls and the idle probe go on as without it), and it
+ends when that window does, so it never judges a later, unrelated fault.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ class PendingHardware:
     description: str
     # The FT framework perceived it: no correlation deadline any more.
     matched: bool = False
+    # Matched: the start of the collection window it matched; the entry ends with that window.
+    window_started_sec: float | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,17 @@ class HardwareCorrelation:
         waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description)
         return True
 
+    def join(self, instance_id: int, key: Hashable, ranks: frozenset[int], window_started_sec: float,
+             description: str) -> bool:
+        """Software came first: the fault is evidence for the decision of the open collection window,
+        with no deadline of its own; False when that fault is already known."""
+        waiting = self._pending.setdefault(instance_id, {})
+        if key in waiting:
+            return False
+        waiting[key] = PendingHardware(key, frozenset(ranks), window_started_sec, description, matched=True,
+                                       window_started_sec=window_started_sec)
+        return True
+
     def pending(self, instance_id: int) -> list[PendingHardware]:
         return list(self._pending.get(instance_id, {}).values())
 
@@ -65,7 +84,21 @@ class HardwareCorrelation:
     def deadlines(self) -> list[float]:
         return [p.deadline_sec for waiting in self._pending.values() for p in waiting.values() if not p.matched]
 
-    def judge(self, instance_id: int, decision: Decision, now_sec: float) -> Verdict:
+    def _end_stale(self, instance_id: int, window_started_sec: float | None) -> None:
+        """Matched entries whose collection window ended (its evidence cleared) end with it."""
+        waiting = self._pending.get(instance_id)
+        if not waiting:
+            return
+        for key, p in list(waiting.items()):
+            if p.matched and p.window_started_sec != window_started_sec:
+                del waiting[key]
+        if not waiting:
+            del self._pending[instance_id]
+
+    def judge(self, instance_id: int, decision: Decision, now_sec: float,
+              window_started_sec: float | None) -> Verdict:
+        """`window_started_sec`: the start of the instance's open collection window (None: none open)."""
+        self._end_stale(instance_id, window_started_sec)
         waiting = self.pending(instance_id)
         if not waiting:
             return Verdict("proceed")
@@ -76,8 +109,10 @@ class HardwareCorrelation:
             return Verdict("proceed", "", ranks)
         faults = "; ".join(p.description for p in waiting)
         if decision.action is Action.WAIT and decision.wait_kind is WaitKind.DEAD_RANK:
-            self._pending[instance_id] = {p.key: dataclasses.replace(p, matched=True) for p in waiting}
-            return Verdict("wait", "the FT framework saw the hardware fault: the collection timeout decides", ranks)
+            self._pending[instance_id] = {
+                p.key: p if p.matched else dataclasses.replace(p, matched=True, window_started_sec=window_started_sec)
+                for p in waiting}
+            return Verdict("proceed", "the FT framework saw the hardware fault: the collection timeout decides", ranks)
         unmatched = [p for p in waiting if not p.matched]
         if unmatched and now_sec >= min(p.deadline_sec for p in unmatched):
             return Verdict(
@@ -89,4 +124,6 @@ class HardwareCorrelation:
         if not unmatched and decision.action is Action.SCALE_DOWN:
             return Verdict("reconfigure", f"hardware fault ({faults}) on ranks {sorted(ranks)} but the FT snapshot's "
                            f"dead ranks are {sorted(decision.dead)}", ranks)
+        if not unmatched:
+            return Verdict("proceed", "", ranks)  # the snapshot decides, its pulls and probes go on
         return Verdict("wait", "waiting for the FT framework to see the hardware fault", ranks)

@@ -71,7 +71,8 @@ class FaultManager:
             ft, deps.registry, deps.runtimes, self.correlation,
             # Card names: MindCluster's forms plus hardware_monitor.card_name_prefixes (RFC §4.2 mapping).
             TopologyResolver.from_config(deps.config.hardware_monitor),
-            busy=running.busy, window_open=self.intake.window_open, on_busy_fault=running.note_hardware,
+            busy=running.busy, window_started=lambda iid: self.intake.of(iid).window_started_sec,
+            on_busy_fault=running.note_hardware,
             on_fault=on_hardware_fault,
         )
         wake = asyncio.Event()

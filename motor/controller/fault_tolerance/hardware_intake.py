@@ -43,7 +43,7 @@ class HardwareIntake:
         resolver: TopologyResolver,
         *,
         busy: Callable[[int], bool],
-        window_open: Callable[[int], bool],
+        window_started: Callable[[int], float | None],
         on_busy_fault: Callable[[int, frozenset[int], str], None],
         on_fault: Callable[[str, bool], None] = lambda level, mapped: None,
     ) -> None:
@@ -52,9 +52,9 @@ class HardwareIntake:
         self._runtimes = runtimes
         self.correlation = correlation
         self.resolver = resolver
-        # Whether a strategy runs on the instance, and whether its collection window is open.
+        # Whether a strategy runs on the instance, and when its open collection window started (None: none).
         self._busy = busy
-        self._window_open = window_open
+        self._window_started = window_started
         # Called with (instance_id, ranks, description) so a running round takes the fault as evidence.
         self._on_busy_fault = on_busy_fault
         # Called with (level "L1".."L6", mapped to ranks of an instance) once per new fault: the metrics.
@@ -86,6 +86,8 @@ class HardwareIntake:
         whole-instance rebuild they are handled (every rank was restarted since)."""
         deferred = self._deferred.pop(instance_id, [])
         if rebuilt:
+            # A fallback asked for before the rebuild (while a failed one waited to retry) is done too.
+            self._forced.pop(instance_id, None)
             notes = [f"{f.describe()} (kept during the rebuild): handled by the whole-instance rebuild" for f in deferred]
             deferred = []
         else:
@@ -137,6 +139,15 @@ class HardwareIntake:
             # No correlation wait; the recovery already running is the original path.
             return f"instance {iid}: not ACTIVE (phase {runtime.phase}), left to the running recovery"
         if mapping.reason is not None:
+            if self._busy(iid):
+                # RFC §8: no scale-down in a round with an unmappable fault. Any rank may be hit, so the
+                # running strategy takes it on every active rank (a round fails before it commits, its
+                # fallback then runs once); judged again after it ends (a rebuild handles it).
+                self._deferred.setdefault(iid, []).append(fault)
+                self._on_busy_fault(iid, runtime.active_ranks,
+                                    f"{fault.describe()} (cannot be mapped: {mapping.reason.value})")
+                return (f"instance {iid}: unmappable ({mapping.reason.value}) while a strategy is running: "
+                        f"no scale-down in this round")
             reason = f"hardware fault {fault.describe()} cannot be mapped ({mapping.reason.value}): original strategy"
             self._forced[iid] = Forced(FallbackCause.HARDWARE_UNMAPPABLE, reason)
             log.warning("instance=%d %s", iid, reason)
@@ -156,9 +167,13 @@ class HardwareIntake:
                 f"hardware fault {fault.describe()} on ranks {sorted(ranks)} (scale-down disabled)",
             )
             return f"instance {iid}: scale-down disabled, whole-instance reconfiguration"
-        if self._window_open(iid):
-            # Software came first: the FT snapshot alone decides, the hardware fault does not wait.
-            return f"instance {iid}: software evidence first, decided on the FT snapshot"
+        window_started_sec = self._window_started(iid)
+        if window_started_sec is not None:
+            # Software came first: the FT snapshot decides without waiting, and the fault is evidence for
+            # that decision as it is for a running round (RFC §4.2): a survivor's card fault fails it.
+            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe())
+            return (f"instance {iid}: software evidence first, decided on the FT snapshot; ranks {sorted(ranks)} "
+                    f"must be among its DEAD ranks")
         opened = self.correlation.open(iid, fault.key, ranks, now_sec, fault.describe())
         log.info("instance=%d hardware fault on ranks %s: %s", iid, sorted(ranks),
                  "correlation window opened" if opened else "already waiting")

@@ -193,7 +193,7 @@ class StrategyCenter:
             scale_down_enabled=ft.enable_fault_tolerance and ft.enable_dp_scale_down,
             fast_recovery_applicable=lambda unhealthy: self.fast_recovery.is_applicable(instance_id, unhealthy),
         )
-        verdict = self.correlation.judge(instance_id, decision, now)
+        verdict = self.correlation.judge(instance_id, decision, now, state.window_started_sec)
         if verdict.action == "wait":
             return
         if verdict.action == "reconfigure":

@@ -3,6 +3,8 @@ unmappable faults, software-first, with in-memory peers and a manual clock."""
 
 from __future__ import annotations
 
+import grpc
+
 from gen.motor.v1 import controller_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
@@ -12,7 +14,9 @@ from motor.testing.waits import turns_until
 
 from .controller_fakes import (
     DEAD,
+    HEALTHY,
     UNHEALTHY,
+    FakeCoordinator,
     assemble,
     heartbeat_all,
     make_config,
@@ -141,7 +145,8 @@ async def test_software_first_does_not_wait_for_hardware() -> None:
     core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
     notes = core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
     assert "software evidence first" in notes[0]
-    assert not core.faults.correlation.pending(7)
+    assert not core.faults.correlation.deadlines()
+    assert [p.matched for p in core.faults.correlation.pending(7)] == [True]
 
 
 async def test_whole_node_fault_maps_every_rank_on_the_node_and_duplicates_are_dropped() -> None:
@@ -295,3 +300,156 @@ async def test_hardware_fault_on_a_survivor_during_a_round_fails_it_and_is_not_d
     assert not cluster.named("apply")
     await settle(core)
     assert core.timelines.transactions(7)[-1].strategy == "instance_reconfiguration"
+
+
+async def test_hardware_fault_on_a_survivor_after_software_evidence_reconfigures_without_a_round() -> None:
+    """Software came first (rank 1 DEAD), then an L5 on rank 3's card before the decision: the fault
+    is evidence for the decision, and rank 3 is no apply target, so it ends as the same fault during
+    the round does: a whole-instance reconfiguration, nothing applied."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-1")])  # rank 3
+    assert "software evidence first" in notes[0]
+    for r in (0, 2, 3):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
+    assert not cluster.named("apply") and not cluster.named("guard")
+
+
+async def test_hardware_fault_on_the_software_dead_rank_confirms_the_scale_down() -> None:
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])  # rank 1 itself
+    for r in (0, 2, 3):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    strategy = core.faults.running(7)
+    assert isinstance(strategy, DpScaleDownStrategy) and strategy.ctx.hardware_ranks == {1}
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == {1}
+
+
+async def test_unmappable_hardware_fault_during_a_round_fails_it_before_apply_and_reconfigures_once() -> None:
+    """RFC §8: an unmappable hardware event in the same round means no scale-down; one fallback."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+
+    def fault_before_apply(polls: int) -> None:
+        if polls == 1:
+            core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+
+    cluster.on_status = fault_before_apply
+    report_complete_snapshot(core, {1})
+    await core.faults.evaluate_all()
+    assert isinstance(core.faults.running(7), DpScaleDownStrategy)
+    await turns_until(lambda: len(core.timelines.transactions(7)) == 2 and core.faults.running(7) is None,
+                      10_000, "the round's fallback did not finish")
+    for _ in range(3):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert not cluster.named("apply")
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["dp_scale_down", "instance_reconfiguration"]
+    assert len(cluster.named("start_engines")) == 2
+
+
+async def test_unmappable_hardware_fault_during_a_reconfiguration_is_handled_by_it() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is not None
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "npu-weird-0", t=2.0)])
+    assert "running" in notes[0], notes
+    await settle(core)
+    for _ in range(3):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["instance_reconfiguration"]
+    assert len(cluster.named("start_engines")) == 2
+
+
+async def _matched_by_all_unhealthy(core, cluster) -> None:
+    """Hardware first on rank 1, then all-UNHEALTHY: the FT framework saw it (a matched window)."""
+    core.faults.report_hardware([card("node-127.0.0.2", "Ascend910-1")])
+    cluster.fault(dead=set(), unhealthy={0, 1, 2, 3})
+    for r in range(4):
+        core.faults.report_software(7, r, EvidenceKind.UNHEALTHY, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and [p.matched for p in core.faults.correlation.pending(7)] == [True]
+
+
+async def test_snapshot_pulls_and_the_idle_probe_run_while_a_matched_window_is_open() -> None:
+    cluster, coordinator = two_pods(), FakeCoordinator()
+    core, _ = make_core(cluster, config=make_config(idle_fault_probe=True), coordinator=coordinator)
+    core.config = core.config.model_copy(update={"snapshot_pull_interval_sec": 0.01})
+    core.deps.config = core.config
+    await assemble(core, cluster)
+    await _matched_by_all_unhealthy(core, cluster)
+    # The survivors' collective error healed; rank 1 died: a DEAD with quiet survivors.
+    cluster.set(1, DEAD)
+    for r in (0, 2, 3):
+        cluster.set(r, HEALTHY)
+        core.faults.report_software(7, r, EvidenceKind.RECOVERED, "", core.clock.wall())
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "", core.clock.wall())
+    pulls = core.faults.puller.pulls
+    await core.faults.evaluate_all()
+    await turns_until(lambda: core.faults.puller.pulls > pulls and coordinator.canaries,
+                      10_000, "no snapshot pull or canary while the matched window is open")
+    await core.faults.close()
+
+
+async def test_a_matched_window_ends_with_its_evidence_and_a_later_unrelated_fault_scales_down() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    await _matched_by_all_unhealthy(core, cluster)
+    cluster.fault(dead=set(), unhealthy=set())
+    for r in range(4):
+        cluster.set(r, HEALTHY)
+        core.faults.report_software(7, r, EvidenceKind.RECOVERED, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None and not core.timelines.transactions(7)
+    clock.advance(100.0)
+    heartbeat_all(core, cluster)
+    cluster.fault(dead={2}, unhealthy={0, 1, 3})
+    report_complete_snapshot(core, {2})
+    await core.faults.evaluate_all()
+    strategy = core.faults.running(7)
+    assert isinstance(strategy, DpScaleDownStrategy), strategy
+    assert strategy.ctx.dead == {2} and strategy.ctx.hardware_ranks == frozenset()
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == {2}
+
+
+async def test_unmappable_hardware_fault_while_a_failed_reconfiguration_waits_is_handled_by_its_retry() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fail[("start_engines", "*")] = grpc.StatusCode.UNAVAILABLE
+    core.faults.report_hardware([card("node-127.0.0.2", "npu-weird-1")])
+    await core.faults.evaluate_all()
+    await settle(core)
+    assert core.runtimes.get(7).reconfiguring and core.faults.running(7) is None
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "npu-weird-0", t=2.0)])
+    assert "whole-instance reconfiguration" in notes[0], notes
+    del cluster.fail[("start_engines", "*")]
+    for _ in range(4):
+        clock.advance(core.config.reconfiguration_max_backoff_sec)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+        await settle(core)
+    assert [t.strategy for t in core.timelines.transactions(7)] == ["instance_reconfiguration"] * 2
+    assert not core.runtimes.get(7).reconfiguring

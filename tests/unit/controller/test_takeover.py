@@ -5,18 +5,23 @@ everything, and a standby reports what the store holds."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
+import grpc
 
 from gen.motor.v1 import coordinator_pb2
-from motor.controller.clients import ControllerPeers
+from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
 from motor.controller.fencing import Fence, Leadership
+from motor.controller.hardware.monitor import ResourceMonitor
 from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore
 from motor.controller.persistence.persister import read_only_view
 from motor.controller.serving import EventPusher
+
+from motor.testing.waits import turns_until
 
 from .controller_fakes import FakeCoordinator, FakeNodeManagers, assemble, make_config, two_pods
 
@@ -96,3 +101,79 @@ async def test_a_replica_acts_only_after_taking_over_and_stops_when_deposed() ->
     assert core.metrics.registry.get_sample_value("motor_controller_leadership_changes_total",
                                                   {"event": "deposed"}) == 1
     await core.stop()
+
+
+class SlowListingCoordinator(ListingCoordinator):
+    """ListInstances answers after a few event-loop turns, as a real RPC does; `down_lists` first
+    ones fail."""
+
+    def __init__(self, revision: int = 0, down_lists: int = 0) -> None:
+        super().__init__(revision)
+        self.down_lists = down_lists
+        self.lists = 0
+
+    async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
+        self.lists += 1
+        for _ in range(200):
+            await asyncio.sleep(0)
+        if self.lists <= self.down_lists:
+            raise PeerCallError("list_instances", self.address, grpc.StatusCode.UNAVAILABLE, "down")
+        return await super().list_instances()
+
+
+async def _restored_reconfiguring(cluster) -> MemoryRuntimeStore:
+    """What a previous leader left: instance 7 in SCALING_DOWN (restored as RECONFIGURING)."""
+    store = MemoryRuntimeStore()
+    peers = ControllerPeers(FakeNodeManagers(cluster), None)  # type: ignore[arg-type]
+    previous = ControllerCore(make_config(), store, peers, ManualClock())
+    await assemble(previous, cluster)
+    previous.runtimes.set_phase(7, FtPhase.DECIDING)
+    previous.runtimes.set_phase(7, FtPhase.SCALING_DOWN)
+    await previous.persister.persist(7)
+    return store
+
+
+async def _take_over_and_reconfigure(core: ControllerCore, cluster) -> None:
+    fence = Fence(11, b"/p/leader", math.inf)
+    core.leadership.adopt(fence)
+    core.elected(fence)
+    await core._promotion
+    await turns_until(lambda: cluster.named("start_engines") and core.faults.running(7) is None,
+                      10_000, "the restored reconfiguration did not finish")
+
+
+async def test_a_new_leaders_first_drain_withdraws_what_the_coordinator_routes_to(monkeypatch) -> None:
+    """However the rest of the takeover goes (here the hardware monitor's start delivers what its
+    sources hold, which wakes the fault manager, and takes a while), the restored reconfiguration's
+    drain withdraws what the Coordinator routes to."""
+
+    async def slow_start(monitor, on_faults) -> None:
+        on_faults([])
+        for _ in range(200):
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(ResourceMonitor, "start", slow_start)
+    cluster = two_pods()
+    store = await _restored_reconfiguring(cluster)
+    coordinator = SlowListingCoordinator(revision=5)
+    coordinator.view = {7: [0, 1, 2, 3]}
+    core = _replica(store, coordinator, cluster)
+    try:
+        await _take_over_and_reconfigure(core, cluster)
+    finally:
+        await core.stop()
+    assert coordinator.events[0] == ("DEL", {7: [0, 1, 2, 3]}), coordinator.events
+
+
+async def test_a_drain_unsure_of_the_published_view_reads_it_from_the_coordinator() -> None:
+    """The Coordinator did not answer the takeover's read: the drain lists what it routes to itself."""
+    cluster = two_pods()
+    store = await _restored_reconfiguring(cluster)
+    coordinator = SlowListingCoordinator(revision=5, down_lists=1)
+    coordinator.view = {7: [0, 1, 2, 3]}
+    core = _replica(store, coordinator, cluster)
+    try:
+        await _take_over_and_reconfigure(core, cluster)
+    finally:
+        await core.stop()
+    assert coordinator.events[0] == ("DEL", {7: [0, 1, 2, 3]}), coordinator.events
