@@ -67,13 +67,14 @@ class NodeManagerAgent:
             build_register=self.register_request, alive_ids=self.alive_ids, on_config=self._on_config,
             heartbeat_interval_sec=config.heartbeat_interval_sec,
             max_backoff_sec=config.controller_retry_max_backoff_sec,
-            on_leader_change=self._on_leader_change, registered=registered,
+            on_renewed=self._on_controller_renewed, registered=registered,
         )
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
-            hold_sec=config.fault_report_hold_sec, registered=registered,
-            is_retired=self.state.is_retired, metrics=self.metrics,
+            hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
+            registered=registered, is_retired=self.state.is_retired, metrics=self.metrics,
+            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]),
         )
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
@@ -163,17 +164,19 @@ class NodeManagerAgent:
             f"stop-retired-{request_id}",
         )
 
-    def _on_leader_change(self, term: int) -> None:
-        """Another Controller replica leads now (term `term`): what it may never have received is
-        reported again: every polled engine's current fault, and the death of every engine that died."""
+    def _on_controller_renewed(self, reason: str) -> None:
+        """The Controller may hold none of what this pod told it (`reason`: it restarted, forgot the
+        pod, or another replica leads): what is owed is tried at once, every polled engine's current
+        fault is reported again at its next poll, and the death of every engine that died now."""
+        self.reporter.retry_now()
         self.poller.rearm(self.poller.watched)
         dead = [i for i in self.supervisor.ids
                 if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i)]
         for i in dead:
-            self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again to the leader of "
-                                             f"term {term})", None, time.time()))
-        log.info("instance=%d pod=%s leader term %d: polled engines re-armed %s, dead engines reported again %s",
-                 self._instance, self.config.pod_ip, term, self.poller.watched, dead)
+            self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again: {reason})", None,
+                                             time.time()))
+        log.info("instance=%d pod=%s %s: polled engines re-armed %s, dead engines reported again %s",
+                 self._instance, self.config.pod_ip, reason, self.poller.watched, dead)
 
     def _on_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
         if self.state.set_proxy(cfg.enable_dp_scale_down_proxy, f"controller {source}") and not cfg.enable_dp_scale_down_proxy:

@@ -1,6 +1,7 @@
-"""FaultReporter (bounded queue, bounded retries, retired filter, order) and ControllerLink
-(registration retried until accepted, re-registration on known=false, config adoption) against a
-scripted double of the Controller client wrapper (no sockets)."""
+"""FaultReporter (bounded queue, owed until acknowledged, superseded by a newer report of the rank,
+retired filter, order) and ControllerLink (registration retried until accepted, re-registration on
+known=false, config adoption, the Controller renewed) against a scripted double of the Controller
+client wrapper (no sockets)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_link import ControllerLink
-from nodemanager.ft_poller import DEAD, ENGINE_DEAD, UNHEALTHY, FaultReport
+from nodemanager.ft_poller import DEAD, ENGINE_DEAD, RECOVERED, UNHEALTHY, FaultReport
 from nodemanager.reporter import FaultReporter
 
 
@@ -77,7 +78,8 @@ def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int 
     if registered:
         event.set()
     return FaultReporter(client, pod_ip="127.0.0.2", instance_id=7, queue_size=size, attempts=3,  # type: ignore[arg-type]
-                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01)
+                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01,
+                         retry_max_sec=0.05)
 
 
 @contextlib.asynccontextmanager
@@ -103,15 +105,52 @@ async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
         assert r.lost == 0
 
 
-async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through() -> None:
+async def test_a_report_undelivered_after_its_attempts_stays_owed_until_the_controller_answers() -> None:
+    """The Controller is unreachable for longer than a report's quick attempts: the report is not
+    lost, it is tried again with backoff and delivered once the Controller answers, before the next."""
     client = ScriptedClient()
-    client.fail["report"] = 3
+    client.fail["report"] = 6
     r = reporter(client)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
-        await until(lambda: r.sent == 1)
-        assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 1, 1, 2]
+        await until(lambda: r.sent == 2)
+        assert r.lost == 0 and [c.endpoint_id for c in client.calls["report"]] == [1] * 7 + [2]
+        assert r.pending == 0
+
+
+async def test_a_newer_report_of_the_rank_supersedes_the_owed_one() -> None:
+    """Only the newest observation of a rank is owed: an UNHEALTHY being retried and a queued
+    RECOVERED of the same rank give way to the DEAD that followed; other ranks keep their order."""
+    client = ScriptedClient()
+    client.fail["report"] = 1000
+    r = reporter(client)
+    async with running(r):
+        r.submit(FaultReport(1, UNHEALTHY, "u"))
+        await until(lambda: len(client.calls["report"]) >= 4)  # past its quick attempts: owed
+        r.submit(FaultReport(2, UNHEALTHY, "u"))
+        r.submit(FaultReport(1, RECOVERED, "r"))
+        r.submit(FaultReport(1, DEAD, "d"))
+        assert r.pending == 3  # rank 1's UNHEALTHY (until its next attempt), rank 2, rank 1's DEAD
+        client.fail["report"] = 0
+        await until(lambda: r.sent == 2)
+        delivered = [(c.endpoint_id, c.kind) for c in client.calls["report"] if c.kind != UNHEALTHY or
+                     c.endpoint_id != 1]
+        assert delivered == [(2, UNHEALTHY), (1, DEAD)] and r.lost == 0 and r.pending == 0
+
+
+async def test_retry_now_ends_the_backoff_of_an_owed_report() -> None:
+    client = ScriptedClient()
+    client.fail["report"] = 4
+    r = reporter(client)
+    r._retry_max_sec = 60.0  # an owed report would wait long
+    async with running(r):
+        r.submit(FaultReport(1, DEAD, "d"))
+        await until(lambda: len(client.calls["report"]) == 4)
+        await asyncio.sleep(0.1)
+        assert r.sent == 0
+        r.retry_now()  # the Controller is back
+        await until(lambda: r.sent == 1, timeout_sec=1.0)
 
 
 async def test_a_refusal_is_final() -> None:
@@ -196,6 +235,36 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
             await task
 
 
+async def test_the_link_tells_when_the_controller_may_have_lost_the_reports() -> None:
+    """A heartbeat outage that ends (the Controller may have restarted from its store, answering
+    known=true with no evidence) and a re-registration (it forgot the pod) each renew the Controller;
+    ordinary heartbeats do not."""
+    client = ScriptedClient()
+    renewed: list[str] = []
+    lk = link(client, [], [0, 1])
+    lk._on_renewed = renewed.append
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(lk.run(launched))
+    try:
+        await until(lambda: len(client.calls["heartbeat"]) >= 3)
+        assert renewed == []
+        client.fail["heartbeat"] = 2  # the Controller restarts
+        await until(lambda: client.fail["heartbeat"] == 0 and len(renewed) == 1)
+        assert "outage" in renewed[0] and len(client.calls["register"]) == 1
+        client.known = False  # a Controller that lost the pod
+        await until(lambda: len(client.calls["register"]) == 2 and len(renewed) == 2)
+        client.known = True
+        assert "registered again" in renewed[1]
+        mark = len(client.calls["heartbeat"])
+        await until(lambda: len(client.calls["heartbeat"]) >= mark + 3)
+        assert len(renewed) == 2
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_early_reports_wait_for_the_first_registration() -> None:
     """A report made before the NodeManager registered is held, then sent."""
     client = ScriptedClient()
@@ -222,12 +291,13 @@ async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -
         assert r.lost == 0 and len(client.calls["report"]) == 5
 
 
-async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
+async def test_a_report_held_past_the_hold_time_stays_owed() -> None:
+    """NOT_FOUND past the hold time spends attempts, and the report stays owed after them."""
     client = ScriptedClient()
-    client.fail["report"] = 1000
+    client.fail["report"] = 5
     client.fail_code = grpc.StatusCode.NOT_FOUND
     r = reporter(client, hold_sec=0.0)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await until(lambda: r.lost == 1)
-        assert r.sent == 0 and len(client.calls["report"]) == 1
+        await until(lambda: r.sent == 1)
+        assert r.lost == 0 and len(client.calls["report"]) == 6
