@@ -32,6 +32,7 @@ from nodemanager.ft_proxy import FtProxy
 from nodemanager.guard import GuardState
 from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
+from nodemanager.pod_stop import PodStopRecord
 from nodemanager.reporter import FaultReporter
 from nodemanager.supervisor import EngineExit, ProcessSupervisor, RunState
 
@@ -53,8 +54,18 @@ class NodeManagerAgent:
         self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
         self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
                                             on_stopping=self._on_stopping)
-        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard)
-        self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook)
+        # A StopPod obeyed by an earlier run of this pod: its ranks stay retired (pod_stop).
+        self.stop_record = PodStopRecord(self.log_dir, instance_id=config.instance_id, local_ids=self.supervisor.ids)
+        stopped = self.stop_record.load()
+        if stopped is not None:
+            self.state.retire(stopped.ranks)
+            log.warning("instance=%d pod=%s stopped by StopPod request_id=%s (%s) at %s: ranks %s stay retired "
+                        "until the Controller starts them again", self._instance, config.pod_ip,
+                        stopped.request_id or "-", stopped.reason or "no reason given",
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stopped.stopped_at_unix_sec)),
+                        list(stopped.ranks))
+        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record)
+        self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
         # The highest Controller leader term seen: FT and lifecycle calls of an older (deposed) one are refused.
         self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
         self.controller = ControllerClient(config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
