@@ -65,6 +65,7 @@ async def test_a_report_made_while_the_controller_is_down_is_delivered_when_it_i
         back.start(host, port)
         try:
             await async_wait_for(lambda: back.reports_of(1, DEAD), 10, "rank 1's owed DEAD report")
-            assert n.agent.reporter.pending == 0
+            await async_wait_for(lambda: n.agent.reporter.pending == 0, 5, "the report acknowledged")
+            assert n.agent.reporter.lost == 0
         finally:
             back.stop()
