@@ -96,7 +96,8 @@ class NodeManagerAgent:
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
                              on_taken=self.poller.taken, metrics=self.metrics)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
-                                    report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched))
+                                    report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched),
+                                    stopped_ranks=lambda: len(self.stop_record.stopped))
         self.grpc_address = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[object]] = set()

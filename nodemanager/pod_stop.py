@@ -50,6 +50,8 @@ class PodStopRecord:
         self.path = directory / FILE_NAME
         self._instance = instance_id
         self._local = frozenset(local_ids)
+        # The ranks the record holds as far as this run knows (what was loaded or written last).
+        self.stopped: tuple[int, ...] = ()
 
     def load(self) -> PodStop | None:
         """The stop recorded by an earlier run of this pod's NodeManager, if any (and valid)."""
@@ -66,6 +68,7 @@ class PodStopRecord:
             log.error("instance=%d stop record %s is not this pod's (instance %d, ranks %s; local ranks %s), "
                       "ignored", self._instance, self.path, stop.instance_id, list(stop.ranks), sorted(self._local))
             return None
+        self.stopped = stop.ranks
         return stop
 
     def save(self, ranks: Iterable[int], request_id: str, reason: str) -> None:
@@ -74,6 +77,7 @@ class PodStopRecord:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(asdict(stop), sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
+        self.stopped = stop.ranks
         log.info("instance=%d request_id=%s stop of ranks %s recorded in %s", self._instance, request_id or "-",
                  list(stop.ranks), self.path)
 
@@ -89,5 +93,6 @@ class PodStopRecord:
             self.save(left, stop.request_id, stop.reason)
         else:
             self.path.unlink(missing_ok=True)
+            self.stopped = ()
         log.info("instance=%d stop record of %s: ranks %s launched again, %s still stopped", self._instance,
                  stop.request_id or "-", sorted(set(stop.ranks) - set(left)), left)

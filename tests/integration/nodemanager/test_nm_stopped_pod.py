@@ -38,12 +38,14 @@ async def test_a_stopped_pod_restarted_in_place_stays_stopped_until_started_agai
         heartbeat = (await async_wait_for(lambda: controller.heartbeats_since(mark), 5, "a heartbeat"))[0]
         assert list(heartbeat.alive_endpoint_ids) == []
         assert n.exits == []
+        assert n.agent.metrics.registry.get_sample_value("motor_nodemanager_stopped_ranks") == 2
 
         # The Controller brings the ranks back (a reconfiguration, a scale-up): the stop is over.
         await n.lifecycle.StartEngines(nm.StartEnginesRequest(instance_id=INSTANCE, request_id="reconf-1"),
                                        timeout=30)
         described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
         assert [(e.running, e.retired) for e in described.engines] == [(True, False), (True, False)]
+        assert n.agent.metrics.registry.get_sample_value("motor_nodemanager_stopped_ranks") == 0
 
     async with running_nm(config) as n:  # a later restart launches every rank
         described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)

@@ -19,6 +19,7 @@ def test_a_recorded_stop_is_read_back_by_the_next_run(tmp_path: Path) -> None:
     stop = record(tmp_path).load()
     assert stop is not None
     assert (stop.instance_id, stop.ranks, stop.request_id) == (7, (0, 1), "sd-3")
+    assert record(tmp_path).stopped == ()  # known once loaded
     assert not (tmp_path / (FILE_NAME + ".tmp")).exists()
 
 
@@ -27,11 +28,11 @@ def test_ranks_started_again_leave_the_record_and_it_goes_when_none_is_left(tmp_
     r.save([0, 1], "sd-3", "why")
     r.release([1])
     stop = r.load()
-    assert stop is not None and stop.ranks == (0,)
+    assert stop is not None and stop.ranks == (0,) and r.stopped == (0,)
     r.release([5])  # not stopped: nothing changes
     assert r.load() == stop
     r.release([0])
-    assert r.load() is None and not r.path.exists()
+    assert r.load() is None and not r.path.exists() and r.stopped == ()
 
 
 def test_a_record_that_is_not_this_pods_is_ignored(tmp_path: Path) -> None:
