@@ -4,9 +4,10 @@ The initial launch runs once at start-up and sets ``launched`` when it has ended
 or failed): registration waits for it. It launches no retired engine (a pod stopped by StopPod stays
 stopped across a restart: ``pod_stop``). StartEngines / StopEngines / RelaunchEngines are serialised
 by one lock (spawning and stopping only; readiness is awaited outside it, bounded by the call's
-deadline). A start clears the retired flag of the engines it starts, and their stop record; every local engine starting
-into a new DP group drops the scale-down guard of the old one. The DP master address is checked
-here: the ip must be an IP address, a port of 0 means the configured one, else a free one.
+deadline). A start clears the retired flag of the engines it starts and takes them out of the stop
+record; every local engine starting into a new DP group drops the scale-down guard of the old one.
+The DP master address is checked here: the ip must be an IP address, a port of 0 means the
+configured one, else a free one.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ With ``exit_when_all_engines_dead`` the NodeManager exits with status 3 once eve
 engine has died (not stopped on purpose; all retired is no death). A live scale-down guard freezes
 that exit: the round in flight may be retiring exactly those engines, and the Controller decides
 what becomes of the pod. StopPod records the stop in the pod first (`pod_stop`: a restarted
-NodeManager keeps every local rank retired) and exits with status 0. `decide` is the rule, pure; `ExitPolicy`
-applies it on every unintended exit and once a second (the watchdog), logs a frozen exit once, and
-calls the exit hook at most once.
+NodeManager keeps every local rank retired) and exits with status 0. `decide` is the rule, pure;
+`ExitPolicy` applies it on every unintended exit and once a second (the watchdog), logs a frozen
+exit once, and calls the exit hook at most once.
 """
 
 from __future__ import annotations
