@@ -108,6 +108,7 @@ class FaultReporter:
         older = [r for r in self._queue if r.endpoint_id == report.endpoint_id]
         for r in older:
             self._queue.remove(r)
+            self._metrics.reports_dropped.labels("superseded").inc()
         if self._current is not None and self._current.endpoint_id == report.endpoint_id:
             older.append(self._current)
             self._superseded = True

@@ -137,6 +137,8 @@ async def test_a_newer_report_of_the_rank_supersedes_the_owed_one() -> None:
         delivered = [(c.endpoint_id, c.kind) for c in client.calls["report"] if c.kind != UNHEALTHY or
                      c.endpoint_id != 1]
         assert delivered == [(2, UNHEALTHY), (1, DEAD)] and r.lost == 0 and r.pending == 0
+        assert r._metrics.registry.get_sample_value("motor_nodemanager_fault_reports_dropped_total",
+                                                    {"reason": "superseded"}) == 2  # the UNHEALTHY, the RECOVERED
 
 
 async def test_retry_now_ends_the_backoff_of_an_owed_report() -> None:
