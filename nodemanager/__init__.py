@@ -12,6 +12,7 @@ Modules:
                      alive set and registration, start/stop
   engine_lifecycle   EngineLifecycle: initial launch, Start/Stop/RelaunchEngines, grace, DP master
   exit_policy        the pod's own exit: every engine dead (frozen by a live guard), StopPod
+  pod_stop           PodStopRecord: a StopPod kept in the pod, so a restarted NodeManager stays stopped
   supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
   engine_command     engine argv templates (reference engine by default)
   engine_answers     the FT API's documents: status/apply/error answers checked by pydantic models
@@ -19,12 +20,12 @@ Modules:
   engine_http        the HTTP bridge to an engine's FT API (bounded status reads and applies)
   ft_poller          EngineFtManager: status polling after readiness, dedupe, fault evidence
                      (diagnosing is no news: never reported)
-  reporter           FaultReporter: bounded queue, bounded retries of ReportSoftwareFault (held
-                     while no Controller replica leads)
+  reporter           FaultReporter: bounded queue, a report owed until the Controller acknowledges it
+                     (backoff; held while no Controller replica leads; a newer one of the rank supersedes it)
   controller_client  the one client wrapper for the Controller peer (deadlines, follows the leader
                      among the replicas: motor.common.leader_client)
   controller_link    registration (retried forever; again under a new leader term) and heartbeat,
-                     config adoption
+                     config adoption, telling when the Controller may have lost the pod's reports
   device_ids         configured device ids checked against the pod's huawei.com NPU annotation
   guard              transaction guard / lease (pure, injectable clock), apply-once record
   pod_state          proxy switch and retired endpoints

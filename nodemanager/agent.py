@@ -32,6 +32,7 @@ from nodemanager.ft_proxy import FtProxy
 from nodemanager.guard import GuardState
 from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
+from nodemanager.pod_stop import PodStopRecord
 from nodemanager.reporter import FaultReporter
 from nodemanager.supervisor import EngineExit, ProcessSupervisor, RunState
 
@@ -53,8 +54,18 @@ class NodeManagerAgent:
         self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
         self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
                                             on_stopping=self._on_stopping)
-        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard)
-        self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook)
+        # A StopPod obeyed by an earlier run of this pod: its ranks stay retired (pod_stop).
+        self.stop_record = PodStopRecord(self.log_dir, instance_id=config.instance_id, local_ids=self.supervisor.ids)
+        stopped = self.stop_record.load()
+        if stopped is not None:
+            self.state.retire(stopped.ranks)
+            log.warning("instance=%d pod=%s stopped by StopPod request_id=%s (%s) at %s: ranks %s stay retired "
+                        "until the Controller starts them again", self._instance, config.pod_ip,
+                        stopped.request_id or "-", stopped.reason or "no reason given",
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stopped.stopped_at_unix_sec)),
+                        list(stopped.ranks))
+        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record)
+        self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
         # The highest Controller leader term seen: FT and lifecycle calls of an older (deposed) one are refused.
         self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
         self.controller = ControllerClient(config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
@@ -67,13 +78,14 @@ class NodeManagerAgent:
             build_register=self.register_request, alive_ids=self.alive_ids, on_config=self._on_config,
             heartbeat_interval_sec=config.heartbeat_interval_sec,
             max_backoff_sec=config.controller_retry_max_backoff_sec,
-            on_leader_change=self._on_leader_change, registered=registered,
+            on_renewed=self._on_controller_renewed, registered=registered,
         )
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
-            hold_sec=config.fault_report_hold_sec, registered=registered,
-            is_retired=self.state.is_retired, metrics=self.metrics,
+            hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
+            registered=registered, is_retired=self.state.is_retired, metrics=self.metrics,
+            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]),
         )
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
@@ -84,7 +96,8 @@ class NodeManagerAgent:
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
                              on_taken=self.poller.taken, metrics=self.metrics)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
-                                    report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched))
+                                    report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched),
+                                    stopped_ranks=lambda: len(self.stop_record.stopped))
         self.grpc_address = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[object]] = set()
@@ -163,17 +176,19 @@ class NodeManagerAgent:
             f"stop-retired-{request_id}",
         )
 
-    def _on_leader_change(self, term: int) -> None:
-        """Another Controller replica leads now (term `term`): what it may never have received is
-        reported again: every polled engine's current fault, and the death of every engine that died."""
+    def _on_controller_renewed(self, reason: str) -> None:
+        """The Controller may hold none of what this pod told it (`reason`: it restarted, forgot the
+        pod, or another replica leads): what is owed is tried at once, every polled engine's current
+        fault is reported again at its next poll, and the death of every engine that died now."""
+        self.reporter.retry_now()
         self.poller.rearm(self.poller.watched)
         dead = [i for i in self.supervisor.ids
                 if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i)]
         for i in dead:
-            self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again to the leader of "
-                                             f"term {term})", None, time.time()))
-        log.info("instance=%d pod=%s leader term %d: polled engines re-armed %s, dead engines reported again %s",
-                 self._instance, self.config.pod_ip, term, self.poller.watched, dead)
+            self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again: {reason})", None,
+                                             time.time()))
+        log.info("instance=%d pod=%s %s: polled engines re-armed %s, dead engines reported again %s",
+                 self._instance, self.config.pod_ip, reason, self.poller.watched, dead)
 
     def _on_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
         if self.state.set_proxy(cfg.enable_dp_scale_down_proxy, f"controller {source}") and not cfg.enable_dp_scale_down_proxy:

@@ -159,15 +159,18 @@ class NodeManagerConfig(ConfigModel):
         default=5.0, description="Deadline of one Register / Heartbeat / ReportSoftwareFault call, in seconds.")
     # Registration is retried forever.
     controller_retry_max_backoff_sec: PositiveSec = Field(
-        default=5.0, description="Cap of the backoff between Register attempts, in seconds.")
+        default=5.0, description="Cap of the backoff between Register attempts, and between the attempts of a "
+                                 "fault report still owed after its quick ones, in seconds.")
     fault_report_queue_size: Annotated[int, Field(ge=1, le=65536)] = Field(
         default=1024, description="Fault reports waiting for delivery; when full, the oldest is dropped (logged).")
     fault_report_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
-        default=3, description="Delivery attempts of one fault report before it is dropped.")
+        default=3, description="Quick delivery attempts of one fault report; after them it stays owed and is "
+                               "tried again with backoff until the Controller answers.")
     # Registration or assembly still under way: the Controller answers NOT_FOUND.
     fault_report_hold_sec: PositiveSec = Field(
         default=60.0,
-        description="Seconds a report the Controller cannot place yet is held and re-sent, then dropped (logged).")
+        description="Seconds a report the Controller cannot place yet is held and re-sent without spending an "
+                    "attempt.")
     fault_injection: NodeManagerFaultInjection = Field(
         default=NodeManagerFaultInjection(), description="Test-only delays of the NodeManager's own answers.")
 

@@ -5,11 +5,17 @@ failed) and is retried forever with capped exponential backoff (each attempt has
 refusal, ``accepted=false``, is retried too). The heartbeat then runs every
 ``heartbeat_interval_sec`` (the Controller's value when it hands one > 0 down) with the alive
 endpoint set; ``known=false`` makes the pod register again, and so does a new leader term (another
-Controller replica took over: it learns this pod's retired ranks from the registration, and
-``on_leader_change`` lets the pod report its current faults to it again). Heartbeat failures are
-logged (once per outage) and the next period simply tries again: the NodeManager never crashes
-because the Controller is down. Every NodeManagerFtConfig the Controller sends is handed to
+Controller replica took over: it learns this pod's retired ranks from the registration). Heartbeat
+failures are logged (once per outage) and the next period simply tries again: the NodeManager never
+crashes because the Controller is down. Every NodeManagerFtConfig the Controller sends is handed to
 ``on_config``.
+
+``on_renewed`` is told whenever the Controller may have lost what this pod reported: after a
+re-registration (it forgot the pod), a new leader term, or a heartbeat outage that ended (a
+Controller that restarted and restored the instance from its store answers ``known=true`` but holds
+no evidence; the contract carries no incarnation of the Controller, so an outage is the sign). The
+pod then reports its unacknowledged and its still-current faults again. A restart shorter than one
+heartbeat period leaves no outage to see.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class ControllerLink:
         on_config: Callable[[controller_pb2.NodeManagerFtConfig, str], None],
         heartbeat_interval_sec: float,
         max_backoff_sec: float,
-        on_leader_change: Callable[[int], None] = lambda term: None,
+        on_renewed: Callable[[str], None] = lambda reason: None,
         registered: asyncio.Event | None = None,
     ) -> None:
         self._client = client
@@ -59,7 +65,7 @@ class ControllerLink:
         self._on_config = on_config
         self.heartbeat_interval_sec = heartbeat_interval_sec
         self._max_backoff = max_backoff_sec
-        self._on_leader_change = on_leader_change
+        self._on_renewed = on_renewed
         # The leader term the last registration was accepted under (0: none, or no election).
         self.registered_term = 0
         self._poke = asyncio.Event()
@@ -144,10 +150,12 @@ class ControllerLink:
                             self._instance, self._pod_ip, self._seq, self._client.address, rpc_error_text(exc))
             self._heartbeat_failing = True
             return
+        renewed = ""
         if self._heartbeat_failing:
             log.info("instance=%d pod=%s heartbeat to %s works again (seq=%d)", self._instance, self._pod_ip,
                      self._client.address, self._seq)
             self._heartbeat_failing = False
+            renewed = "the heartbeat works again after an outage (the Controller may have restarted)"
         if alive != self.last_alive:
             log.info("instance=%d pod=%s heartbeat alive endpoints %s", self._instance, self._pod_ip, alive)
             self.last_alive = alive
@@ -157,6 +165,7 @@ class ControllerLink:
             log.warning("instance=%d pod=%s controller does not know this pod; registering again",
                         self._instance, self._pod_ip)
             await self.register()
+            self._on_renewed("the Controller did not know the pod: registered again")
             return
         term = getattr(self._client, "term", 0)
         if term and term != self.registered_term:
@@ -164,4 +173,6 @@ class ControllerLink:
                         "registering again", self._instance, self._pod_ip, term, self._client.address,
                         self.registered_term)
             await self.register()
-            self._on_leader_change(term)
+            renewed = f"a new Controller leader (term {term})"
+        if renewed:
+            self._on_renewed(renewed)

@@ -1,11 +1,13 @@
 """EngineLifecycle: the local engines started, stopped and relaunched as a whole (motor.v1.NodeManager).
 
 The initial launch runs once at start-up and sets ``launched`` when it has ended (every engine ready,
-or failed): registration waits for it. StartEngines / StopEngines / RelaunchEngines are serialised
+or failed): registration waits for it. It launches no retired engine (a pod stopped by StopPod stays
+stopped across a restart: ``pod_stop``). StartEngines / StopEngines / RelaunchEngines are serialised
 by one lock (spawning and stopping only; readiness is awaited outside it, bounded by the call's
-deadline). A start clears the retired flag of the engines it starts; every local engine starting
-into a new DP group drops the scale-down guard of the old one. The DP master address is checked
-here: the ip must be an IP address, a port of 0 means the configured one, else a free one.
+deadline). A start clears the retired flag of the engines it starts and takes them out of the stop
+record; every local engine starting into a new DP group drops the scale-down guard of the old one.
+The DP master address is checked here: the ip must be an IP address, a port of 0 means the
+configured one, else a free one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_insta
 from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from nodemanager.guard import GuardState
 from nodemanager.pod_state import PodState
+from nodemanager.pod_stop import PodStopRecord
 from nodemanager.supervisor import ProcessSupervisor
 
 log = logging.getLogger("nodemanager.engine_lifecycle")
@@ -41,8 +44,9 @@ class EngineView:
 
 class EngineLifecycle:
     def __init__(self, config: NodeManagerConfig, supervisor: ProcessSupervisor, state: PodState,
-                 guard: GuardState) -> None:
+                 guard: GuardState, stop_record: PodStopRecord | None = None) -> None:
         self._config = config
+        self._stop_record = stop_record
         self._instance = config.instance_id
         self._supervisor = supervisor
         self._state = state
@@ -53,17 +57,21 @@ class EngineLifecycle:
 
     async def initial_launch(self) -> None:
         try:
+            ids = [i for i in self._supervisor.ids if not self._state.is_retired(i)]
+            if len(ids) < len(self._supervisor.ids):
+                log.warning("instance=%d initial launch: ranks %s are retired (the pod was stopped), not launched",
+                            self._instance, sorted(self._state.retired))
+            if not ids:
+                return
             async with self._lock:
                 self.dp_master_port = self._master_port()
-                failed = self._supervisor.spawn(self._supervisor.ids, self._config.dp_master_ip, self.dp_master_port,
-                                                "initial-launch")
-            results = {**failed, **await self._supervisor.wait_ready(
-                [i for i in self._supervisor.ids if i not in failed])}
+                failed = self._supervisor.spawn(ids, self._config.dp_master_ip, self.dp_master_port, "initial-launch")
+            results = {**failed, **await self._supervisor.wait_ready([i for i in ids if i not in failed])}
             bad = {i: why for i, why in results.items() if why}
             if bad:
                 log.error("instance=%d initial launch: engines not ready: %s", self._instance, bad)
             else:
-                log.info("instance=%d initial launch: every engine ready %s", self._instance, self._supervisor.ids)
+                log.info("instance=%d initial launch: every engine ready %s", self._instance, ids)
         finally:
             self.launched.set()
 
@@ -77,6 +85,7 @@ class EngineLifecycle:
             port = self._master_port(dp_master_port)
             failed = self._supervisor.spawn(ids, ip, port, request_id)
             back = self._state.unretire(ids)
+            self._release_stop(ids)
             self.dp_master_port = port
             self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s start engines %s master=%s:%d (retired flag cleared for %s)",
@@ -106,6 +115,7 @@ class EngineLifecycle:
             port = self._master_port(dp_master_port)  # after the stop: the old store port is free again
             failed = self._supervisor.spawn(ids, ip, port, request_id)
             back = self._state.unretire(ids)
+            self._release_stop(ids)
             self.dp_master_port = port
             self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s relaunch engines %s (stopped %s, retired flag cleared for %s) "
@@ -165,6 +175,15 @@ class EngineLifecycle:
             raise Unavailable(f"engines not ready (request_id {request_id!r}): " + "; ".join(
                 f"rank {i}: {why}" for i, why in sorted(bad.items())))
         return self._supervisor.endpoints(ids)
+
+    def _release_stop(self, ids: list[int]) -> None:
+        if self._stop_record is None:
+            return
+        try:
+            self._stop_record.release(ids)
+        except OSError as exc:
+            log.error("instance=%d stop record %s not updated for ranks %s launched again: %s", self._instance,
+                      self._stop_record.path, ids, exc)
 
     def _drop_guard_for_new_group(self, ids: list[int], request_id: str) -> None:
         """Every local engine starting into a new DP group voids any scale-down transaction on the old

@@ -3,9 +3,10 @@
 With ``exit_when_all_engines_dead`` the NodeManager exits with status 3 once every non-retired local
 engine has died (not stopped on purpose; all retired is no death). A live scale-down guard freezes
 that exit: the round in flight may be retiring exactly those engines, and the Controller decides
-what becomes of the pod. StopPod exits with status 0. `decide` is the rule, pure; `ExitPolicy`
-applies it on every unintended exit and once a second (the watchdog), logs a frozen exit once, and
-calls the exit hook at most once.
+what becomes of the pod. StopPod records the stop in the pod first (`pod_stop`: a restarted
+NodeManager keeps every local rank retired) and exits with status 0. `decide` is the rule, pure;
+`ExitPolicy` applies it on every unintended exit and once a second (the watchdog), logs a frozen
+exit once, and calls the exit hook at most once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Container, Mapping
 from nodemanager.config import NodeManagerConfig
 from nodemanager.guard import GuardState
 from nodemanager.pod_state import PodState
+from nodemanager.pod_stop import PodStopRecord
 from nodemanager.supervisor import ProcessSupervisor, RunState
 
 log = logging.getLogger("nodemanager.exit_policy")
@@ -49,7 +51,8 @@ def decide(*, enabled: bool, exiting: bool, states: Mapping[int, RunState], reti
 
 class ExitPolicy:
     def __init__(self, config: NodeManagerConfig, supervisor: ProcessSupervisor, state: PodState, guard: GuardState,
-                 exit_hook: ExitHook) -> None:
+                 exit_hook: ExitHook, stop_record: PodStopRecord | None = None) -> None:
+        self._stop_record = stop_record
         self._enabled = config.exit_when_all_engines_dead
         self._instance = config.instance_id
         self._pod_ip = config.pod_ip
@@ -92,6 +95,12 @@ class ExitPolicy:
         log.warning("instance=%d pod=%s request_id=%s StopPod (%s): stopping engines and exiting", self._instance,
                     self._pod_ip, request_id or "-", reason or "no reason given")
         self.exiting = True
+        if self._stop_record is not None:
+            try:
+                self._stop_record.save(self._supervisor.ids, request_id, reason)
+            except OSError as exc:  # the stop itself must still happen
+                log.error("instance=%d request_id=%s stop not recorded in %s: a restart relaunches the engines: %s",
+                          self._instance, request_id or "-", self._stop_record.path, exc)
         self._exit_hook(0, f"StopPod request_id={request_id!r} reason={reason!r}")
 
     async def watchdog(self) -> None:

@@ -3,7 +3,8 @@
 
 Observed where things happen: the poller (every FT status read, its latency and error kind), the
 reporter (delivered, retried, dropped and why), the supervisor's exit events, the FT proxy (apply
-calls and each engine's apply by outcome, finalizes) and, read at scrape time, the guard and the report queue. Labels are bounded
+calls and each engine's apply by outcome, finalizes) and, read at scrape time, the guard, the report queue
+and the ranks a StopPod keeps stopped. Labels are bounded
 (kinds, outcomes, reasons); never a request id or an endpoint id.
 """
 
@@ -59,14 +60,19 @@ class NodeManagerMetrics:
         self.report_queue = Gauge("motor_nodemanager_fault_report_queue", "Fault reports waiting for delivery",
                                   registry=r)
         self.watched = Gauge("motor_nodemanager_polled_engines", "Local engines whose FT status is polled", registry=r)
+        self.stopped_ranks = Gauge("motor_nodemanager_stopped_ranks",
+                                   "Local ranks kept stopped by a StopPod this pod obeyed (its stop record)",
+                                   registry=r)
 
     def read_at_scrape(self, *, guard_live: Callable[[], bool], guard_remaining_sec: Callable[[], float],
-                       report_queue: Callable[[], int], watched: Callable[[], int]) -> None:
+                       report_queue: Callable[[], int], watched: Callable[[], int],
+                       stopped_ranks: Callable[[], int] = lambda: 0) -> None:
         """Gauges read from the live objects when scraped (never stale, nothing to keep in sync)."""
         self.guard_held.set_function(lambda: 1.0 if guard_live() else 0.0)
         self.guard_remaining.set_function(guard_remaining_sec)
         self.report_queue.set_function(report_queue)
         self.watched.set_function(watched)
+        self.stopped_ranks.set_function(stopped_ranks)
 
     def poll(self, elapsed_sec: float, error: str = "") -> None:
         self.polls.inc()

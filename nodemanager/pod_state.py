@@ -1,8 +1,9 @@
 """Mutable per-pod state shared by the services: the proxy switch and the retired endpoints.
 
-Retired ids (committed by a scale-down) live in memory only; they are filtered from the heartbeat,
+Retired ids (committed by a scale-down) live in memory; they are filtered from the heartbeat,
 fault reports and process-death reports, sent in RegisterRequest.retired_ids when the pod registers
-again, and cleared for the ranks a lifecycle start/relaunch launches again.
+again, and cleared for the ranks a lifecycle start/relaunch launches again. Only a StopPod outlives
+the process: the agent retires the ranks of the stop record (`pod_stop`) before anything runs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,20 @@
 """FaultReporter: delivers fault evidence to the Controller without ever blocking the pollers.
 
-Reports go into a bounded queue (``fault_report_queue_size``; when full, the oldest waiting report
-is dropped and logged) and one worker sends them in order, each with the controller deadline and at
-most ``fault_report_attempts`` attempts (transient failures only: a refusal such as
-INVALID_ARGUMENT is final). A report made before the Controller knows the instance is held, not lost:
-nothing is sent before the first registration succeeded, and NOT_FOUND (the instance is not
-assembled yet) is tried again every second for up to ``fault_report_hold_sec``, and so is a report
-made while no Controller replica leads (a leader switch: ``LeaderUnavailable``), so it reaches the
-new leader instead of being counted lost. Reports about
-retired endpoints are dropped, both when submitted and when sent (a commit may land in between).
+A report counts as delivered only when the Controller acknowledged it (the RPC returned OK); until
+then it is owed. Reports go into a bounded queue (``fault_report_queue_size``; when full, the oldest
+waiting report is dropped, logged, and ``on_dropped`` lets its poller report that rank again) and one
+worker sends them in order. A newer report of a rank supersedes the older one still owed (queued, or
+being retried): the Controller orders evidence by observation, only the newest of a rank matters.
+
+Each report gets ``fault_report_attempts`` quick attempts (transient failures only: a refusal such
+as INVALID_ARGUMENT is the Controller's final word and drops it); after those it stays owed and is
+tried again with capped exponential backoff (``retry_max_sec``) until the Controller answers, the
+rank is retired, or a newer report supersedes it. A report made before the Controller knows the
+instance is held too: nothing is sent before the first registration succeeded, and NOT_FOUND (the
+instance is not assembled yet) or no leading replica (a leader switch: ``LeaderUnavailable``) is
+tried every ``hold_retry_sec`` for up to ``fault_report_hold_sec`` without spending an attempt.
+`retry_now` ends the wait of an owed report (the Controller is back, or another one leads). Reports
+about retired endpoints are dropped, both when submitted and when sent (a commit may land in between).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from collections.abc import Callable
 
 import grpc
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
 
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_client import ControllerClient, LeaderUnavailable, rpc_error_text
@@ -32,6 +39,14 @@ _BACKOFF_SEC = (0.2, 0.5, 1.0, 2.0)
 # Only these may succeed on another attempt; any other status is the Controller's final word.
 _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
               grpc.StatusCode.ABORTED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+class _Undelivered(Exception):
+    """One attempt the Controller did not acknowledge (transient: the report stays owed)."""
+
+
+class _Refused(Exception):
+    """The Controller's final word on a report (not transient): it is dropped."""
 
 
 class FaultReporter:
@@ -48,11 +63,15 @@ class FaultReporter:
         registered: asyncio.Event | None = None,
         hold_sec: float = 60.0,
         hold_retry_sec: float = 1.0,
+        retry_max_sec: float = 5.0,
+        on_dropped: Callable[[int], None] = lambda endpoint_id: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registered = registered or asyncio.Event()
         self._hold_sec = hold_sec
         self._hold_retry_sec = hold_retry_sec
+        self._retry_max_sec = retry_max_sec
+        self._on_dropped = on_dropped
         self._clock = clock
         self._client = client
         self._pod_ip = pod_ip
@@ -61,6 +80,10 @@ class FaultReporter:
         self._is_retired = is_retired
         self._queue: collections.deque[FaultReport] = collections.deque(maxlen=queue_size)
         self._wakeup = asyncio.Event()
+        # Ends the backoff of the report being retried (superseded, or the Controller is back).
+        self._hurry = asyncio.Event()
+        self._current: FaultReport | None = None
+        self._superseded = False
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.lost = 0
@@ -82,18 +105,36 @@ class FaultReporter:
                      report.endpoint_id, kind_name(report.kind))
             self._metrics.reports_dropped.labels("retired").inc()
             return
+        older = [r for r in self._queue if r.endpoint_id == report.endpoint_id]
+        for r in older:
+            self._queue.remove(r)
+            self._metrics.reports_dropped.labels("superseded").inc()
+        if self._current is not None and self._current.endpoint_id == report.endpoint_id:
+            older.append(self._current)
+            self._superseded = True
+            self._hurry.set()
+        if older:
+            log.info("instance=%d rank=%d owed %s superseded by %s", self._instance, report.endpoint_id,
+                     ",".join(kind_name(r.kind) for r in older), kind_name(report.kind))
         if len(self._queue) == self._queue.maxlen:
             dropped = self._queue[0]
             self.lost += 1
             self._metrics.reports_dropped.labels("queue_full").inc()
             log.error("instance=%d rank=%d fault report %s dropped: queue full (%d waiting)", self._instance,
                       dropped.endpoint_id, kind_name(dropped.kind), len(self._queue))
+            self._on_dropped(dropped.endpoint_id)
         self._queue.append(report)
         self._wakeup.set()
 
+    def retry_now(self) -> None:
+        """The Controller may have lost what it was told, or is reachable again: an owed report is
+        tried at once, with its backoff started afresh."""
+        self._hurry.set()
+
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """Reports owed: waiting in the queue or being retried."""
+        return len(self._queue) + (self._current is not None)
 
     def _request(self, report: FaultReport) -> controller_pb2.ReportSoftwareFaultRequest:
         req = controller_pb2.ReportSoftwareFaultRequest(
@@ -122,68 +163,101 @@ class FaultReporter:
             report = self._queue.popleft()
             if self._is_retired(report.endpoint_id):
                 continue
-            await self._deliver(report)
+            self._current, self._superseded = report, False
+            self._hurry.clear()
+            try:
+                await self._deliver(report)
+            finally:
+                self._current = None
+
+    def _still_owed(self, report: FaultReport) -> bool:
+        if self._superseded:
+            self._metrics.reports_dropped.labels("superseded").inc()
+            return False
+        if self._is_retired(report.endpoint_id):
+            log.info("instance=%d rank=%d fault report %s not retried: endpoint is retired", self._instance,
+                     report.endpoint_id, kind_name(report.kind))
+            self._metrics.reports_dropped.labels("retired").inc()
+            return False
+        return True
+
+    async def _nap(self, seconds: float) -> None:
+        """A backoff that a newer report of the rank, or `retry_now`, ends early."""
+        try:
+            await asyncio.wait_for(self._hurry.wait(), seconds)
+        except TimeoutError:
+            pass
+        self._hurry.clear()
 
     async def _deliver(self, report: FaultReport) -> None:
         req = self._request(report)
         hold_until = self._clock() + self._hold_sec
-        attempt = 0
-        while attempt < self._attempts:
-            attempt += 1
+        quick = [_BACKOFF_SEC[min(i, len(_BACKOFF_SEC) - 1)] for i in range(self._attempts - 1)]
+        owed_wait = wait_exponential(multiplier=_BACKOFF_SEC[0], max=self._retry_max_sec) + wait_random(0, 0.1)
+
+        def wait(state: RetryCallState) -> float:
+            if state.attempt_number < self._attempts:
+                return quick[state.attempt_number - 1]
+            return owed_wait(state)
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            self._metrics.report_retries.inc()
+            if state.attempt_number == self._attempts:
+                log.error("instance=%d rank=%d fault report %s not delivered after %d attempts (%s): kept, tried "
+                          "again every %gs at most until the Controller answers", self._instance, report.endpoint_id,
+                          kind_name(report.kind), state.attempt_number, exc, self._retry_max_sec)
+            else:
+                log.log(logging.WARNING if state.attempt_number < self._attempts else logging.DEBUG,
+                        "instance=%d rank=%d fault report %s attempt %d failed: %s", self._instance,
+                        report.endpoint_id, kind_name(report.kind), state.attempt_number, exc)
+
+        retrying = AsyncRetrying(retry=retry_if_exception_type(_Undelivered), wait=wait, sleep=self._nap,
+                                 before_sleep=before_sleep, reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if not self._still_owed(report):
+                        return
+                    resp = await self._attempt(report, req, hold_until)
+                    if resp is None:
+                        return
+        except _Refused as exc:
+            self.lost += 1
+            self._metrics.reports_dropped.labels("refused").inc()
+            log.error("instance=%d rank=%d fault report %s refused by the controller: %s", self._instance,
+                      report.endpoint_id, kind_name(report.kind), exc)
+            return
+        self.sent += 1
+        self._metrics.reports_sent.labels(kind_name(report.kind)).inc()
+        if resp.accepted:
+            log.info("instance=%d rank=%d fault report %s delivered", self._instance, report.endpoint_id,
+                     kind_name(report.kind))
+        else:
+            log.warning("instance=%d rank=%d fault report %s not recorded by the controller: %s",
+                        self._instance, report.endpoint_id, kind_name(report.kind), resp.message)
+
+    async def _attempt(self, report: FaultReport, req: controller_pb2.ReportSoftwareFaultRequest,
+                       hold_until: float) -> controller_pb2.ReportSoftwareFaultResponse | None:
+        """One attempt: the answer; None when the report stopped being owed while held. Holds (the
+        instance not assembled yet, no leader) are tried again here, within the hold time, and
+        spend no attempt."""
+        while True:
             try:
-                resp = await self._client.report_software_fault(req)
+                return await self._client.report_software_fault(req)
             except asyncio.CancelledError:
                 raise
-            except LeaderUnavailable as exc:
-                if self._clock() < hold_until:
-                    # A leader switch: the report waits for the new leader, it is not an attempt.
-                    log.info("instance=%d rank=%d fault report %s held: %s", self._instance, report.endpoint_id,
-                             kind_name(report.kind), exc)
-                    attempt -= 1
-                    await asyncio.sleep(self._hold_retry_sec)
-                    continue
-                if attempt == self._attempts:
-                    self.lost += 1
-                    self._metrics.reports_dropped.labels("attempts_exhausted").inc()
-                    log.error("instance=%d rank=%d fault report %s lost: no Controller leader within %gs: %s",
-                              self._instance, report.endpoint_id, kind_name(report.kind), self._hold_sec, exc)
-                    return
-                self._metrics.report_retries.inc()
-                await asyncio.sleep(_BACKOFF_SEC[min(attempt - 1, len(_BACKOFF_SEC) - 1)])
-                continue
-            except Exception as exc:  # noqa: BLE001 - transport or server error: bounded retry
+            except Exception as exc:  # noqa: BLE001 - transport or server error: retried unless final
                 code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
-                if code == grpc.StatusCode.NOT_FOUND and self._clock() < hold_until:
-                    # The instance is not assembled yet (its other pods are still registering).
+                why = rpc_error_text(exc)
+                held = isinstance(exc, LeaderUnavailable) or code == grpc.StatusCode.NOT_FOUND
+                if held and self._clock() < hold_until:
                     log.info("instance=%d rank=%d fault report %s held: %s", self._instance, report.endpoint_id,
-                             kind_name(report.kind), rpc_error_text(exc))
-                    attempt -= 1
-                    await asyncio.sleep(self._hold_retry_sec)
+                             kind_name(report.kind), why)
+                    await self._nap(self._hold_retry_sec)
+                    if not self._still_owed(report):
+                        return None
                     continue
-                final = code is not None and code not in _TRANSIENT
-                if final:
-                    self.lost += 1
-                    self._metrics.reports_dropped.labels("refused").inc()
-                    log.error("instance=%d rank=%d fault report %s refused by the controller: %s", self._instance,
-                              report.endpoint_id, kind_name(report.kind), rpc_error_text(exc))
-                    return
-                if attempt == self._attempts:
-                    self.lost += 1
-                    self._metrics.reports_dropped.labels("attempts_exhausted").inc()
-                    log.error("instance=%d rank=%d fault report %s lost after %d attempts: %s", self._instance,
-                              report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
-                    return
-                log.warning("instance=%d rank=%d fault report %s attempt %d failed: %s", self._instance,
-                            report.endpoint_id, kind_name(report.kind), attempt, rpc_error_text(exc))
-                self._metrics.report_retries.inc()
-                await asyncio.sleep(_BACKOFF_SEC[min(attempt - 1, len(_BACKOFF_SEC) - 1)])
-                continue
-            self.sent += 1
-            self._metrics.reports_sent.labels(kind_name(report.kind)).inc()
-            if resp.accepted:
-                log.info("instance=%d rank=%d fault report %s delivered", self._instance, report.endpoint_id,
-                         kind_name(report.kind))
-            else:
-                log.warning("instance=%d rank=%d fault report %s not recorded by the controller: %s",
-                            self._instance, report.endpoint_id, kind_name(report.kind), resp.message)
-            return
+                if not held and code is not None and code not in _TRANSIENT:
+                    raise _Refused(why) from exc
+                raise _Undelivered(why) from exc

@@ -16,7 +16,8 @@ from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 
 class FakeController(controller_pb2_grpc.ControllerServicer):
     def __init__(self, *, proxy_enabled: bool = True, heartbeat_interval_sec: float = 0.2,
-                 send_config: bool = True) -> None:
+                 send_config: bool = True, known_pods: tuple[str, ...] = ()) -> None:
+        """`known_pods`: pods known without registering (a Controller restarted from its store)."""
         self.lock = threading.Lock()
         self.proxy_enabled = proxy_enabled
         self.heartbeat_interval_sec = heartbeat_interval_sec
@@ -25,7 +26,7 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self.registers: list[controller_pb2.RegisterRequest] = []
         self.heartbeats: list[controller_pb2.HeartbeatRequest] = []
         self.reports: list[controller_pb2.ReportSoftwareFaultRequest] = []
-        self._known: set[str] = set()
+        self._known: set[str] = set(known_pods)
         self._server: grpc.Server | None = None
         self.port = 0
         self.host = "127.0.0.1"

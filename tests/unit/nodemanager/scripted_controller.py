@@ -67,7 +67,8 @@ def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int 
     if registered:
         event.set()
     return FaultReporter(client, pod_ip="127.0.0.2", instance_id=7, queue_size=size, attempts=3,  # type: ignore[arg-type]
-                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01)
+                         is_retired=retired.__contains__, registered=event, hold_sec=hold_sec, hold_retry_sec=0.01,
+                         retry_max_sec=0.05)
 
 
 @contextlib.asynccontextmanager

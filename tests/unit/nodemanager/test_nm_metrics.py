@@ -90,18 +90,20 @@ async def test_reports_sent_retried_and_dropped_by_reason() -> None:
     metrics = NodeManagerMetrics()
     retired = {5}
     reporter = FaultReporter(Controller(fail=4), pod_ip="127.0.0.2", instance_id=7, queue_size=8,  # type: ignore[arg-type]
-                             attempts=3, is_retired=retired.__contains__, metrics=metrics, registered=registered())
+                             attempts=3, is_retired=retired.__contains__, metrics=metrics, registered=registered(),
+                             retry_max_sec=0.05)
     reporter.start()
     try:
         reporter.submit(FaultReport(5, DEAD, "retired rank"))
-        reporter.submit(FaultReport(1, DEAD, "lost after 3 attempts"))
-        reporter.submit(FaultReport(2, UNHEALTHY, "1 retry, then delivered"))
-        await async_wait_for(lambda: reporter.sent == 1, 10.0, "the report sent", interval_sec=0.01)
+        reporter.submit(FaultReport(1, DEAD, "owed after 3 attempts, delivered at the 5th"))
+        reporter.submit(FaultReport(2, UNHEALTHY, "delivered at once"))
+        await async_wait_for(lambda: reporter.sent == 2, 5.0, "reporter.sent == 2", interval_sec=0.01)
     finally:
         await reporter.close()
     assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="retired") == 1
-    assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="attempts_exhausted") == 1
-    assert value(metrics, "motor_nodemanager_fault_report_retries_total") == 3  # 2 for the lost one, 1 for the next
+    assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="attempts_exhausted") == 0
+    assert value(metrics, "motor_nodemanager_fault_report_retries_total") == 4  # 4 failures of rank 1's report
+    assert value(metrics, "motor_nodemanager_fault_reports_sent_total", kind="DEAD") == 1
     assert value(metrics, "motor_nodemanager_fault_reports_sent_total", kind="UNHEALTHY") == 1
 
     refused = NodeManagerMetrics()

@@ -1,6 +1,7 @@
-"""FaultReporter (bounded queue, bounded retries, retired filter, order) and ControllerLink
-(registration retried until accepted, re-registration on known=false, config adoption) against a
-scripted double of the Controller client wrapper (no sockets)."""
+"""FaultReporter (bounded queue, owed until acknowledged, superseded by a newer report of the rank,
+retired filter, order) and ControllerLink (registration retried until accepted, re-registration on
+known=false, config adoption, the Controller renewed) against a scripted double of the Controller
+client wrapper (no sockets)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from gen.motor.v1 import controller_pb2
 from motor.testing.waits import async_wait_for
-from nodemanager.ft_poller import DEAD, ENGINE_DEAD, UNHEALTHY, FaultReport
+from nodemanager.ft_poller import DEAD, ENGINE_DEAD, RECOVERED, UNHEALTHY, FaultReport
 
 from .scripted_controller import ScriptedClient, link, reporter, running
 
@@ -23,22 +24,61 @@ async def test_reports_are_sent_in_order_with_bounded_retry() -> None:
     async with running(r):
         r.submit(FaultReport(1, UNHEALTHY, "u"))
         r.submit(FaultReport(2, DEAD, "d"))
-        await async_wait_for(lambda: r.sent == 2, 5.0, "both reports sent", interval_sec=0.01)
+        await async_wait_for(lambda: r.sent == 2, 5.0, "r.sent == 2", interval_sec=0.01)
         kinds = [(c.endpoint_id, c.kind) for c in client.calls["report"]]
         assert kinds == [(1, UNHEALTHY), (1, UNHEALTHY), (1, UNHEALTHY), (2, DEAD)]  # 2 failures, then delivered
         assert client.calls["report"][0].pod_ip == "127.0.0.2" and client.calls["report"][0].instance_id == 7
         assert r.lost == 0
 
 
-async def test_a_report_is_lost_after_three_attempts_and_the_next_goes_through() -> None:
+async def test_a_report_undelivered_after_its_attempts_stays_owed_until_the_controller_answers() -> None:
+    """The Controller is unreachable for longer than a report's quick attempts: the report is not
+    lost, it is tried again with backoff and delivered once the Controller answers, before the next."""
     client = ScriptedClient()
-    client.fail["report"] = 3
+    client.fail["report"] = 6
     r = reporter(client)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
-        await async_wait_for(lambda: r.sent == 1, 5.0, "the second report sent", interval_sec=0.01)
-        assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 1, 1, 2]
+        await async_wait_for(lambda: r.sent == 2, 5.0, "r.sent == 2", interval_sec=0.01)
+        assert r.lost == 0 and [c.endpoint_id for c in client.calls["report"]] == [1] * 7 + [2]
+        assert r.pending == 0
+
+
+async def test_a_newer_report_of_the_rank_supersedes_the_owed_one() -> None:
+    """Only the newest observation of a rank is owed: an UNHEALTHY being retried and a queued
+    RECOVERED of the same rank give way to the DEAD that followed; other ranks keep their order."""
+    client = ScriptedClient()
+    client.fail["report"] = 1000
+    r = reporter(client)
+    async with running(r):
+        r.submit(FaultReport(1, UNHEALTHY, "u"))
+        await async_wait_for(lambda: len(client.calls["report"]) >= 4, 5.0, "len(client.calls['report']) >= 4", interval_sec=0.01)  # past its quick attempts: owed
+        r.submit(FaultReport(2, UNHEALTHY, "u"))
+        r.submit(FaultReport(1, RECOVERED, "r"))
+        r.submit(FaultReport(1, DEAD, "d"))
+        assert r.pending == 3  # rank 1's UNHEALTHY (until its next attempt), rank 2, rank 1's DEAD
+        client.fail["report"] = 0
+        await async_wait_for(lambda: r.sent == 2, 5.0, "r.sent == 2", interval_sec=0.01)
+        delivered = [(c.endpoint_id, c.kind) for c in client.calls["report"] if c.kind != UNHEALTHY or
+                     c.endpoint_id != 1]
+        assert delivered == [(2, UNHEALTHY), (1, DEAD)] and r.lost == 0 and r.pending == 0
+        assert r._metrics.registry.get_sample_value("motor_nodemanager_fault_reports_dropped_total",
+                                                    {"reason": "superseded"}) == 2  # the UNHEALTHY, the RECOVERED
+
+
+async def test_retry_now_ends_the_backoff_of_an_owed_report() -> None:
+    client = ScriptedClient()
+    client.fail["report"] = 4
+    r = reporter(client)
+    r._retry_max_sec = 60.0  # an owed report would wait long
+    async with running(r):
+        r.submit(FaultReport(1, DEAD, "d"))
+        await async_wait_for(lambda: len(client.calls["report"]) == 4, 5.0, "len(client.calls['report']) == 4", interval_sec=0.01)
+        await asyncio.sleep(0.1)
+        assert r.sent == 0
+        r.retry_now()  # the Controller is back
+        await async_wait_for(lambda: r.sent == 1, 1.0, "r.sent == 1", interval_sec=0.01)
 
 
 async def test_a_refusal_is_final() -> None:
@@ -49,7 +89,7 @@ async def test_a_refusal_is_final() -> None:
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         r.submit(FaultReport(2, ENGINE_DEAD, "gone"))
-        await async_wait_for(lambda: r.sent == 1, 5.0, "the report after the refusal sent", interval_sec=0.01)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 2]
 
 
@@ -69,8 +109,7 @@ async def test_retired_endpoints_are_filtered_at_submit_and_at_send() -> None:
     r.submit(FaultReport(7, DEAD, "x"))
     retired.add(6)  # committed while queued
     async with running(r):
-        await async_wait_for(lambda: r.sent == 1, 5.0, "the report of the endpoint still in service sent",
-                             interval_sec=0.01)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
         assert [c.endpoint_id for c in client.calls["report"]] == [7]
 
 
@@ -96,24 +135,51 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
         await asyncio.sleep(0.1)
         assert client.calls["register"] == []  # not before the initial launch ended
         launched.set()
-        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 3, 5.0, "three heartbeats", interval_sec=0.01)
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 3, 5.0, "len(client.calls['heartbeat']) >= 3", interval_sec=0.01)
         assert lk.heartbeat_interval_sec == 0.05  # the controller's 0.02 is clamped to the floor
         assert configs[0][1] == "register" and configs[-1][1] == "heartbeat"
         assert [list(h.alive_endpoint_ids) for h in client.calls["heartbeat"][:1]] == [[0, 1]]
         seqs = [h.seq for h in client.calls["heartbeat"]]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         client.fail["heartbeat"] = 3  # the controller is down for a while: the loop keeps going
-        await async_wait_for(lambda: client.fail["heartbeat"] == 0 and len(client.calls["heartbeat"]) >= 8, 5.0,
-                             "heartbeats through the failures", interval_sec=0.01)
+        await async_wait_for(lambda: client.fail["heartbeat"] == 0 and len(client.calls["heartbeat"]) >= 8, 5.0, "client.fail['heartbeat'] == 0 and len(client.calls['heartbeat']) >= 8", interval_sec=0.01)
         client.known = False
-        await async_wait_for(lambda: len(client.calls["register"]) >= 2, 5.0, "re-registration after known=false",
-                             interval_sec=0.01)
+        await async_wait_for(lambda: len(client.calls["register"]) >= 2, 5.0, "len(client.calls['register']) >= 2", interval_sec=0.01)
         client.known = True
         alive.remove(1)
         lk.poke()
-        await async_wait_for(lambda: list(client.calls["heartbeat"][-1].alive_endpoint_ids) == [0], 5.0,
-                             "a heartbeat with only endpoint 0 alive", interval_sec=0.01)
+        await async_wait_for(lambda: list(client.calls["heartbeat"][-1].alive_endpoint_ids) == [0], 5.0, "list(client.calls['heartbeat'][-1].alive_endpoint_ids) == [0]", interval_sec=0.01)
         assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_the_link_tells_when_the_controller_may_have_lost_the_reports() -> None:
+    """A heartbeat outage that ends (the Controller may have restarted from its store, answering
+    known=true with no evidence) and a re-registration (it forgot the pod) each renew the Controller;
+    ordinary heartbeats do not."""
+    client = ScriptedClient()
+    renewed: list[str] = []
+    lk = link(client, [], [0, 1])
+    lk._on_renewed = renewed.append
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(lk.run(launched))
+    try:
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 3, 5.0, "len(client.calls['heartbeat']) >= 3", interval_sec=0.01)
+        assert renewed == []
+        client.fail["heartbeat"] = 2  # the Controller restarts
+        await async_wait_for(lambda: client.fail["heartbeat"] == 0 and len(renewed) == 1, 5.0, "client.fail['heartbeat'] == 0 and len(renewed) == 1", interval_sec=0.01)
+        assert "outage" in renewed[0] and len(client.calls["register"]) == 1
+        client.known = False  # a Controller that lost the pod
+        await async_wait_for(lambda: len(client.calls["register"]) == 2 and len(renewed) == 2, 5.0, "len(client.calls['register']) == 2 and len(renewed) == 2", interval_sec=0.01)
+        client.known = True
+        assert "registered again" in renewed[1]
+        mark = len(client.calls["heartbeat"])
+        await async_wait_for(lambda: len(client.calls["heartbeat"]) >= mark + 3, 5.0, "len(client.calls['heartbeat']) >= mark + 3", interval_sec=0.01)
+        assert len(renewed) == 2
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -130,7 +196,7 @@ async def test_early_reports_wait_for_the_first_registration() -> None:
             await asyncio.sleep(0)
         assert client.calls["report"] == [] and r.pending == 1
         r.registered.set()
-        await async_wait_for(lambda: r.sent == 1, 5.0, "the early report sent after registration", interval_sec=0.01)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
         assert r.lost == 0
 
 
@@ -142,16 +208,17 @@ async def test_not_found_while_the_instance_assembles_is_held_and_sent_again() -
     r = reporter(client)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await async_wait_for(lambda: r.sent == 1, 5.0, "the held report sent again", interval_sec=0.01)
+        await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
         assert r.lost == 0 and len(client.calls["report"]) == 5
 
 
-async def test_a_report_held_past_the_hold_time_is_dropped() -> None:
+async def test_a_report_held_past_the_hold_time_stays_owed() -> None:
+    """NOT_FOUND past the hold time spends attempts, and the report stays owed after them."""
     client = ScriptedClient()
-    client.fail["report"] = 1000
+    client.fail["report"] = 5
     client.fail_code = grpc.StatusCode.NOT_FOUND
     r = reporter(client, hold_sec=0.0)
     async with running(r):
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
-        await async_wait_for(lambda: r.lost == 1, 5.0, "the held report dropped", interval_sec=0.01)
-        assert r.sent == 0 and len(client.calls["report"]) == 1
+        await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
+        assert r.lost == 0 and len(client.calls["report"]) == 6
