@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gen.motor.v1 import controller_pb2
-from motor.testing.fake_controller import FakeController, async_wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
 from .nm_helpers import POD_IP, fake_control, nm_config, running_nm
 
 pytestmark = pytest.mark.timeout(90)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gen.motor.v1 import node_manager_pb2 as nm
-from motor.testing.fake_controller import FakeController, async_wait_for
+from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
 from .nm_helpers import INSTANCE, nm_config, running_nm
 
 pytestmark = pytest.mark.timeout(90)
