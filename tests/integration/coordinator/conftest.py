@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from coordinator_helpers import (
+from .coordinator_helpers import (
     MODEL_A,
     MODEL_B,
     SIM_ARGS,

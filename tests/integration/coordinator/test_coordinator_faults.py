@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from coordinator_helpers import (
+from .coordinator_helpers import (
     ADD,
     MODEL_A,
     CoordinatorFactory,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from coordinator_helpers import (
+from .coordinator_helpers import (
     ADD,
     MODEL_A,
     CoordinatorFactory,

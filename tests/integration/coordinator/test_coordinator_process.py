@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import grpc
 import pytest
-from coordinator_helpers import (
+from .coordinator_helpers import (
     ADD,
     MODEL_A,
     MODEL_B,

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from coordinator_helpers import (
+from .coordinator_helpers import (
     ADD,
     DEL,
     MODEL_A,

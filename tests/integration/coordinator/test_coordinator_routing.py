@@ -13,8 +13,9 @@ import pytest
 
 from gen.motor.v1 import common_pb2, coordinator_pb2
 from motor.sim.client import SimClient
+from motor.testing.waits import async_wait_for
 
-from coordinator_helpers import (
+from .coordinator_helpers import (
     ADD,
     DEL,
     MODEL_A,
@@ -275,13 +276,6 @@ async def test_withdrawn_endpoint_gets_no_new_request_and_in_flight_ones_finish(
     assert [(e["id"], e["outstanding_requests"]) for e in view["instances"][0]["endpoints"]] == [(1, 0)]
 
 
-async def wait_for(predicate, timeout_sec: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_sec
-    while not await predicate():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 async def test_client_disconnect_cancels_the_upstream_request(engines: Engines, coordinator: CoordinatorHandle) -> None:
     await coordinator.refresh(ADD, [instance_proto(2, engines.group_b, MODEL_B)])
     engine = SimClient(engines.group_b.ranks[0].url)
@@ -298,7 +292,7 @@ async def test_client_disconnect_cancels_the_upstream_request(engines: Engines, 
         session = aiohttp.ClientSession()
         try:
             resp_task = asyncio.create_task(session.post(coordinator.http_url + "/v1/completions", json=body))
-            await wait_for(lambda: _positive(engine_in_flight()), 5, "the request never reached the engine")
+            await async_wait_for(engine_in_flight, 5, "the request reaching the engine", until=lambda n: n > 0)
             if stream:
                 resp = await resp_task
                 assert resp.status == 200
@@ -308,19 +302,11 @@ async def test_client_disconnect_cancels_the_upstream_request(engines: Engines, 
                 resp_task.cancel()
         finally:
             await session.close()
-        await wait_for(lambda: _zero(coordinator_outstanding()), 3, f"stream={stream}: outstanding not released")
+        await async_wait_for(coordinator_outstanding, 3, f"stream={stream}: outstanding released", until=lambda n: n == 0)
         if stream:
             # The engine notices the closed connection at its next token (a non-streaming engine
             # request is only noticed when its response is written: an engine property).
-            await wait_for(lambda: _zero(engine_in_flight()), 3, "engine request not aborted")
-
-
-async def _positive(value) -> bool:
-    return await value > 0
-
-
-async def _zero(value) -> bool:
-    return await value == 0
+            await async_wait_for(engine_in_flight, 3, "the engine request aborted", until=lambda n: n == 0)
 
 
 async def test_request_id_is_accepted_or_generated(engines: Engines, coordinator: CoordinatorHandle,
