@@ -76,6 +76,8 @@ class Knobs:
     rebuild_sec: float = 2.0
     load_sec: float = 3.0
     fail_next_vote: bool = False
+    # No traffic: ranks run no collectives, so a peer's death is seen only with the next request.
+    idle: bool = False
 
 
 class SimGroup:
@@ -93,6 +95,8 @@ class SimGroup:
         self._round: _Round | None = None
         # Ranks whose status route hangs (the NodeManager's reads time out).
         self.hung: set[int] = set()
+        # Deaths no survivor has noticed yet (idle group).
+        self._unseen: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._on_change = on_change
 
@@ -126,6 +130,7 @@ class SimGroup:
             return  # a rank died while loading: nobody gets ready (the DP init never completes)
         self.members = set(ranks)
         self._round = None
+        self._unseen = set()
         for r in ranks:
             self.engines[r].ready = True
         self._on_change()
@@ -157,6 +162,11 @@ class SimGroup:
         self._peer_fault(set(), "RuntimeError", also={rank})
 
     def _peer_fault(self, dead: set[int], info: str, also: set[int] = frozenset()) -> None:
+        if self.knobs.idle and not also and self._round is None:
+            self._unseen |= dead
+            return
+        dead = dead | self._unseen
+        self._unseen = set()
         survivors = {r for r in self.members if r not in dead} | (also & self.members)
         if self._round is not None and self._round.task is not None:
             self._round.task.cancel()
@@ -181,6 +191,27 @@ class SimGroup:
                 return
         eng.set("unhealthy", fault_info=info, mask=mask, dialect=self.dialect)
         self._on_change()
+
+    def request(self, rank: int) -> bool:
+        """One request to `rank` (traffic, or the Controller's canary): served unless the group
+        holds a death nobody noticed, which the request's collective now reveals."""
+        eng = self.engines[rank]
+        if not (eng.process_up and eng.ready and eng.status == "healthy" and rank in self.members):
+            return False
+        if self._unseen:
+            dead, self._unseen = set(self._unseen), set()
+            self.members -= dead
+            for r in sorted(self.members):
+                self._spawn_task(self._diagnose(r, tuple(sorted(dead)), "RuntimeError"))
+            return False
+        return True
+
+    def traffic(self) -> None:
+        """Requests resume: every member runs collectives again (and idle ends)."""
+        self.knobs.idle = False
+        for r in sorted(self.members):
+            if self.request(r) is False:
+                return
 
     # -- apply -------------------------------------------------------------------------------
     def apply(self, rank: int, body: str) -> tuple[int, bytes]:

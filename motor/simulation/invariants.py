@@ -30,13 +30,15 @@ class Violation:
     message: str
 
 
-def decision_bound_sec(config: ControllerConfig) -> float:
+def decision_bound_sec(config: ControllerConfig, complete: bool) -> float:
     """How long a dead rank may stay published: detection (a poll, or a lost pod's heartbeat
-    timeout), the hardware window, a drain (one call), with a call's deadline twice for a retry."""
+    timeout), the decision's wait, a drain (one call, its deadline twice for a retry). The decision
+    waits the hardware window once the snapshot is complete (every active rank dead or unhealthy),
+    else up to the whole software collection timeout (RFC §4.4)."""
     ft = config.fault_tolerance_config
     detect = max(ft.engine_status_poll_interval_sec, config.heartbeat_timeout_sec)
-    return detect + ft.hardware_ft_correlation_window_sec + 2 * ft.dp_scale_down_config.request_timeout_sec \
-        + config.heartbeat_interval_sec
+    wait = ft.hardware_ft_correlation_window_sec if complete else ft.software_status_collection_timeout_sec
+    return detect + wait + 2 * ft.dp_scale_down_config.request_timeout_sec + config.heartbeat_interval_sec
 
 
 def settle_bound_sec(config: ControllerConfig) -> float:
@@ -51,23 +53,41 @@ def settle_bound_sec(config: ControllerConfig) -> float:
 class SafetyChecker:
     def __init__(self, world: World) -> None:
         self.world = world
-        self.bound_sec = decision_bound_sec(world.config)
+        self.bound_sec = decision_bound_sec(world.config, complete=False)
+        self.complete_bound_sec = decision_bound_sec(world.config, complete=True)
         self._dead_published_since: dict[int, float] = {}
+        self._complete_since: float | None = None
         self._retired: set[int] = set()
         self._relaunches_seen = 0
+
+    def _snapshot_complete(self) -> bool:
+        """Every active rank is dead or unhealthy in truth: the evidence for a decision exists."""
+        w, rt = self.world, self.world.runtime()
+        if rt is None:
+            return False
+        dead = w.dead_in_truth()
+        active = [r for r in rt.original_dp_ranks if r not in rt.dead_committed]
+        return bool(dead & set(active)) and all(r in dead or w.group.engines[r].status == "unhealthy" for r in active)
 
     def check(self, now: float) -> list[Violation]:
         w, out = self.world, []
         published = w.published() or frozenset()
+        if self._snapshot_complete():
+            self._complete_since = now if self._complete_since is None else self._complete_since
+        else:
+            self._complete_since = None
         # dead_rank_published: counted only while a Controller runs (a down one decides nothing).
         dead = w.dead_in_truth()
         for rank in sorted(w.group.engines):
             if rank in dead and rank in published and w.core is not None:
                 since = self._dead_published_since.setdefault(rank, now)
-                if now - since > self.bound_sec:
+                complete_for = 0.0 if self._complete_since is None else now - max(since, self._complete_since)
+                if now - since > self.bound_sec or complete_for > self.complete_bound_sec:
+                    bound = self.bound_sec if now - since > self.bound_sec else self.complete_bound_sec
+                    what = "" if bound == self.bound_sec else " with a complete snapshot"
                     out.append(Violation("dead_rank_published", now,
                                          f"rank {rank} dead since t={since:.3f} is still published as serving "
-                                         f"after {now - since:.1f}s (bound {self.bound_sec:g}s)"))
+                                         f"after {now - since:.1f}s{what} (bound {bound:g}s)"))
                     self._dead_published_since[rank] = float("inf")
             elif rank not in dead or rank not in published:
                 self._dead_published_since.pop(rank, None)

@@ -80,6 +80,8 @@ async def _fire(world: World, event: Event) -> None:
         world.nm_restart(address)
     elif event.kind == "controller_restart":
         await world.controller_restart(event.duration_sec)
+    elif event.kind == "traffic":
+        g.traffic()
     elif event.kind == "coordinator_restart":
         world.coordinator_restart()
     elif event.kind == "lossy_network":

@@ -21,6 +21,7 @@ KINDS = {
     "controller_restart": 2,  # the Controller crashes and a new one starts over the same store
     "coordinator_restart": 1,  # the Coordinator restarts with an empty routing table
     "lossy_network": 1,     # for a while, calls are lost, duplicated and delayed
+    "traffic": 2,           # requests resume: an idle group notices its dead peers
 }
 
 

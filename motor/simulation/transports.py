@@ -194,8 +194,9 @@ class SimNodeManagerClients:
 class SimCoordinatorClient:
     address = "coordinator"
 
-    def __init__(self, net: Network, table: Callable[[], RoutingTable], timeout_sec: float) -> None:
-        self.net, self._table, self._timeout = net, table, timeout_sec
+    def __init__(self, net: Network, table: Callable[[], RoutingTable], timeout_sec: float,
+                 serve: Callable[[int], bool] = lambda rank: False) -> None:
+        self.net, self._table, self._timeout, self._serve = net, table, timeout_sec, serve
 
     async def _call(self, name: str, fn):
         try:
@@ -222,8 +223,11 @@ class SimCoordinatorClient:
 
     async def send_canary(self, instance_id, endpoint_ids, timeout_sec, request_id):
         async def fn():
-            return coordinator_pb2.SendCanaryResponse(endpoint_id=endpoint_ids[0], served=False, http_status=503,
-                                                      detail="simulated engines serve no requests",
+            target = endpoint_ids[0]
+            served = self._serve(target)
+            return coordinator_pb2.SendCanaryResponse(endpoint_id=target, served=served,
+                                                      http_status=200 if served else 503,
+                                                      detail="served" if served else "the engine failed the request",
                                                       request_id=request_id)
         return await self._call("send_canary", fn)
 

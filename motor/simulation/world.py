@@ -50,9 +50,10 @@ class DurableMemoryStore(MemoryRuntimeStore):
         pass
 
 
-def controller_config() -> ControllerConfig:
+def controller_config(idle_fault_probe: bool = False) -> ControllerConfig:
     return load_config(ControllerConfig, None, [
         ("fault_tolerance_config.enable_dp_scale_down", True),
+        ("fault_tolerance_config.idle_fault_probe", idle_fault_probe),
         ("coordinator_address", "127.0.0.1:1"),
     ])
 
@@ -74,9 +75,9 @@ class World:
         self.rng, self.dialect, self.trace = rng, dialect, trace
         self.loop = loop
         self.clock = VirtualClock(loop)
-        self.config = controller_config()
+        self.config = controller_config(idle_fault_probe=rng.random() < 0.5)
         self.net = Network(rng, bounds)
-        self.knobs = Knobs()
+        self.knobs = Knobs(idle=rng.random() < 0.5)
         if dialect == "rfc":
             self.knobs.diagnosing_sec = 0.0
         ranks = [r for pod in PODS for r in pod]
@@ -119,7 +120,7 @@ class World:
         incarnation = self.incarnation
         timeout = self.config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         nms = _ObservedNodeManagers(self, incarnation, SimNodeManagerClients(self.net, self.pods, timeout))
-        peers = ControllerPeers(nms, SimCoordinatorClient(self.net, lambda: self.table, timeout))  # type: ignore[arg-type]
+        peers = ControllerPeers(nms, SimCoordinatorClient(self.net, lambda: self.table, timeout, self.group.request))  # type: ignore[arg-type]
         core = ControllerCore(self.config, self.store, peers, self.clock)
         self._peers = peers
         self.core = core
