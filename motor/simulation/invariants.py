@@ -82,6 +82,9 @@ class SafetyChecker:
             if rank in dead and rank in published and w.core is not None:
                 since = self._dead_published_since.setdefault(rank, now)
                 complete_for = 0.0 if self._complete_since is None else now - max(since, self._complete_since)
+                rt = w.runtime()
+                if rt is not None and rank in rt.dead_committed:
+                    complete_for = now - since  # the Controller decided it dead: nothing is left to wait for
                 if now - since > self.bound_sec or complete_for > self.complete_bound_sec:
                     bound = self.bound_sec if now - since > self.bound_sec else self.complete_bound_sec
                     what = "" if bound == self.bound_sec else " with a complete snapshot"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
@@ -45,12 +46,14 @@ def schedule_for(seed: int, steps: int) -> list[Event]:
     return generate(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
 
 
-def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None) -> RunResult:
+def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None,
+        tamper: Callable[[World], None] | None = None) -> RunResult:
+    """`tamper`: breaks the world once it serves (tests show that an invariant catches it)."""
     events = schedule_for(seed, steps) if events is None else events
     result = RunResult(seed, dialect, list(events))
     loop = VirtualTimeLoop()
     try:
-        loop.run_until_complete(_run(result, loop, steps))
+        loop.run_until_complete(_run(result, loop, steps, tamper))
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
@@ -93,11 +96,11 @@ async def _fire(world: World, event: Event) -> None:
         raise ValueError(f"unknown event kind {event.kind!r}")
 
 
-async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int) -> None:
+async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
     world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace)
     with patched_process_globals(world.clock, random.Random(f"uuid-{result.seed}")):
         try:
-            await _drive(world, result, loop, steps)
+            await _drive(world, result, loop, steps, tamper)
         except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
             where = traceback.extract_tb(exc.__traceback__)[-1]
             result.violations.append(Violation("world_error", loop.time(), f"{type(exc).__name__}: {exc} "
@@ -106,13 +109,15 @@ async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int) -> None:
             await world.stop()
 
 
-async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: int) -> None:
+async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
     await world.start()
     while not (stable(world) and world.published()):
         if loop.time() > STARTUP_BOUND_SEC:
             result.violations.append(Violation("liveness", loop.time(), "the instance never served at start-up"))
             return
         await asyncio.sleep(STEP_SEC)
+    if tamper is not None:
+        tamper(world)
     t0 = loop.time()
     world.note(f"serving {sorted(world.published() or ())}; schedule starts")
     checker = SafetyChecker(world)
