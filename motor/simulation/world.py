@@ -241,8 +241,10 @@ class _ObservedClient:
             strategy = request_id.split("-")[0] in ("sd", "reconf")
             if strategy:
                 world.inflight[request_id] = world.inflight.get(request_id, 0) + 1
-                live = sum(1 for n in world.inflight.values() if n > 0)
-                world.max_concurrent_strategies = max(world.max_concurrent_strategies, live)
+                live = sorted(rid for rid, n in world.inflight.items() if n > 0)
+                if len(live) > 1 and len(live) > world.max_concurrent_strategies:
+                    world.note(f"strategies in flight at once: {live} ({name} {self._client.address})")
+                world.max_concurrent_strategies = max(world.max_concurrent_strategies, len(live))
             try:
                 return await target(*args, **kwargs)
             finally:
