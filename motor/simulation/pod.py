@@ -216,7 +216,8 @@ class SimNodeManager:
             clock=monotonic,
         )
         self.poller = EngineFtManager(
-            self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,  # type: ignore[arg-type]
+            self.http,  # type: ignore[arg-type]
+            interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
             timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
             report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
             defer_recovered=self.guard.is_live,

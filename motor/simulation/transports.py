@@ -140,7 +140,8 @@ class SimNodeManagerClient:
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port)
             nm.applies_seen.append(request_id)
-            return node_manager_pb2.ApplyResponse(accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
+            return node_manager_pb2.ApplyResponse(
+                accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
                 node_manager_pb2.EngineApplyResult(
                     endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,
                     engine_request_id=o.engine_request_id, message=o.message, request_body=o.request_body,

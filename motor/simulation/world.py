@@ -120,7 +120,8 @@ class World:
         incarnation = self.incarnation
         timeout = self.config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         nms = _ObservedNodeManagers(self, incarnation, SimNodeManagerClients(self.net, self.pods, timeout))
-        peers = ControllerPeers(nms, SimCoordinatorClient(self.net, lambda: self.table, timeout, self.group.request))  # type: ignore[arg-type]
+        coordinator = SimCoordinatorClient(self.net, lambda: self.table, timeout, self.group.request)
+        peers = ControllerPeers(nms, coordinator)  # type: ignore[arg-type]
         core = ControllerCore(self.config, self.store, peers, self.clock)
         self._peers = peers
         self.core = core
