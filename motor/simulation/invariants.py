@@ -6,7 +6,8 @@ without a reconfiguration (`retired_rank_returns`); at most one strategy of the 
 in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives
 (`apply_replayed`). At the end, once stable: the Coordinator routes to exactly the Controller's
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
-SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); reconfigurations
+SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
+state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
 per fault are bounded (`reconfigurations_bounded`). Bounds derive from the Controller's config.
 """
 
@@ -20,7 +21,8 @@ from motor.controller.model.runtime import FtPhase
 from motor.simulation.world import World
 
 INVARIANTS = ("dead_rank_published", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
-              "published_equals_alive", "liveness", "reconfigurations_bounded", "world_error")
+              "published_equals_alive", "store_holds_acted_state", "liveness", "reconfigurations_bounded",
+              "world_error")
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,12 @@ def final_checks(world: World, now: float, faults: int) -> list[Violation]:
             out.append(Violation("published_equals_alive", now,
                                  f"the Coordinator routes to {sorted(published)}, the Controller's alive set is "
                                  f"{sorted(alive)}, healthy in truth {sorted(healthy)} (phase {rt.phase})"))
+    held = world.store.held(rt.instance_id)
+    if held is None or held.phase != str(rt.phase) or set(held.dead_committed) != set(rt.dead_committed):
+        what = "nothing" if held is None else f"phase {held.phase} dead_committed {sorted(held.dead_committed)}"
+        out.append(Violation("store_holds_acted_state", now,
+                             f"the store holds {what} while the Controller acts on phase {rt.phase} "
+                             f"dead_committed {sorted(rt.dead_committed)}: a restart would restore the older state"))
     reconfigurations = len({rid for rid in world.inflight if rid.startswith("reconf")})
     bound = 2 * faults + 1
     if reconfigurations > bound:

@@ -55,9 +55,17 @@ def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] 
     try:
         loop.run_until_complete(_run(result, loop, steps, tamper))
     finally:
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(_drain(left))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
     return result
+
+
+async def _drain(tasks) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _fire(world: World, event: Event) -> None:
@@ -83,6 +91,10 @@ async def _fire(world: World, event: Event) -> None:
         world.nm_restart(address)
     elif event.kind == "controller_restart":
         await world.controller_restart(event.duration_sec)
+    elif event.kind == "store_outage":
+        world.store.failing = True
+        await asyncio.sleep(event.duration_sec)
+        world.store.failing = False
     elif event.kind == "traffic":
         g.traffic()
     elif event.kind == "coordinator_restart":

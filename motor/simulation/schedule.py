@@ -21,6 +21,7 @@ KINDS = {
     "controller_restart": 2,  # the Controller crashes and a new one starts over the same store
     "coordinator_restart": 1,  # the Coordinator restarts with an empty routing table
     "lossy_network": 1,     # for a while, calls are lost, duplicated and delayed
+    "store_outage": 1,      # for a while, every store write fails
     "traffic": 2,           # requests resume: an idle group notices its dead peers
 }
 
@@ -51,6 +52,6 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
         pod = rng.randrange(pods) if kind == "nm_crash" else -1
         duration = {"hang_status": rng.uniform(1, 8), "nm_crash": rng.uniform(1, 20),
                     "controller_restart": rng.uniform(0.5, 15), "lossy_network": rng.uniform(2, 20),
-                    "slow_rebuild": rng.uniform(8, 20)}.get(kind, 0.0)
+                    "slow_rebuild": rng.uniform(8, 20), "store_outage": rng.uniform(1, 15)}.get(kind, 0.0)
         events.append(Event(at, kind, rank, pod, round(duration, 3)))
     return sorted(events, key=lambda e: (e.at_sec, e.kind, e.rank, e.pod))

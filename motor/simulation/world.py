@@ -22,7 +22,8 @@ from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.model.runtime import FtPhase
-from motor.controller.persistence import MemoryRuntimeStore
+from motor.controller.persistence import MemoryRuntimeStore, StoreError
+from motor.controller.persistence.records import decode_record
 from motor.coordinator.routing import RoutingTable
 from nodemanager.config import NodeManagerConfig
 
@@ -44,10 +45,23 @@ PODS = ((0, 1), (2, 3))
 
 
 class DurableMemoryStore(MemoryRuntimeStore):
-    """The memory store as a Controller restart sees etcd: it outlives the process that closes it."""
+    """The memory store as a Controller restart sees etcd: it outlives the process that closes it,
+    and its writes fail while `failing` (an etcd outage)."""
+
+    failing = False
+
+    async def put(self, record, expected_generation) -> None:
+        if self.failing:
+            raise StoreError(f"simulated store outage (put instance {record.instance_id})")
+        await super().put(record, expected_generation)
 
     async def close(self) -> None:
         pass
+
+    def held(self, instance_id: int):
+        """The record the store holds now (what a restarted Controller restores)."""
+        entry = self._records.get(instance_id)
+        return None if entry is None else decode_record(entry[1], key=f"memory:instances/{instance_id}")
 
 
 def controller_config(idle_fault_probe: bool = False) -> ControllerConfig:

@@ -55,11 +55,30 @@ class _Group:
 
 @dataclass
 class _Runtime:
+    instance_id: int = 7
     phase: FtPhase = FtPhase.NORMAL
     original_dp_ranks: tuple = (0, 1, 2, 3)
     dead_committed: frozenset = frozenset()
     reconfiguration_gave_up: bool = False
     last_error: str | None = None
+
+
+@dataclass
+class _Held:
+    phase: str
+    dead_committed: tuple
+
+
+class _Store:
+    def __init__(self, world: _World) -> None:
+        self.world = world
+        self.record: _Held | None = None
+
+    def held(self, instance_id: int):
+        """By default what the runtime acts on (a store that took every write)."""
+        if self.record is not None:
+            return self.record
+        return _Held(str(self.world.rt.phase), tuple(self.world.rt.dead_committed))
 
 
 class _World:
@@ -77,6 +96,7 @@ class _World:
         self.applies: dict = {}
         self.inflight: dict = {}
         self.running = False
+        self.store = _Store(self)
 
     def published(self):
         return self.view
@@ -160,3 +180,14 @@ def test_reconfigurations_bounded_fires_on_more_reconfigurations_than_faults_all
     w = _World()
     w.inflight = {f"reconf-7-{i}": 0 for i in range(4)}
     assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["reconfigurations_bounded"]  # type: ignore[arg-type]
+
+
+def test_store_holds_acted_state_fires_when_the_store_kept_an_older_phase() -> None:
+    w = _World()
+    w.rt.phase, w.rt.dead_committed, w.view = FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), frozenset({0, 1, 2})
+    w.group.engines[3].process_up = False
+    w.group.members = {0, 1, 2}
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
+    w.store.record = _Held("POST_SCALE_CLEANUP", (3,))
+    out = final_checks(w, 1.0, 1)  # type: ignore[arg-type]
+    assert [v.invariant for v in out] == ["store_holds_acted_state"] and "POST_SCALE_CLEANUP" in out[0].message
