@@ -186,6 +186,10 @@ class World:
             self._start_pod(address)
 
     async def controller_restart(self, down_sec: float) -> None:
+        """Crash, stay down `down_sec`, start a new one; a crash while down changes nothing (one
+        Controller process at most: the world has no election)."""
+        if self.core is None:
+            return
         await self._crash_controller()
         await asyncio.sleep(down_sec)
         await self._start_controller()
