@@ -41,13 +41,18 @@ class Event:
 
 
 def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], pods: int) -> list[Event]:
-    """1–3 faults at random moments of the first two thirds of the run (the rest lets them end)."""
+    """1–3 faults in the first two thirds of the run (the rest lets them end): each at a random
+    moment, or half of the time a few seconds after the previous one, so that it lands inside
+    the detection, the collection window or the round the previous fault started."""
     horizon = steps * step_sec * 2 / 3
     kinds, weights = list(KINDS), list(KINDS.values())
-    events = []
+    events: list[Event] = []
     for _ in range(rng.choice((1, 1, 2, 2, 3))):
         kind = rng.choices(kinds, weights)[0]
-        at = round(rng.uniform(5.0, max(6.0, horizon)), 3)
+        if events and rng.random() < 0.5:
+            at = round(min(events[-1].at_sec + rng.uniform(0.1, 8.0), horizon + 8.0), 3)
+        else:
+            at = round(rng.uniform(5.0, max(6.0, horizon)), 3)
         rank = rng.choice(ranks) if kind in ("kill_process", "executor_death", "unhealthy", "hang_status") else -1
         pod = rng.randrange(pods) if kind == "nm_crash" else -1
         duration = {"hang_status": rng.uniform(1, 8), "nm_crash": rng.uniform(1, 20),

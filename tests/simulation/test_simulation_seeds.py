@@ -16,15 +16,15 @@ RANGES = {"vllm": range(0, 200), "rfc": range(0, 50), "vllm-0.33": range(0, 30)}
 # the fix is merged, then this is emptied (every seed must keep every invariant). A change of the
 # schedule generator renumbers every seed: re-run the range and list what fails then.
 KNOWN_FAILING: dict[tuple[str, int], str] = {
-    # Rank 2 turns unhealthy (every rank with it) and the Controller restarts inside the collection
-    # window: the NodeManagers count the UNHEALTHY reports as delivered, nothing re-arms them, and
-    # the restarted Controller keeps the instance NORMAL and published with every rank unhealthy.
-    ("vllm", 131): "defect 4: lost reports are never sent again (unhealthy, then a Controller restart)",
-    # A pod's NodeManager crashes during a reconfiguration's StartEngines: that call fails, and
-    # asyncio.gather raises without cancelling the other pod's StartEngines, which stays in flight
-    # into the next attempt (its StopEngines overlaps it).
-    ("vllm", 45): "found: a failed reconfiguration's sibling StartEngines stays in flight into the next attempt",
-    ("rfc", 45): "found: a failed reconfiguration's sibling StartEngines stays in flight into the next attempt",
+    # A fault just before or during a Controller restart: the NodeManagers' reports fail while it is
+    # down, are dropped after their attempts (or were already counted as delivered) and nothing
+    # re-arms them; the restarted Controller holds no evidence and keeps the instance published.
+    ("vllm", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
+    ("rfc", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
+    ("vllm-0.33", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
+    ("vllm", 134): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
+    ("vllm", 137): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
+    ("vllm", 182): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
 }
 
 
