@@ -226,6 +226,9 @@ class SimNodeManager:
                              on_commit=self._on_commit, on_taken=self.poller.taken)
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[object]] = set()
+        # What the Controller asked of this pod (the invariants read them).
+        self.applies_seen: list[str] = []
+        self.stopped_by = ""
 
     def start(self) -> None:
         self.reporter.start()

@@ -124,8 +124,6 @@ class World:
         nm = SimNodeManager(self.nm_configs[address], self.group,
                             SimControllerClient(self.net, lambda: self.core, 5.0),
                             monotonic=self.clock.monotonic, wall=self.clock.wall, address=address)
-        nm.applies_seen = []
-        nm.stopped_by = ""
         self.pods[address] = nm
         nm.start()
 
