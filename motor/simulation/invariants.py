@@ -45,11 +45,13 @@ def decision_bound_sec(config: ControllerConfig, complete: bool) -> float:
 
 def settle_bound_sec(config: ControllerConfig) -> float:
     """How long after the last fault the instance may take to end in a final state: the full
-    collection timeout, a round (its execution deadline), a reconfiguration's stop and start."""
+    collection timeout, a round (its execution deadline), a reconfiguration (its whole deadline: a
+    rank that dies while the group relaunches leaves the others waiting for it that long), a
+    retry's stop and start."""
     ft = config.fault_tolerance_config
     sd = ft.dp_scale_down_config
-    return (ft.software_status_collection_timeout_sec + sd.execution_deadline_sec + 6 * sd.request_timeout_sec
-            + 2 * config.heartbeat_timeout_sec + 60.0)
+    return (ft.software_status_collection_timeout_sec + sd.execution_deadline_sec + config.reconfiguration_timeout_sec
+            + 6 * sd.request_timeout_sec + 2 * config.heartbeat_timeout_sec + 60.0)
 
 
 class SafetyChecker:

@@ -35,3 +35,11 @@ def test_a_failed_reconfiguration_attempt_leaves_no_call_in_flight_into_the_next
     events = [Event(10.154, "nm_crash", pod=1, duration_sec=19.7), Event(23.302, "traffic"),
               Event(32.608, "nm_crash", pod=1, duration_sec=16.5)]
     assert _violations(45, events) == []
+
+
+@pytest.mark.xfail(reason="defect 7: a failed persist is never retried (here the end of a reconfiguration: the "
+                          "store keeps DECIDING, a restart would reconfigure the healthy instance again)",
+                   strict=False)
+def test_the_store_holds_the_final_state_after_a_store_outage_during_a_round() -> None:
+    events = [Event(22.78, "kill_process", rank=0), Event(24.825, "store_outage", duration_sec=6.1)]
+    assert _violations(570, events) == []
