@@ -10,7 +10,7 @@ import pytest
 
 from motor.simulation.runner import run
 
-RANGES = {"vllm": range(0, 200), "rfc": range(0, 50), "vllm-0.33": range(0, 30)}
+RANGES = {"vllm": range(0, 300), "rfc": range(0, 80), "vllm-0.33": range(0, 50)}
 
 # Seeds that fail today, each with the known fault it finds; they run as expected failures until
 # the fix is merged, then this is emptied (every seed must keep every invariant). A change of the
@@ -25,6 +25,15 @@ KNOWN_FAILING: dict[tuple[str, int], str] = {
     ("vllm", 134): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
     ("vllm", 137): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
     ("vllm", 182): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
+    ("vllm", 207): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
+    ("vllm", 237): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
+    ("vllm", 254): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
+    ("vllm", 287): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
+    ("vllm", 289): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
+    # A NodeManager crashes while the reconfiguration's StartEngines waits: that call fails, and
+    # asyncio.gather raises without cancelling the other pod's StartEngines, which stays in flight
+    # into the next attempt (whose StopEngines overlaps it).
+    ("vllm-0.33", 30): "found: a failed reconfiguration's sibling StartEngines stays in flight into the next attempt",
 }
 
 
