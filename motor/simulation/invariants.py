@@ -1,0 +1,168 @@
+"""The properties every schedule must keep, checked after every step, each with a name.
+
+Safety (every step): a rank dead in truth is not published as serving longer than one decision
+(`dead_rank_published`); a committed (retired) rank does not come back into the serving view
+without a reconfiguration (`retired_rank_returns`); at most one strategy of the instance has calls
+in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives
+(`apply_replayed`). At the end, once stable: the Coordinator routes to exactly the Controller's
+alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
+SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
+state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
+per fault are bounded (`reconfigurations_bounded`). Bounds derive from the Controller's config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from motor.controller.config import ControllerConfig
+from motor.controller.model.runtime import FtPhase
+
+from motor.simulation.world import World
+
+INVARIANTS = ("dead_rank_published", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
+              "published_equals_alive", "store_holds_acted_state", "liveness", "reconfigurations_bounded",
+              "world_error")
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    at_sec: float
+    message: str
+
+
+def decision_bound_sec(config: ControllerConfig, complete: bool) -> float:
+    """How long a dead rank may stay published: detection (a poll, or a lost pod's heartbeat
+    timeout), the decision's wait, a drain (one call, its deadline twice for a retry). The decision
+    waits the hardware window once the snapshot is complete (every active rank dead or unhealthy),
+    else up to the whole software collection timeout (RFC §4.4)."""
+    ft = config.fault_tolerance_config
+    detect = max(ft.engine_status_poll_interval_sec, config.heartbeat_timeout_sec)
+    wait = ft.hardware_ft_correlation_window_sec if complete else ft.software_status_collection_timeout_sec
+    return detect + wait + 2 * ft.dp_scale_down_config.request_timeout_sec + config.heartbeat_interval_sec
+
+
+def settle_bound_sec(config: ControllerConfig) -> float:
+    """How long after the last fault the instance may take to end in a final state: the full
+    collection timeout, a round (its execution deadline), a reconfiguration (its whole deadline: a
+    rank that dies while the group relaunches leaves the others waiting for it that long), a
+    retry's stop and start."""
+    ft = config.fault_tolerance_config
+    sd = ft.dp_scale_down_config
+    return (ft.software_status_collection_timeout_sec + sd.execution_deadline_sec + config.reconfiguration_timeout_sec
+            + 6 * sd.request_timeout_sec + 2 * config.heartbeat_timeout_sec + 60.0)
+
+
+class SafetyChecker:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.bound_sec = decision_bound_sec(world.config, complete=False)
+        self.complete_bound_sec = decision_bound_sec(world.config, complete=True)
+        self._dead_published_since: dict[int, float] = {}
+        self._complete_since: float | None = None
+        self._retired: set[int] = set()
+        self._relaunches_seen = 0
+
+    def _snapshot_complete(self) -> bool:
+        """Every active rank is dead or unhealthy in truth: the evidence for a decision exists."""
+        w, rt = self.world, self.world.runtime()
+        if rt is None:
+            return False
+        dead = w.dead_in_truth()
+        active = [r for r in rt.original_dp_ranks if r not in rt.dead_committed]
+        return bool(dead & set(active)) and all(r in dead or w.group.engines[r].status == "unhealthy" for r in active)
+
+    def check(self, now: float) -> list[Violation]:
+        w, out = self.world, []
+        published = w.published() or frozenset()
+        if self._snapshot_complete():
+            self._complete_since = now if self._complete_since is None else self._complete_since
+        else:
+            self._complete_since = None
+        # dead_rank_published: counted only while a Controller runs (a down one decides nothing).
+        dead = w.dead_in_truth()
+        for rank in sorted(w.group.engines):
+            if rank in dead and rank in published and w.core is not None:
+                since = self._dead_published_since.setdefault(rank, now)
+                complete_for = 0.0 if self._complete_since is None else now - max(since, self._complete_since)
+                rt = w.runtime()
+                if rt is not None and rank in rt.dead_committed:
+                    complete_for = now - since  # the Controller decided it dead: nothing is left to wait for
+                if now - since > self.bound_sec or complete_for > self.complete_bound_sec:
+                    bound = self.bound_sec if now - since > self.bound_sec else self.complete_bound_sec
+                    what = "" if bound == self.bound_sec else " with a complete snapshot"
+                    out.append(Violation("dead_rank_published", now,
+                                         f"rank {rank} dead since t={since:.3f} is still published as serving "
+                                         f"after {now - since:.1f}s{what} (bound {bound:g}s)"))
+                    self._dead_published_since[rank] = float("inf")
+            elif rank not in dead or rank not in published:
+                self._dead_published_since.pop(rank, None)
+        # retired_rank_returns
+        if w.relaunches != self._relaunches_seen:
+            self._relaunches_seen = w.relaunches
+            self._retired.clear()
+        rt = w.runtime()
+        if rt is not None and rt.phase is FtPhase.SCALED_DOWN_RUNNING:
+            self._retired |= {r for r in rt.dead_committed if r not in published}
+        back = sorted(self._retired & published)
+        if back:
+            out.append(Violation("retired_rank_returns", now,
+                                 f"retired ranks {back} are published again without a reconfiguration"))
+            self._retired -= set(back)
+        # one_strategy_per_instance
+        if w.max_concurrent_strategies > 1:
+            out.append(Violation("one_strategy_per_instance", now,
+                                 f"{w.max_concurrent_strategies} strategies had calls in flight at once"))
+            w.max_concurrent_strategies = 1
+        # apply_replayed
+        for request_id, lives in sorted(w.applies.items()):
+            if len(lives) > 1:
+                out.append(Violation("apply_replayed", now,
+                                     f"apply {request_id} sent by Controller lives {sorted(lives)}"))
+                w.applies[request_id] = {max(lives)}
+        return out
+
+
+def stable(world: World) -> bool:
+    """Nothing left to do: no strategy runs, the phase is final and the Controller's alive set is
+    what is healthy in truth (or the instance gave up)."""
+    rt = world.runtime()
+    if rt is None or world.strategy_running():
+        return False
+    if rt.reconfiguration_gave_up:
+        return True
+    alive = {r for r in rt.original_dp_ranks if r not in rt.dead_committed}
+    return rt.phase in (FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING) and alive == world.healthy_in_truth()
+
+
+def final_checks(world: World, now: float, faults: int) -> list[Violation]:
+    out = []
+    rt = world.runtime()
+    if rt is None or not stable(world):
+        phase = None if rt is None else rt.phase
+        out.append(Violation("liveness", now, f"the instance did not end in SCALED_DOWN_RUNNING, NORMAL or gave "
+                                              f"up within {settle_bound_sec(world.config):g}s of the last fault: "
+                                              f"phase={phase} strategy_running={world.strategy_running()} "
+                                              f"last_error={None if rt is None else rt.last_error!r}"))
+        return out
+    if not rt.reconfiguration_gave_up:
+        alive = frozenset(r for r in rt.original_dp_ranks if r not in rt.dead_committed)
+        published = world.published() or frozenset()
+        healthy = frozenset(world.healthy_in_truth())
+        if not (published == alive == healthy):
+            out.append(Violation("published_equals_alive", now,
+                                 f"the Coordinator routes to {sorted(published)}, the Controller's alive set is "
+                                 f"{sorted(alive)}, healthy in truth {sorted(healthy)} (phase {rt.phase})"))
+    held = world.store.held(rt.instance_id)
+    if held is None or held.phase != str(rt.phase) or set(held.dead_committed) != set(rt.dead_committed):
+        what = "nothing" if held is None else f"phase {held.phase} dead_committed {sorted(held.dead_committed)}"
+        out.append(Violation("store_holds_acted_state", now,
+                             f"the store holds {what} while the Controller acts on phase {rt.phase} "
+                             f"dead_committed {sorted(rt.dead_committed)}: a restart would restore the older state"))
+    reconfigurations = len({rid for rid in world.inflight if rid.startswith("reconf")})
+    bound = 2 * faults + 1
+    if reconfigurations > bound:
+        out.append(Violation("reconfigurations_bounded", now,
+                             f"{reconfigurations} reconfigurations for {faults} faults (bound {bound})"))
+    return out

@@ -1,0 +1,195 @@
+"""One schedule run on a fresh virtual-time loop, and shrinking a failing schedule.
+
+A run: start the world, wait for the instance to serve, then step `steps` times (`STEP_SEC` of
+virtual time each), firing the schedule's events when due and checking the safety invariants
+after every step; then let the world settle (bounded by the config) and check the final ones.
+The world's randomness is seeded from the seed alone, separately from the schedule, so a shrunk
+schedule keeps the rest of the world as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
+from motor.simulation.schedule import Event, generate
+from motor.simulation.transports import NetworkBounds
+from motor.simulation.virtual_time import VirtualTimeLoop, patched_process_globals
+from motor.simulation.world import PODS, World
+
+STEP_SEC = 0.5
+STARTUP_BOUND_SEC = 60.0
+# Stable this long (no strategy, a final phase) before the final checks: publications converge.
+QUIET_SEC = 25.0
+LOSSY = NetworkBounds(delay_max_sec=0.5, loss=0.15, duplicate=0.2)
+
+
+@dataclass
+class RunResult:
+    seed: int
+    dialect: str
+    events: list[Event]
+    trace: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+
+def schedule_for(seed: int, steps: int) -> list[Event]:
+    ranks = [r for pod in PODS for r in pod]
+    return generate(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
+
+
+def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None,
+        tamper: Callable[[World], None] | None = None) -> RunResult:
+    """`tamper`: breaks the world once it serves (tests show that an invariant catches it)."""
+    events = schedule_for(seed, steps) if events is None else events
+    result = RunResult(seed, dialect, list(events))
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(_run(result, loop, steps, tamper))
+    finally:
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(_drain(left))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    return result
+
+
+async def _drain(tasks) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _fire(world: World, event: Event) -> None:
+    g = world.group
+    if event.kind == "kill_process":
+        world.kill_process(event.rank)
+    elif event.kind == "executor_death":
+        world.executor_death(event.rank)
+    elif event.kind == "unhealthy":
+        world.unhealthy(event.rank)
+    elif event.kind == "fail_vote":
+        world.knobs.fail_next_vote = True
+    elif event.kind == "slow_rebuild":
+        world.knobs.rebuild_sec = event.duration_sec
+    elif event.kind == "hang_status":
+        g.hung.add(event.rank)
+        await asyncio.sleep(event.duration_sec)
+        g.hung.discard(event.rank)
+    elif event.kind == "nm_crash":
+        address = world.pod_addresses[event.pod]
+        await world.nm_crash(address)
+        await asyncio.sleep(event.duration_sec)
+        world.nm_restart(address)
+    elif event.kind == "controller_restart":
+        await world.controller_restart(event.duration_sec)
+    elif event.kind == "store_outage":
+        world.store.failing = True
+        await asyncio.sleep(event.duration_sec)
+        world.store.failing = False
+    elif event.kind == "traffic":
+        g.traffic()
+    elif event.kind == "coordinator_restart":
+        world.coordinator_restart()
+    elif event.kind == "lossy_network":
+        calm = world.net.bounds
+        world.net.bounds = LOSSY
+        await asyncio.sleep(event.duration_sec)
+        world.net.bounds = calm
+    else:
+        raise ValueError(f"unknown event kind {event.kind!r}")
+
+
+async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
+    world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace)
+    with patched_process_globals(world.clock, random.Random(f"uuid-{result.seed}")):
+        try:
+            await _drive(world, result, loop, steps, tamper)
+        except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            result.violations.append(Violation("world_error", loop.time(), f"{type(exc).__name__}: {exc} "
+                                                                           f"({where.filename}:{where.lineno})"))
+        finally:
+            await world.stop()
+
+
+async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
+    await world.start()
+    while not (stable(world) and world.published()):
+        if loop.time() > STARTUP_BOUND_SEC:
+            result.violations.append(Violation("liveness", loop.time(), "the instance never served at start-up"))
+            return
+        await asyncio.sleep(STEP_SEC)
+    if tamper is not None:
+        tamper(world)
+    t0 = loop.time()
+    world.note(f"serving {sorted(world.published() or ())}; schedule starts")
+    checker = SafetyChecker(world)
+    pending = sorted(result.events, key=lambda e: e.at_sec)
+    tasks: list[asyncio.Task[None]] = []
+    last = _observed(world)
+    end = t0 + steps * STEP_SEC
+    deadline = None
+    while True:
+        now = loop.time()
+        while pending and t0 + pending[0].at_sec <= now:
+            event = pending.pop(0)
+            world.note(f"event {event.describe()}")
+            tasks.append(loop.create_task(_fire(world, event)))
+        await asyncio.sleep(STEP_SEC)
+        last = _note_changes(world, last)
+        result.violations += checker.check(loop.time())
+        if result.violations:
+            break
+        if loop.time() < end or pending or not all(t.done() for t in tasks):
+            continue
+        if deadline is None:
+            deadline = loop.time() + settle_bound_sec(world.config)
+            quiet_since = None
+        quiet_since = (quiet_since or loop.time()) if stable(world) else None
+        if quiet_since is not None and loop.time() - quiet_since >= QUIET_SEC or loop.time() >= deadline:
+            break
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if not result.violations:
+        result.violations += final_checks(world, loop.time(), len(result.events))
+    world.note(f"end: phase={world.phase()} published={sorted(world.published() or ())} "
+               f"healthy={sorted(world.healthy_in_truth())}")
+
+
+def _observed(world: World) -> tuple:
+    rt = world.runtime()
+    return (None if rt is None else str(rt.phase), () if rt is None else tuple(sorted(rt.dead_committed)),
+            tuple(sorted(world.published() or ())))
+
+
+def _note_changes(world: World, last: tuple) -> tuple:
+    now = _observed(world)
+    if now != last:
+        world.note(f"phase={now[0]} dead_committed={list(now[1])} published={list(now[2])}")
+    return now
+
+
+def shrink(result: RunResult, steps: int) -> RunResult:
+    """Drops events one at a time while the run still fails the same invariant."""
+    wanted = result.violations[0].invariant
+    best = result
+    changed = True
+    while changed and len(best.events) > 1:
+        changed = False
+        for i in range(len(best.events)):
+            candidate = best.events[:i] + best.events[i + 1:]
+            attempt = run(best.seed, best.dialect, steps, candidate)
+            if any(v.invariant == wanted for v in attempt.violations):
+                best, changed = attempt, True
+                break
+    return best

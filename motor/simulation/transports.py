@@ -1,0 +1,291 @@
+"""In-memory transports: the peer interfaces the gRPC clients implement, over a simulated network.
+
+- `SimNodeManagerClients` / `SimNodeManagerClient`: what `motor.controller.clients.NodeManagerClients`
+  offers the Controller; each call goes to the pod's real `FtProxy` / `EngineLifecycle` as the
+  NodeManager's servicers adapt it, NodeManager refusals mapped by `nodemanager.rpc.status_code_of`.
+- `SimCoordinatorClient`: `CoordinatorClient` over the Coordinator's real `RoutingTable`.
+- `SimControllerClient`: `nodemanager.controller_client.ControllerClient` over the current
+  `ControllerCore` (Register, Heartbeat, ReportSoftwareFault as the Controller's servicer adapts them).
+
+`Network` is the only thing between them: per call a delay, a lost request or a lost answer (the
+call then fails UNAVAILABLE, the effect of a lost answer stays), a duplicate delivery of the
+idempotent NodeManager → Controller calls, and peers that are down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from gen.motor.v1 import controller_pb2, coordinator_pb2, node_manager_pb2
+from motor.controller.clients import PeerCallError
+from motor.controller.fault_tolerance.evidence import NormalizationError
+from motor.controller.instances import RegistrationError
+from motor.controller.model.runtime import UnknownInstanceError
+from motor.controller.servicer import _KINDS
+from motor.coordinator.routing import RoutingTable
+from motor.coordinator.servicer import instance_from_proto, instance_to_proto
+from motor.coordinator.serving_view import RefreshError, RefreshErrorCode, RefreshEvent
+from nodemanager.errors import NodeManagerError
+from nodemanager.rpc import status_code_of
+
+_EVENTS = {coordinator_pb2.REFRESH_EVENT_ADD: RefreshEvent.ADD, coordinator_pb2.REFRESH_EVENT_DEL: RefreshEvent.DEL,
+           coordinator_pb2.REFRESH_EVENT_SET: RefreshEvent.SET, coordinator_pb2.REFRESH_EVENT_PAUSE: RefreshEvent.PAUSE,
+           coordinator_pb2.REFRESH_EVENT_RESUME: RefreshEvent.RESUME}
+_REFRESH_CODES = {RefreshErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+                  RefreshErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+                  RefreshErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND}
+
+
+class CallFailed(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+@dataclass
+class NetworkBounds:
+    delay_max_sec: float = 0.05
+    loss: float = 0.0
+    duplicate: float = 0.0
+
+
+class Network:
+    def __init__(self, rng: random.Random, bounds: NetworkBounds) -> None:
+        self.rng, self.bounds = rng, bounds
+        self.down: set[str] = set()
+        self._extra: set[asyncio.Task[object]] = set()
+
+    async def call(self, target: str, fn: Callable[[], Awaitable[object]], timeout_sec: float,
+                   idempotent: bool = False):
+        b = self.bounds
+        await asyncio.sleep(self.rng.uniform(0.0005, b.delay_max_sec))
+        if target in self.down:
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{target} is down")
+        if self.rng.random() < b.loss:
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "request lost")
+        if idempotent and self.rng.random() < b.duplicate:
+            task = asyncio.get_running_loop().create_task(self._again(fn))
+            self._extra.add(task)
+            task.add_done_callback(self._extra.discard)
+        try:
+            result = await asyncio.wait_for(fn(), timeout_sec)
+        except TimeoutError:
+            raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout_sec:g}s") from None
+        await asyncio.sleep(self.rng.uniform(0.0005, b.delay_max_sec))
+        if self.rng.random() < b.loss:
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "answer lost")
+        return result
+
+    async def _again(self, fn) -> None:
+        await asyncio.sleep(self.rng.uniform(0.0005, self.bounds.delay_max_sec * 4))
+        try:
+            await fn()
+        except Exception:  # noqa: BLE001 - a duplicate's outcome is nobody's
+            pass
+
+
+# -- Controller → NodeManager ------------------------------------------------------------------
+class SimNodeManagerClient:
+    def __init__(self, net: Network, pods: dict, address: str, timeout_sec: float) -> None:
+        self.net, self._pods, self.address, self._timeout = net, pods, address, timeout_sec
+
+    async def _call(self, name: str, fn, timeout_sec: float | None = None):
+        def pod():
+            nm = self._pods.get(self.address)
+            if nm is None:
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")
+            return nm
+
+        async def invoke():
+            try:
+                return await fn(pod())
+            except NodeManagerError as exc:
+                raise CallFailed(status_code_of(exc), str(exc)) from None
+
+        try:
+            return await self.net.call(self.address, invoke, timeout_sec or self._timeout)
+        except CallFailed as exc:
+            raise PeerCallError(name, self.address, exc.code, exc.details) from None
+
+    def _engine_timeout(self, timeout_sec: float | None = None) -> float:
+        return max(0.01, (timeout_sec or self._timeout) - 0.1)
+
+    async def guard(self, instance_id, request_id, lease_sec):
+        async def fn(nm):
+            g = nm.proxy.guard(request_id, lease_sec, instance_id)
+            return node_manager_pb2.GuardResponse(request_id=g.request_id, lease_remaining_sec=g.lease_remaining_sec,
+                                                  renewed=g.renewed)
+        return await self._call("guard", fn)
+
+    async def status(self, instance_id, request_id, endpoint_ids, wait_while=(), settle_sec=0.0,
+                     taken_as_evidence=False):
+        async def fn(nm):
+            entries = await nm.proxy.status(instance_id, list(endpoint_ids), request_id,
+                                            self._engine_timeout(self._timeout + settle_sec),
+                                            wait_while=sorted(wait_while), settle_sec=settle_sec,
+                                            taken_as_evidence=taken_as_evidence)
+            return [e.to_pb() for e in entries]
+        return await self._call("status", fn, self._timeout + settle_sec)
+
+    async def apply(self, instance_id, request_id, removed_dp_ranks, dp_master_ip, dp_master_rank, endpoint_ids,
+                    dp_store_port=0):
+        async def fn(nm):
+            result = await nm.proxy.apply(
+                instance_id=instance_id, request_id=request_id, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
+                removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
+                endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port)
+            nm.applies_seen.append(request_id)
+            return node_manager_pb2.ApplyResponse(
+                accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
+                node_manager_pb2.EngineApplyResult(
+                    endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,
+                    engine_request_id=o.engine_request_id, message=o.message, request_body=o.request_body,
+                    elapsed_sec=o.elapsed_sec, sent_at_unix_sec=o.sent_at_unix_sec) for o in result.outcomes])
+        return await self._call("apply", fn)
+
+    async def finalize(self, instance_id, request_id, commit, retired_ids):
+        async def fn(nm):
+            r = nm.proxy.finalize(instance_id=instance_id, request_id=request_id, commit=commit,
+                                  retired_ids=list(retired_ids))
+            return node_manager_pb2.FinalizeResponse(retired_ids=r.retired_ids, guard_released=r.guard_released)
+        return await self._call("finalize", fn)
+
+    async def stop_engines(self, instance_id, request_id, timeout_sec):
+        async def fn(nm):
+            stopped = await nm.engines.stop_engines(instance_id=instance_id, request_id=request_id, grace_sec=0.0,
+                                                    endpoint_ids=[])
+            return node_manager_pb2.StopEnginesResponse(stopped_ids=stopped)
+        return await self._call("stop_engines", fn, timeout_sec)
+
+    async def start_engines(self, instance_id, request_id, dp_master_ip, dp_master_port, timeout_sec):
+        async def fn(nm):
+            eps = await nm.engines.start_engines(instance_id=instance_id, request_id=request_id,
+                                                 dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
+                                                 endpoint_ids=[], timeout_sec=self._engine_timeout(timeout_sec))
+            return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in eps])
+        return await self._call("start_engines", fn, timeout_sec)
+
+    async def stop_pod(self, request_id, reason):
+        async def fn(nm):
+            nm.stopped_by = request_id
+            return node_manager_pb2.StopPodResponse(accepted=True)
+        return await self._call("stop_pod", fn)
+
+    async def close(self) -> None:
+        pass
+
+
+class SimNodeManagerClients:
+    def __init__(self, net: Network, pods: dict, timeout_sec: float) -> None:
+        self.net, self.pods, self._timeout = net, pods, timeout_sec
+
+    def get(self, address: str) -> SimNodeManagerClient:
+        return SimNodeManagerClient(self.net, self.pods, address, self._timeout)
+
+    async def close(self) -> None:
+        pass
+
+
+# -- Controller → Coordinator ------------------------------------------------------------------
+class SimCoordinatorClient:
+    address = "coordinator"
+
+    def __init__(self, net: Network, table: Callable[[], RoutingTable], timeout_sec: float,
+                 serve: Callable[[int], bool] = lambda rank: False) -> None:
+        self.net, self._table, self._timeout, self._serve = net, table, timeout_sec, serve
+
+    async def _call(self, name: str, fn):
+        try:
+            return await self.net.call(self.address, fn, self._timeout)
+        except CallFailed as exc:
+            raise PeerCallError(name, self.address, exc.code, exc.details) from None
+
+    async def refresh(self, event, instances, revision) -> int:
+        async def fn():
+            try:
+                return self._table().refresh(_EVENTS[event], [instance_from_proto(i) for i in instances], revision)
+            except RefreshError as exc:
+                raise CallFailed(_REFRESH_CODES[exc.code], exc.message) from None
+        name = coordinator_pb2.RefreshEvent.Name(event).removeprefix("REFRESH_EVENT_").lower()
+        return await self._call(f"refresh:{name}", fn)
+
+    async def list_instances(self):
+        async def fn():
+            snap = self._table().snapshot(0.0)
+            return coordinator_pb2.ListInstancesResponse(revision=snap.revision, instances=[
+                coordinator_pb2.PublishedInstance(instance=instance_to_proto(v.spec), paused=v.paused)
+                for v in snap.instances])
+        return await self._call("list_instances", fn)
+
+    async def send_canary(self, instance_id, endpoint_ids, timeout_sec, request_id):
+        async def fn():
+            target = endpoint_ids[0]
+            served = self._serve(target)
+            return coordinator_pb2.SendCanaryResponse(endpoint_id=target, served=served,
+                                                      http_status=200 if served else 503,
+                                                      detail="served" if served else "the engine failed the request",
+                                                      request_id=request_id)
+        return await self._call("send_canary", fn)
+
+    async def close(self) -> None:
+        pass
+
+
+# -- NodeManager → Controller ------------------------------------------------------------------
+class SimControllerClient:
+    """The NodeManager's Controller client; errors are `grpc.aio.AioRpcError` as the real one raises."""
+
+    def __init__(self, net: Network, core: Callable[[], object], timeout_sec: float) -> None:
+        self.net, self._core, self.timeout_sec = net, core, timeout_sec
+        self.address = "controller"
+        self.addresses = ["controller"]
+        self.term = 0
+
+    async def _call(self, fn, idempotent: bool):
+        async def invoke():
+            core = self._core()
+            if core is None:
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, "controller is down")
+            return await fn(core)
+        try:
+            return await self.net.call("controller", invoke, self.timeout_sec, idempotent)
+        except CallFailed as exc:
+            raise grpc.aio.AioRpcError(exc.code, grpc.aio.Metadata(), grpc.aio.Metadata(), exc.details) from None
+
+    async def register(self, request: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
+        async def fn(core):
+            try:
+                return await core.register(request)
+            except RegistrationError as exc:
+                code = grpc.StatusCode.FAILED_PRECONDITION if exc.precondition else grpc.StatusCode.INVALID_ARGUMENT
+                raise CallFailed(code, str(exc)) from None
+        return await self._call(fn, idempotent=False)
+
+    async def heartbeat(self, request: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
+        async def fn(core):
+            return core.heartbeat(request)
+        return await self._call(fn, idempotent=True)
+
+    async def report_software_fault(self, request: controller_pb2.ReportSoftwareFaultRequest):
+        async def fn(core):
+            kind = _KINDS.get(request.kind)
+            if kind is None:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind}")
+            try:
+                message = core.report_software_fault(request, kind)
+            except UnknownInstanceError:
+                raise CallFailed(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {request.instance_id}") from None
+            except NormalizationError as exc:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            return controller_pb2.ReportSoftwareFaultResponse(accepted=not message.endswith("ignored"),
+                                                              message=message)
+        return await self._call(fn, idempotent=True)
+
+    async def close(self) -> None:
+        pass
+

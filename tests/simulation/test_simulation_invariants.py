@@ -1,0 +1,193 @@
+"""Each invariant fires: on a deliberately broken world (the real code over a tampered transport or
+engine) or on a hand-made bad state of the world the checker reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from motor.controller.model.runtime import FtPhase
+from motor.simulation.invariants import SafetyChecker, final_checks
+from motor.simulation.runner import run
+from motor.simulation.schedule import Event
+from motor.simulation.world import World
+
+
+def _invariants(result) -> set[str]:
+    return {v.invariant for v in result.violations}
+
+
+def test_dead_rank_published_fires_when_the_coordinator_ignores_every_withdrawal() -> None:
+    def freeze(world: World) -> None:
+        table = world.table
+        table.refresh = lambda event, instances, revision: revision  # acknowledges, changes nothing
+
+    result = run(1, events=[Event(10.0, "executor_death", rank=3)], tamper=freeze)
+    assert _invariants(result) == {"dead_rank_published"}, result.violations
+    assert "rank 3" in result.violations[0].message
+
+
+def test_liveness_fires_when_relaunched_engines_never_form_a_group() -> None:
+    def never_ready(world: World) -> None:
+        world.knobs.load_sec = 10_000.0
+
+    result = run(1, events=[Event(10.0, "nm_crash", pod=0, duration_sec=2.0)], tamper=never_ready)
+    assert "liveness" in _invariants(result), result.violations
+
+
+def test_a_clean_fault_keeps_every_invariant() -> None:
+    result = run(1, events=[Event(10.0, "executor_death", rank=3), Event(30.0, "traffic")])
+    assert result.violations == [], result.trace
+
+
+# -- hand-made states ------------------------------------------------------------------------
+@dataclass
+class _Engine:
+    process_up: bool = True
+    ready: bool = True
+    status: str = "healthy"
+
+
+@dataclass
+class _Group:
+    engines: dict = field(default_factory=lambda: {r: _Engine() for r in range(4)})
+    members: set = field(default_factory=lambda: {0, 1, 2, 3})
+
+
+@dataclass
+class _Runtime:
+    instance_id: int = 7
+    phase: FtPhase = FtPhase.NORMAL
+    original_dp_ranks: tuple = (0, 1, 2, 3)
+    dead_committed: frozenset = frozenset()
+    reconfiguration_gave_up: bool = False
+    last_error: str | None = None
+
+
+@dataclass
+class _Held:
+    phase: str
+    dead_committed: tuple
+
+
+class _Store:
+    def __init__(self, world: _World) -> None:
+        self.world = world
+        self.record: _Held | None = None
+
+    def held(self, instance_id: int):
+        """By default what the runtime acts on (a store that took every write)."""
+        if self.record is not None:
+            return self.record
+        return _Held(str(self.world.rt.phase), tuple(self.world.rt.dead_committed))
+
+
+class _World:
+    """What the checkers read of a World, set by hand."""
+
+    def __init__(self) -> None:
+        from motor.simulation.world import controller_config
+        self.config = controller_config()
+        self.group = _Group()
+        self.rt = _Runtime()
+        self.view: frozenset | None = frozenset({0, 1, 2, 3})
+        self.core = object()
+        self.relaunches = 0
+        self.max_concurrent_strategies = 0
+        self.applies: dict = {}
+        self.inflight: dict = {}
+        self.running = False
+        self.store = _Store(self)
+
+    def published(self):
+        return self.view
+
+    def runtime(self):
+        return self.rt
+
+    def dead_in_truth(self):
+        return {r for r, e in self.group.engines.items() if not e.process_up or e.status == "dead"}
+
+    def healthy_in_truth(self):
+        return {r for r, e in self.group.engines.items() if e.process_up and e.status == "healthy"
+                and r in self.group.members}
+
+    def strategy_running(self):
+        return self.running
+
+
+def test_dead_rank_published_uses_the_short_bound_once_the_snapshot_is_complete() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.group.engines[3].status = "dead"
+    for r in (0, 1, 2):
+        w.group.engines[r].status = "unhealthy"
+    fired = []
+    for step in range(200):
+        fired += checker.check(step * 0.5)
+    assert [v.invariant for v in fired] == ["dead_rank_published"]
+    assert fired[0].at_sec <= checker.complete_bound_sec + 1
+    assert "complete snapshot" in fired[0].message
+
+
+def test_retired_rank_returns_fires_without_a_reconfiguration_and_not_after_one() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.rt.phase, w.rt.dead_committed, w.view = FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), frozenset({0, 1, 2})
+    assert checker.check(1.0) == []
+    w.view = frozenset({0, 1, 2, 3})
+    assert [v.invariant for v in checker.check(2.0)] == ["retired_rank_returns"]
+    w.view, w.relaunches = frozenset({0, 1, 2}), 1
+    checker.check(3.0)
+    w.relaunches = 2  # a reconfiguration relaunched every rank: rank 3 may serve again
+    w.view = frozenset({0, 1, 2, 3})
+    assert checker.check(4.0) == []
+
+
+def test_one_strategy_per_instance_fires_on_two_strategies_in_flight() -> None:
+    w = _World()
+    w.max_concurrent_strategies = 2
+    assert [v.invariant for v in SafetyChecker(w).check(1.0)] == ["one_strategy_per_instance"]  # type: ignore[arg-type]
+
+
+def test_apply_replayed_fires_on_an_apply_sent_by_two_controller_lives() -> None:
+    w = _World()
+    w.applies = {"sd-7-a": {1}, "sd-7-b": {1, 2}}
+    out = SafetyChecker(w).check(1.0)  # type: ignore[arg-type]
+    assert [v.invariant for v in out] == ["apply_replayed"] and "sd-7-b" in out[0].message
+
+
+def test_published_equals_alive_fires_when_the_coordinator_routes_to_a_retired_rank() -> None:
+    w = _World()
+    w.rt.phase, w.rt.dead_committed = FtPhase.SCALED_DOWN_RUNNING, frozenset({3})
+    w.group.engines[3].process_up = False
+    w.group.members = {0, 1, 2}
+    assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["published_equals_alive"]  # type: ignore[arg-type]
+    w.view = frozenset({0, 1, 2})
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
+
+
+def test_liveness_fires_while_a_strategy_still_runs_or_the_phase_is_not_final() -> None:
+    w = _World()
+    w.running = True
+    assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["liveness"]  # type: ignore[arg-type]
+    w.running, w.rt.phase = False, FtPhase.RECONFIGURING
+    assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["liveness"]  # type: ignore[arg-type]
+    w.rt.reconfiguration_gave_up = True  # an explicit gave-up state ends the fault
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
+
+
+def test_reconfigurations_bounded_fires_on_more_reconfigurations_than_faults_allow() -> None:
+    w = _World()
+    w.inflight = {f"reconf-7-{i}": 0 for i in range(4)}
+    assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["reconfigurations_bounded"]  # type: ignore[arg-type]
+
+
+def test_store_holds_acted_state_fires_when_the_store_kept_an_older_phase() -> None:
+    w = _World()
+    w.rt.phase, w.rt.dead_committed, w.view = FtPhase.SCALED_DOWN_RUNNING, frozenset({3}), frozenset({0, 1, 2})
+    w.group.engines[3].process_up = False
+    w.group.members = {0, 1, 2}
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
+    w.store.record = _Held("POST_SCALE_CLEANUP", (3,))
+    out = final_checks(w, 1.0, 1)  # type: ignore[arg-type]
+    assert [v.invariant for v in out] == ["store_holds_acted_state"] and "POST_SCALE_CLEANUP" in out[0].message
