@@ -207,13 +207,14 @@ class SimNodeManager:
             alive_ids=lambda: self.state.alive_for_heartbeat(self.supervisor.alive_ids()), on_config=self._on_config,
             heartbeat_interval_sec=config.heartbeat_interval_sec,
             max_backoff_sec=config.controller_retry_max_backoff_sec,
-            on_leader_change=self._on_leader_change, registered=registered,
+            on_renewed=self._on_controller_renewed, registered=registered,
         )
         self.reporter = FaultReporter(
             controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
-            hold_sec=config.fault_report_hold_sec, registered=registered, is_retired=self.state.is_retired,
-            clock=monotonic,
+            hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
+            registered=registered, is_retired=self.state.is_retired, clock=monotonic,
+            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]),
         )
         self.poller = EngineFtManager(
             self.http,  # type: ignore[arg-type]
@@ -278,11 +279,13 @@ class SimNodeManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _on_leader_change(self, term: int) -> None:
+    def _on_controller_renewed(self, reason: str) -> None:
+        self.reporter.retry_now()
         self.poller.rearm(self.poller.watched)
         for i in self.supervisor.ids:
             if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i):
-                self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (term {term})", None, self._wall()))
+                self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again: {reason})", None,
+                                                 self._wall()))
 
     def _on_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
         if self.state.set_proxy(cfg.enable_dp_scale_down_proxy, f"controller {source}") and \

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Iterable
 
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.decision import FallbackCause
@@ -61,23 +62,23 @@ class ReconfigurationStrategy(Strategy):
         await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
         try:
-            await asyncio.gather(*(
+            await _all_or_none(
                 self.timed_call("stop_engines", p.node_manager_address,
                                 lambda p=p: deps.nodemanagers.get(p.node_manager_address).stop_engines(
                                     self.instance_id, self.request_id, timeout),
                                 {"endpoint_ids": sorted(p.ranks)})
                 for p in pods
-            ))
+            )
             master_rank = min(record.original_dp_ranks)
             master_ip = record.endpoint_infos()[master_rank].ip
             # Port 0: each NodeManager uses its configured initial dp_master_port for the new group.
-            await asyncio.gather(*(
+            await _all_or_none(
                 self.timed_call("start_engines", p.node_manager_address,
                                 lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
                                     self.instance_id, self.request_id, master_ip, 0, timeout),
                                 {"endpoint_ids": sorted(p.ranks), "dp_master_ip": master_ip})
                 for p in pods
-            ))
+            )
         except PeerCallError as exc:
             await self.note_reinference()
             return self._fail(str(exc))
@@ -106,3 +107,17 @@ class ReconfigurationStrategy(Strategy):
             self.txn.finish(f"failed: {reason}", self.deps.clock.wall())
         self.deps.changed(self.instance_id)
         return Outcome(False, reason)
+
+
+async def _all_or_none(calls: Iterable[Awaitable[object]]) -> None:
+    """Runs one call per pod at once; the first failure cancels the others and waits for them
+    before it is raised, so no call of a failed attempt is still in flight when the next attempt
+    (or another strategy) sends its own to the same pods."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
