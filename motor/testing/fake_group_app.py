@@ -8,7 +8,11 @@ Routes per rank: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply
 ``POST /motor/admin/inject`` ``{"fault": NAME, ...params}`` (the reference engine's route, fault
 names and parameters, so `motorctl inject` works here too) → 200 ``{"fault", "rank", "entry",
 "injections"}`` or 400 ``{"detail"}``, ``GET /fake/journal[?since=N]`` (every transition with its
-wall time), ``GET /fake/group``, ``POST /fake/exit``.
+wall time), ``GET /fake/group``, ``POST /fake/exit``. ``GET /health`` answers 503 while the rank's
+placeholder is stopped.
+
+With ``control`` (``--control host:port``), one more listener takes the placeholders' lifecycle:
+``POST /fake/lifecycle`` ``{"rank", "event": "started" | "stopped"}`` (`motor.testing.fake_placeholder`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     """One rank of a simulated group: FT API from the group, OpenAI completions while it serves."""
     app = web.Application()
     rank_header = {"X-Motor-DP-Rank": str(rank)}
+
+    async def rank_health(_: web.Request) -> web.Response:
+        return web.Response(status=503 if group.ranks[rank].stopped else 200)
 
     async def status(_: web.Request) -> web.Response:
         await group.ranks[rank].injections.wait_status_released()  # hang_status
@@ -158,7 +165,7 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await generate(request, chat=True)
 
-    app.router.add_get("/health", health)
+    app.router.add_get("/health", rank_health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post(f"{ADMIN_PREFIX}/inject", inject)
@@ -171,9 +178,30 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     return app
 
 
+def build_control_app(group: FakeDpGroup) -> web.Application:
+    """The placeholders' lifecycle reports (a killed rank's own listener is closed)."""
+    app = web.Application()
+
+    async def lifecycle(request: web.Request) -> web.Response:
+        body = await request.json()
+        rank, event = body.get("rank"), body.get("event")
+        if rank not in group.ranks or event not in ("started", "stopped"):
+            return web.json_response({"detail": f"unknown rank {rank!r} or event {event!r}"}, status=400)
+        if event == "started":
+            group.started(rank)
+        else:
+            group.stopped(rank)
+        return web.json_response(group.ranks[rank].entry())
+
+    app.router.add_get("/health", health)
+    app.router.add_post("/fake/lifecycle", lifecycle)
+    return app
+
+
 async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix: str, *, model: str,
                       diagnosing_sec: float, rebuild_sec: float, checkin_sec: float, detect_sec: float,
-                      per_token_latency_sec: float, ready_file: str | None) -> None:
+                      per_token_latency_sec: float, ready_file: str | None,
+                      control: tuple[str, int] | None = None) -> None:
     stop = stop_on_signals()
     group = FakeDpGroup(ranks, diagnosing_sec=diagnosing_sec, rebuild_sec=rebuild_sec, checkin_sec=checkin_sec,
                         detect_sec=detect_sec)
@@ -187,14 +215,37 @@ async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix
             closing.add(task)
             task.add_done_callback(closing.discard)
 
+    address = dict(zip(ranks, endpoints, strict=True))
+
+    async def open_rank(rank: int) -> web.AppRunner:
+        runner = web.AppRunner(build_group_app(group, rank, prefix, model, per_token_latency_sec),
+                               access_log=None, shutdown_timeout=0.1)
+        await runner.setup()
+        host, port = address[rank]
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+        return runner
+
+    def reopen(rank: int) -> None:
+        earlier = list(closing)  # the killed listener's cleanup frees the port first
+
+        async def run() -> None:
+            await asyncio.gather(*earlier, return_exceptions=True)
+            if rank not in runners:
+                runners[rank] = await open_rank(rank)
+        task = asyncio.create_task(run())
+        closing.add(task)
+        task.add_done_callback(closing.discard)
+
     group.on_kill = kill
+    group.on_start = reopen
     try:
-        for (host, port), rank in zip(endpoints, ranks, strict=True):
-            runner = web.AppRunner(build_group_app(group, rank, prefix, model, per_token_latency_sec),
-                                   access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            await web.TCPSite(runner, host, port, backlog=1024).start()
-            runners[rank] = runner
+        for rank in ranks:
+            runners[rank] = await open_rank(rank)
+        if control is not None:
+            control_runner = web.AppRunner(build_control_app(group), access_log=None, shutdown_timeout=0.1)
+            await control_runner.setup()
+            await web.TCPSite(control_runner, *control).start()
+            runners[-1] = control_runner
         print(f"fake engine group of {len(ranks)} ranks serving on {len({h for h, _ in endpoints})} hosts "
               f"(diagnosing {diagnosing_sec:g}s, rebuild {rebuild_sec:g}s)", flush=True)
         if ready_file:
