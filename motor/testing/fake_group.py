@@ -28,8 +28,8 @@ What it does, per rank (original ids kept):
   check-in to the round of its request_id; once every survivor checked in, after ``rebuild_sec``
   every survivor is ``healthy`` in the new group. A survivor missing at the end of ``checkin_sec``
   makes every checked-in survivor ``dead`` ("Recovery failed; full restart required").
-* A journal of every transition with its wall time (``time.time()``, the Controller's timeline
-  clock), so a benchmark can split engine time from control-plane time.
+* A journal of every transition and every apply received, with its wall time (``time.time()``, the
+  Controller's timeline clock), so a benchmark can split engine time from control-plane time.
 
 Not simulated: expert placement (every round is feasible), the RFC-era dialect, ``retry``.
 """
@@ -256,6 +256,7 @@ class FakeDpGroup:
         if not isinstance(body, dict):
             raise ApplyRejected("body is not a JSON object")
         instruction, request_id = body.get("instruction"), body.get("request_id")
+        self._note(rank, "received", instruction=instruction, request_id=request_id)
         if instruction != "scale_down":
             raise ApplyRejected("Invalid instruction")
         if not isinstance(request_id, str) or not request_id:
