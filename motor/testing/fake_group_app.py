@@ -7,7 +7,8 @@ Routes per rank: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply
 ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
 ``POST /motor/admin/inject`` ``{"fault": NAME, ...params}`` (the reference engine's route, fault
 names and parameters, so `motorctl inject` works here too) → 200 ``{"fault", "rank", "entry",
-"injections"}`` or 400 ``{"detail"}``, ``GET /fake/journal[?since=N]`` (every transition with its
+"injections"}`` or 400 ``{"detail"}``, ``GET /motor/admin/state`` (``{"rank", "status",
+"in_flight_requests"}``, a part of the reference engine's answer), ``GET /fake/journal[?since=N]`` (every transition with its
 wall time), ``GET /fake/group``, ``POST /fake/exit``. ``GET /health`` answers 503 while the rank's
 placeholder is stopped.
 
@@ -41,7 +42,9 @@ def _prompt_of(doc: dict[str, Any], chat: bool) -> str:
         if not isinstance(messages, list) or not messages:
             raise ValueError("messages must be a non-empty list")
         return chat_prompt([(str(m.get("role", "user")), str(m.get("content", ""))) for m in messages
-                            if isinstance(m, dict)])
+                            if isinstance(m, dict)],
+                           add_generation_prompt=doc.get("add_generation_prompt", True) is not False,
+                           continue_final_message=doc.get("continue_final_message") is True)
     prompt = doc.get("prompt", "")
     if isinstance(prompt, list):
         prompt = prompt[0] if prompt and isinstance(prompt[0], str) else ""
@@ -55,6 +58,7 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     """One rank of a simulated group: FT API from the group, OpenAI completions while it serves."""
     app = web.Application()
     rank_header = {"X-Motor-DP-Rank": str(rank)}
+    in_flight = [0]  # completions generating on this rank now
 
     async def rank_health(_: web.Request) -> web.Response:
         return web.Response(status=503 if group.ranks[rank].stopped else 200)
@@ -87,6 +91,9 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
             return web.json_response({"detail": str(exc)}, status=400)
         return web.json_response({"fault": body["fault"], "rank": rank, "entry": entry,
                                   "injections": group.ranks[rank].injections.to_json()})
+
+    async def state(_: web.Request) -> web.Response:
+        return web.json_response({"rank": rank, "status": group.ranks[rank].status, "in_flight_requests": in_flight[0]})
 
     async def journal(request: web.Request) -> web.Response:
         since = int(request.query.get("since", "0") or 0)
@@ -159,16 +166,24 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
             pass
         return resp
 
+    async def counted(request: web.Request, chat: bool) -> web.StreamResponse:
+        in_flight[0] += 1
+        try:
+            return await generate(request, chat)
+        finally:
+            in_flight[0] -= 1
+
     async def completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=False)
+        return await counted(request, chat=False)
 
     async def chat_completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=True)
+        return await counted(request, chat=True)
 
     app.router.add_get("/health", rank_health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post(f"{ADMIN_PREFIX}/inject", inject)
+    app.router.add_get(f"{ADMIN_PREFIX}/state", state)
     app.router.add_get("/fake/journal", journal)
     app.router.add_get("/fake/group", describe)
     app.router.add_post("/fake/exit", exit_soon)
