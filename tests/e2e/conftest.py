@@ -4,9 +4,9 @@ Engines: `start_cluster()` runs the reference engines (a process per rank, real 
 `start_cluster(engines="light")` runs every rank of the instance in one fake group process
 (`motor.launch.engines.LightEngines`: the same vLLM-dialect FT protocol, fault names and toy tokens,
 no torch), with placeholders that report their restarts so whole-instance reconfiguration works.
-The rows that need what only the reference engine shows (real group rebuilds, streams cut
-mid-generation, the RFC-era dialect, an idle group that does not step) run on it; the others on
-the light engines.
+The rows that need what only the reference engine shows (real gloo group rebuilds, completions
+streams continued from token ids, the RFC-era dialect, an idle group that does not step, mTLS over
+the real stack) run on it; the others on the light engines.
 
 Artifacts go to $MOTOR_E2E_OUT (default runs/e2e-<date>) / <test name>/: the process logs, and
 artifacts.json with what RFC §8 asks every case to keep: the injection (command and target rank),
