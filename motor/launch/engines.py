@@ -149,7 +149,13 @@ class LightEngines:
                 "--diagnosing-sec", str(self.diagnosing_sec), "--rebuild-sec", str(self.rebuild_sec),
                 "--detect-sec", str(self.detect_sec), "--checkin-sec", str(self.checkin_sec),
                 "--per-token-latency-sec", str(self.per_token_latency_sec), "--ready-file", str(ready),
-                *(["--control", ":".join(map(str, self.control_address(spec, instance_id)))] if self.restartable else [])]
+                *self._control_argv(spec, instance_id)]
+
+    def _control_argv(self, spec: ClusterSpec, instance_id: int) -> list[str]:
+        if not self.restartable:
+            return []
+        host, port = self.control_address(spec, instance_id)
+        return ["--control", f"{host}:{port}"]
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:
         """Every instance's group process; returned once each serves, by name."""

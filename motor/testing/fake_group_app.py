@@ -8,9 +8,9 @@ Routes per rank: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply
 ``POST /motor/admin/inject`` ``{"fault": NAME, ...params}`` (the reference engine's route, fault
 names and parameters, so `motorctl inject` works here too) → 200 ``{"fault", "rank", "entry",
 "injections"}`` or 400 ``{"detail"}``, ``GET /motor/admin/state`` (``{"rank", "status",
-"in_flight_requests"}``, a part of the reference engine's answer), ``GET /fake/journal[?since=N]`` (every transition with its
-wall time), ``GET /fake/group``, ``POST /fake/exit``. ``GET /health`` answers 503 while the rank's
-placeholder is stopped.
+"in_flight_requests"}``, a part of the reference engine's answer), ``GET /fake/journal[?since=N]``
+(every transition with its wall time), ``GET /fake/group``, ``POST /fake/exit``. ``GET /health``
+answers 503 while the rank's placeholder is stopped.
 
 With ``control`` (``--control host:port``), one more listener takes the placeholders' lifecycle:
 ``POST /fake/lifecycle`` ``{"rank", "event": "started" | "stopped"}`` (`motor.testing.fake_placeholder`).
