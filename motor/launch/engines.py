@@ -103,7 +103,11 @@ class LightEngines:
     """One fake group process per instance (`motor.testing.fake_engine --group`)."""
 
     def __init__(self, *, diagnosing_sec: float = 1.5, rebuild_sec: float = 0.05, detect_sec: float = 0.0,
-                 checkin_sec: float = 10.0, per_token_latency_sec: float = 0.0) -> None:
+                 checkin_sec: float = 10.0, per_token_latency_sec: float = 0.0, restartable: bool = False) -> None:
+        # restartable: each rank's placeholder is `motor.testing.fake_placeholder` (a small Python
+        # process reporting its start and stop to the group), so a NodeManager's relaunch restarts the
+        # rank (a whole-instance reconfiguration); otherwise `sleep` (fleets of hundreds of ranks).
+        self.restartable = restartable
         self.diagnosing_sec = diagnosing_sec
         self.rebuild_sec = rebuild_sec
         self.detect_sec = detect_sec
@@ -116,11 +120,22 @@ class LightEngines:
     def engine_address(self, spec: ClusterSpec, instance_id: int, rank: int) -> tuple[str, int]:
         return spec.pod_ip(instance_id, spec.pod_of(rank)), LIGHT_ENGINE_PORT_BASE + rank % spec.ranks_per_pod
 
+    def control_address(self, spec: ClusterSpec, instance_id: int) -> tuple[str, int]:
+        """The group's lifecycle listener (restartable placeholders report there)."""
+        return spec.pod_ip(instance_id, 0), LIGHT_ENGINE_PORT_BASE - 1
+
+    def placeholder_command(self, spec: ClusterSpec, instance_id: int) -> list[str]:
+        if not self.restartable:
+            return [shutil.which("sleep") or "/bin/sleep", "infinity"]
+        host, port = self.control_address(spec, instance_id)
+        return [sys.executable, "-m", "motor.testing.fake_placeholder", "--control", f"http://{host}:{port}",
+                "--rank", "{dp_rank}"]
+
     def nodemanager_keys(self, spec: ClusterSpec, pod: PodPlan, run_dir: Path) -> dict[str, Any]:
         return {
             "engines": [{"dp_rank": r, "port": self.engine_address(spec, pod.instance_id, r)[1],
                          "device_infos": device_infos(spec, r)} for r in pod.ranks],
-            "engine_command": [shutil.which("sleep") or "/bin/sleep", "infinity"],
+            "engine_command": self.placeholder_command(spec, pod.instance_id),
             # Placeholders stop at once and are "ready" as soon as the fake API is.
             "engine_stop_grace_sec": 2.0,
             "engine_ready_timeout_sec": 120.0,
@@ -133,7 +148,14 @@ class LightEngines:
                 "--ranks", ",".join(str(r) for r in range(spec.dp_size)), "--model", spec.model,
                 "--diagnosing-sec", str(self.diagnosing_sec), "--rebuild-sec", str(self.rebuild_sec),
                 "--detect-sec", str(self.detect_sec), "--checkin-sec", str(self.checkin_sec),
-                "--per-token-latency-sec", str(self.per_token_latency_sec), "--ready-file", str(ready)]
+                "--per-token-latency-sec", str(self.per_token_latency_sec), "--ready-file", str(ready),
+                *self._control_argv(spec, instance_id)]
+
+    def _control_argv(self, spec: ClusterSpec, instance_id: int) -> list[str]:
+        if not self.restartable:
+            return []
+        host, port = self.control_address(spec, instance_id)
+        return ["--control", f"{host}:{port}"]
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:
         """Every instance's group process; returned once each serves, by name."""

@@ -33,7 +33,7 @@ from motor.common.config.tls import ClientTlsConfig
 from motor.common.pki import DevPki
 from motor.common.security import Role
 from motor.common.text import rank_ranges
-from motor.launch.engines import EngineBackend
+from motor.launch.engines import EngineBackend, LightEngines
 from motor.launch.etcd import EtcdServer
 from motor.launch.processes import ServiceProc
 from motor.launch.spec import ClusterSpec
@@ -342,8 +342,12 @@ class ClusterObservation:
         return SimClient(self.engine_url(rank), timeout_sec=10)
 
     def engine_applies(self, rank: int) -> list[dict[str, Any]]:
-        """Every apply the rank's reference engines were sent in this cluster's life (their own
-        journal: it outlives a relaunch), oldest first."""
+        """Every apply the rank's engines were sent in this cluster's life, oldest first: the
+        reference engines' own journal (it outlives a relaunch), or the light group's (its
+        ``received`` transitions)."""
+        if isinstance(self.engines, LightEngines):
+            return [{"instruction": e["instruction"], "request_id": e["request_id"]} for e in self.journal()[1]
+                    if e["event"] == "received" and e["rank"] == rank]
         path = self.run_dir / f"engine-applies-rank{rank}.jsonl"
         if not path.exists():
             return []

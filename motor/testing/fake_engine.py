@@ -180,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--per-token-latency-sec", type=float, default=0.0)
     p.add_argument("--model", default="motor-sim")
     p.add_argument("--ready-file")
+    p.add_argument("--control", help="--group: host:port of the placeholders' lifecycle listener")
     args, _unknown = p.parse_known_args(argv)  # tolerate engine flags meant for a real engine
     if args.group:
         if not args.endpoints:
@@ -191,10 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranks = [int(x) for x in args.ranks.split(",")] if args.ranks else list(range(len(endpoints)))
         if len(ranks) != len(endpoints):
             p.error(f"{len(endpoints)} endpoints but {len(ranks)} ranks")
+        control = None
+        if args.control:
+            host, _, port = args.control.rpartition(":")
+            control = (host, int(port))
         asyncio.run(serve_group(endpoints, ranks, args.ft_api_prefix, model=args.model,
                                 diagnosing_sec=args.diagnosing_sec, rebuild_sec=args.rebuild_sec,
                                 checkin_sec=args.checkin_sec, detect_sec=args.detect_sec,
-                                per_token_latency_sec=args.per_token_latency_sec, ready_file=args.ready_file))
+                                per_token_latency_sec=args.per_token_latency_sec, ready_file=args.ready_file,
+                                control=control))
         return 0
     if args.ports:
         ports = [int(x) for x in args.ports.split(",")]

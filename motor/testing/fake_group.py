@@ -10,6 +10,10 @@ What it does, per rank (original ids kept):
   under load), so a peer's death is always seen.
 * ``executor_death`` → ``dead`` ("EngineDeadError"), API up; ``kill_process`` → the same in the
   group, and the serving layer stops the rank's listener (``killed``).
+* A rank's engine process is stood in for by a placeholder its NodeManager runs
+  (`motor.testing.fake_placeholder`); its stop (``stopped``: ``dead``, ``/health`` 503, peers see
+  the failed collective) and its start again after a stop or a kill (a fresh healthy member of the
+  group, listener open again) are reported here, so a whole-instance reconfiguration restarts it.
 * The reference engine's other faults, by the same names and parameters (`motor.sim.injection`):
   ``fail_next_apply`` (the next accepted apply ends the rank ``dead``, "Recovery failed; full
   restart required", without checking in: the round then fails on every survivor),
@@ -24,8 +28,8 @@ What it does, per rank (original ids kept):
   check-in to the round of its request_id; once every survivor checked in, after ``rebuild_sec``
   every survivor is ``healthy`` in the new group. A survivor missing at the end of ``checkin_sec``
   makes every checked-in survivor ``dead`` ("Recovery failed; full restart required").
-* A journal of every transition with its wall time (``time.time()``, the Controller's timeline
-  clock), so a benchmark can split engine time from control-plane time.
+* A journal of every transition and every apply received, with its wall time (``time.time()``, the
+  Controller's timeline clock), so a benchmark can split engine time from control-plane time.
 
 Not simulated: expert placement (every round is feasible), the RFC-era dialect, ``retry``.
 """
@@ -46,6 +50,7 @@ log = logging.getLogger("motor.testing.fake_group")
 
 FAULT_INFO = "RuntimeError"
 DEAD_INFO = "EngineDeadError"
+STOPPED_INFO = "engine stopped"
 RECOVERY_FAILED_INFO = "Recovery failed; full restart required"
 # Bounded: a long benchmark run must not grow it forever.
 MAX_JOURNAL = 200_000
@@ -67,6 +72,8 @@ class GroupRank:
     last_ft_request_id: str | None = None
     ft_error: str | None = None
     killed: bool = False
+    # Its placeholder was stopped (a restart brings the rank back).
+    stopped: bool = False
     # The request id this rank checked in to (a running round), if any.
     round_id: str | None = None
     # The request id of an apply that stalled (injected): it never completes.
@@ -100,6 +107,8 @@ class _Round:
     votes_no: dict[int, str] = field(default_factory=dict)
     # The slowest survivor's slow_rebuild delay.
     extra_rebuild_sec: float = 0.0
+    # A member restarted meanwhile: the round's timers do nothing any more.
+    cancelled: bool = False
 
 
 class FakeDpGroup:
@@ -121,10 +130,15 @@ class FakeDpGroup:
         self.detect_sec = detect_sec
         self._clock = clock
         self._rounds: dict[str, _Round] = {}
+        # request id → why it failed: a survivor's apply arriving after the round failed fails too.
+        self._failed: dict[str, str] = {}
+        self._initial_master = dp_master
         self._generation = 0
         self.journal: list[dict[str, Any]] = []
-        # Called when a rank is killed (the serving layer stops its listener).
+        # Called when a rank is killed (the serving layer stops its listener) and when a killed rank
+        # starts again (it opens it again).
         self.on_kill: Callable[[int], None] = lambda rank: None
+        self.on_start: Callable[[int], None] = lambda rank: None
 
     # -- journal ---------------------------------------------------------------------------------
     def _note(self, rank: int, event: str, **facts: Any) -> None:
@@ -201,6 +215,40 @@ class FakeDpGroup:
         r.push("unhealthy", FAULT_INFO, self._dead_members() if mask is None else mask)
         self._note(rank, "unhealthy")
 
+    # -- lifecycle -------------------------------------------------------------------------------
+    def stopped(self, rank: int) -> None:
+        """The rank's placeholder was stopped: the rank is down; members still stepping see it."""
+        r = self.ranks[rank]
+        r.stopped = True
+        if r.status != "dead":
+            r.push("dead", STOPPED_INFO)
+        self._note(rank, "stopped")
+        if rank in self.members:
+            self._peers_fail(exclude=rank)
+
+    def started(self, rank: int) -> None:
+        """The rank's placeholder started. After a stop or a kill the rank is a fresh engine: healthy,
+        a member again, no armed faults; the rounds it took part in are over. A first start changes
+        nothing."""
+        old = self.ranks[rank]
+        if not (old.stopped or old.killed):
+            self._note(rank, "started")
+            return
+        for rnd in [x for x in self._rounds.values() if rank in x.survivors]:
+            rnd.cancelled = True
+            if rnd.timer is not None:
+                rnd.timer.cancel()
+            self._rounds.pop(rnd.request_id, None)
+        self._generation += 1
+        self.ranks[rank] = GroupRank(rank)
+        self.members.add(rank)
+        self.removed.discard(rank)
+        if self.members == set(self.ranks) and not self.removed:
+            self.master = self._initial_master
+        self._note(rank, "restarted")
+        if old.killed:
+            self.on_start(rank)
+
     # -- apply -----------------------------------------------------------------------------------
     def apply(self, rank: int, body: Any) -> str:
         """Checks the command in; returns the request id for the 202, raises ApplyRejected for a 400."""
@@ -208,6 +256,7 @@ class FakeDpGroup:
         if not isinstance(body, dict):
             raise ApplyRejected("body is not a JSON object")
         instruction, request_id = body.get("instruction"), body.get("request_id")
+        self._note(rank, "received", instruction=instruction, request_id=request_id)
         if instruction != "scale_down":
             raise ApplyRejected("Invalid instruction")
         if not isinstance(request_id, str) or not request_id:
@@ -239,6 +288,11 @@ class FakeDpGroup:
         if min(self.members) in removed and master is None:
             self._reject(r, request_id, f"params.dp_master_ip/dp_store_port are required (dp master rank "
                                         f"{min(self.members)} is removed)")
+        if request_id in self._failed:  # too late: the round's survivors already gave up
+            r.push("dead", RECOVERY_FAILED_INFO)
+            r.last_ft_request_id, r.ft_error = request_id, self._failed[request_id]
+            self._note(rank, "dead", request_id=request_id, reason="round already failed")
+            return request_id
         rnd = self._rounds.get(request_id)
         if rnd is None:
             rnd = self._rounds[request_id] = _Round(request_id, removed, survivors, master)
@@ -277,6 +331,8 @@ class FakeDpGroup:
         raise ApplyRejected(error)
 
     def _commit(self, rnd: _Round) -> None:
+        if rnd.cancelled:
+            return
         if rnd.votes_no:
             noes = ", ".join(f"rank {rank}: {why}" for rank, why in sorted(rnd.votes_no.items()))
             self._fail_round(rnd, f"scale_down failed: the vote to commit failed ({noes})", "vote failed")
@@ -299,11 +355,13 @@ class FakeDpGroup:
             self._peers_fail(exclude=-1)
 
     def _round_timeout(self, rnd: _Round) -> None:
-        if rnd.done:
+        if rnd.done or rnd.cancelled:
             return
         missing = sorted(rnd.survivors - set(rnd.checked_in))
-        self._fail_round(rnd, f"survivors {missing} did not check in to {rnd.request_id} within "
-                              f"{self.checkin_sec:g}s", "check-in timeout")
+        # The reference engine's words (its join barrier's).
+        self._fail_round(rnd, f"scale_down failed: dp ranks {missing} did not join DP group {rnd.request_id!r} "
+                              f"(members {sorted(rnd.survivors)}) within the {self.checkin_sec:g}s check-in window",
+                         "check-in timeout")
 
     def _fail_round(self, rnd: _Round, error: str, reason: str) -> None:
         """vLLM: survivors that cannot commit a scale_down are beyond repair."""
@@ -316,11 +374,12 @@ class FakeDpGroup:
             r.ft_error = error
             self._note(rank, "dead", request_id=rnd.request_id, reason=reason)
         self._rounds.pop(rnd.request_id, None)
+        self._failed[rnd.request_id] = error
 
     # -- views -----------------------------------------------------------------------------------
     def serving(self, rank: int) -> bool:
         r = self.ranks[rank]
-        return r.status == "healthy" and r.round_id is None and not r.killed
+        return r.status == "healthy" and r.round_id is None and not r.killed and not r.stopped
 
     def describe(self) -> dict[str, Any]:
         return {"dp_size": self.dp_size, "members": sorted(self.members), "removed": sorted(self.removed),

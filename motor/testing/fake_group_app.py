@@ -7,8 +7,13 @@ Routes per rank: ``GET /health``, ``GET {prefix}/status``, ``POST {prefix}/apply
 ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
 ``POST /motor/admin/inject`` ``{"fault": NAME, ...params}`` (the reference engine's route, fault
 names and parameters, so `motorctl inject` works here too) → 200 ``{"fault", "rank", "entry",
-"injections"}`` or 400 ``{"detail"}``, ``GET /fake/journal[?since=N]`` (every transition with its
-wall time), ``GET /fake/group``, ``POST /fake/exit``.
+"injections"}`` or 400 ``{"detail"}``, ``GET /motor/admin/state`` (``{"rank", "status",
+"in_flight_requests"}``, a part of the reference engine's answer), ``GET /fake/journal[?since=N]``
+(every transition with its wall time), ``GET /fake/group``, ``POST /fake/exit``. ``GET /health``
+answers 503 while the rank's placeholder is stopped.
+
+With ``control`` (``--control host:port``), one more listener takes the placeholders' lifecycle:
+``POST /fake/lifecycle`` ``{"rank", "event": "started" | "stopped"}`` (`motor.testing.fake_placeholder`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ def _prompt_of(doc: dict[str, Any], chat: bool) -> str:
         if not isinstance(messages, list) or not messages:
             raise ValueError("messages must be a non-empty list")
         return chat_prompt([(str(m.get("role", "user")), str(m.get("content", ""))) for m in messages
-                            if isinstance(m, dict)])
+                            if isinstance(m, dict)],
+                           add_generation_prompt=doc.get("add_generation_prompt", True) is not False,
+                           continue_final_message=doc.get("continue_final_message") is True)
     prompt = doc.get("prompt", "")
     if isinstance(prompt, list):
         prompt = prompt[0] if prompt and isinstance(prompt[0], str) else ""
@@ -51,6 +58,10 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     """One rank of a simulated group: FT API from the group, OpenAI completions while it serves."""
     app = web.Application()
     rank_header = {"X-Motor-DP-Rank": str(rank)}
+    in_flight = [0]  # completions generating on this rank now
+
+    async def rank_health(_: web.Request) -> web.Response:
+        return web.Response(status=503 if group.ranks[rank].stopped else 200)
 
     async def status(_: web.Request) -> web.Response:
         await group.ranks[rank].injections.wait_status_released()  # hang_status
@@ -80,6 +91,9 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
             return web.json_response({"detail": str(exc)}, status=400)
         return web.json_response({"fault": body["fault"], "rank": rank, "entry": entry,
                                   "injections": group.ranks[rank].injections.to_json()})
+
+    async def state(_: web.Request) -> web.Response:
+        return web.json_response({"rank": rank, "status": group.ranks[rank].status, "in_flight_requests": in_flight[0]})
 
     async def journal(request: web.Request) -> web.Response:
         since = int(request.query.get("since", "0") or 0)
@@ -152,16 +166,24 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
             pass
         return resp
 
+    async def counted(request: web.Request, chat: bool) -> web.StreamResponse:
+        in_flight[0] += 1
+        try:
+            return await generate(request, chat)
+        finally:
+            in_flight[0] -= 1
+
     async def completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=False)
+        return await counted(request, chat=False)
 
     async def chat_completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=True)
+        return await counted(request, chat=True)
 
-    app.router.add_get("/health", health)
+    app.router.add_get("/health", rank_health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post(f"{ADMIN_PREFIX}/inject", inject)
+    app.router.add_get(f"{ADMIN_PREFIX}/state", state)
     app.router.add_get("/fake/journal", journal)
     app.router.add_get("/fake/group", describe)
     app.router.add_post("/fake/exit", exit_soon)
@@ -171,9 +193,30 @@ def build_group_app(group: FakeDpGroup, rank: int, prefix: str, model: str, per_
     return app
 
 
+def build_control_app(group: FakeDpGroup) -> web.Application:
+    """The placeholders' lifecycle reports (a killed rank's own listener is closed)."""
+    app = web.Application()
+
+    async def lifecycle(request: web.Request) -> web.Response:
+        body = await request.json()
+        rank, event = body.get("rank"), body.get("event")
+        if rank not in group.ranks or event not in ("started", "stopped"):
+            return web.json_response({"detail": f"unknown rank {rank!r} or event {event!r}"}, status=400)
+        if event == "started":
+            group.started(rank)
+        else:
+            group.stopped(rank)
+        return web.json_response(group.ranks[rank].entry())
+
+    app.router.add_get("/health", health)
+    app.router.add_post("/fake/lifecycle", lifecycle)
+    return app
+
+
 async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix: str, *, model: str,
                       diagnosing_sec: float, rebuild_sec: float, checkin_sec: float, detect_sec: float,
-                      per_token_latency_sec: float, ready_file: str | None) -> None:
+                      per_token_latency_sec: float, ready_file: str | None,
+                      control: tuple[str, int] | None = None) -> None:
     stop = stop_on_signals()
     group = FakeDpGroup(ranks, diagnosing_sec=diagnosing_sec, rebuild_sec=rebuild_sec, checkin_sec=checkin_sec,
                         detect_sec=detect_sec)
@@ -187,14 +230,37 @@ async def serve_group(endpoints: list[tuple[str, int]], ranks: list[int], prefix
             closing.add(task)
             task.add_done_callback(closing.discard)
 
+    address = dict(zip(ranks, endpoints, strict=True))
+
+    async def open_rank(rank: int) -> web.AppRunner:
+        runner = web.AppRunner(build_group_app(group, rank, prefix, model, per_token_latency_sec),
+                               access_log=None, shutdown_timeout=0.1)
+        await runner.setup()
+        host, port = address[rank]
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+        return runner
+
+    def reopen(rank: int) -> None:
+        earlier = list(closing)  # the killed listener's cleanup frees the port first
+
+        async def run() -> None:
+            await asyncio.gather(*earlier, return_exceptions=True)
+            if rank not in runners:
+                runners[rank] = await open_rank(rank)
+        task = asyncio.create_task(run())
+        closing.add(task)
+        task.add_done_callback(closing.discard)
+
     group.on_kill = kill
+    group.on_start = reopen
     try:
-        for (host, port), rank in zip(endpoints, ranks, strict=True):
-            runner = web.AppRunner(build_group_app(group, rank, prefix, model, per_token_latency_sec),
-                                   access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            await web.TCPSite(runner, host, port, backlog=1024).start()
-            runners[rank] = runner
+        for rank in ranks:
+            runners[rank] = await open_rank(rank)
+        if control is not None:
+            control_runner = web.AppRunner(build_control_app(group), access_log=None, shutdown_timeout=0.1)
+            await control_runner.setup()
+            await web.TCPSite(control_runner, *control).start()
+            runners[-1] = control_runner
         print(f"fake engine group of {len(ranks)} ranks serving on {len({h for h, _ in endpoints})} hosts "
               f"(diagnosing {diagnosing_sec:g}s, rebuild {rebuild_sec:g}s)", flush=True)
         if ready_file:

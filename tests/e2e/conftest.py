@@ -1,23 +1,29 @@
 """E2E fixtures: a LocalCluster per test (real processes on loopback) and an artifact folder per test.
 
+Engines: `start_cluster()` runs the reference engines (a process per rank, real gloo groups);
+`start_cluster(engines="light")` runs every rank of the instance in one fake group process
+(`motor.launch.engines.LightEngines`: the same vLLM-dialect FT protocol, fault names and toy tokens,
+no torch), with placeholders that report their restarts so whole-instance reconfiguration works.
+The rows that need what only the reference engine shows (real gloo group rebuilds, completions
+streams continued from token ids, the RFC-era dialect, an idle group that does not step, mTLS over
+the real stack) run on it; the others on the light engines.
+
 Artifacts go to $MOTOR_E2E_OUT (default runs/e2e-<date>) / <test name>/: the process logs, and
 artifacts.json with what RFC §8 asks every case to keep: the injection (command and target rank),
 engine and controller timelines, apply bodies and their 202s, dead_committed, the coordinator
 endpoint set, pod stops, and inference after recovery.
 
-Transport: every row runs plaintext; the rows in MTLS_ROWS run a second time with mTLS and roles on
+Transport: every row runs plaintext; the row in MTLS_ROWS runs a second time with mTLS and roles on
 every contract (`ClusterSpec(tls=True)`: certificates in <run dir>/pki, HTTPS status page and OpenAI
 front, TLS etcd where the row starts one), as test ids ``[plain]`` and ``[mtls]``. MOTOR_E2E_MTLS=0
 runs the plaintext ones only; MOTOR_E2E_MTLS=all runs every row of the matrix with mTLS too (about
-twice the e2e time; `make test` runs the subset).
+twice the e2e time; `make test` runs the one row).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,20 +33,16 @@ import pytest
 
 from motor.cli.motorctl import run as motorctl
 from motor.launch.cluster import LocalCluster
+from motor.launch.engines import EngineBackend, LightEngines
 from motor.launch.spec import ClusterSpec
+from motor.testing.artifacts import Artifacts as SharedArtifacts
+from motor.testing.artifacts import artifacts_root, run_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A representative subset of the RFC §8 matrix, run with mTLS too: an ordinary-rank scale-down
-# under load, rank 0 as new master over consecutive rounds, a fallback row (static gate refusal →
-# whole-instance reconfiguration through the NodeManagers' lifecycle RPCs) and the controller
-# killed in SCALING_DOWN and restarted on (TLS) etcd.
-MTLS_ROWS = frozenset({
-    "test_ordinary_rank_under_load",
-    "test_rank0_new_master_and_consecutive_rounds",
-    "test_static_gate_refusal_records_reason_and_falls_back",
-    "test_controller_killed_in_scaling_down_restarts_into_reconfiguration",
-})
+# The row run with mTLS too: a scale-down under load through the HTTPS OpenAI front, every
+# service's /metrics over HTTPS, and the NodeManager's FT proxy called as the Controller's role.
+MTLS_ROWS = frozenset({"test_ordinary_rank_under_load"})
 MTLS_MODE = os.environ.get("MOTOR_E2E_MTLS", "1")
 if MTLS_MODE not in ("0", "1", "all"):
     raise pytest.UsageError(f"MOTOR_E2E_MTLS={MTLS_MODE!r}: expected 0 (plain only), 1 (the MTLS_ROWS too) or all")
@@ -50,21 +52,20 @@ TRANSPORTS = ("plain", "mtls") if MTLS_MODE != "0" else ("plain",)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "transport" in metafunc.fixturenames and (MTLS_MODE == "all" or metafunc.function.__name__ in MTLS_ROWS):
         metafunc.parametrize("transport", TRANSPORTS, indirect=True)
-OUT = Path(os.environ.get("MOTOR_E2E_OUT", REPO / "runs" / time.strftime("e2e-%Y%m%d-%H%M%S")))
+OUT = artifacts_root(REPO / "runs", "e2e")
 
 
-class Artifacts:
+class Artifacts(SharedArtifacts):
+    """The shared artifacts of a test, with what every e2e row keeps (RFC 575 §8): the injections,
+    the inference after recovery, and the Controller's and Coordinator's views (`collect`)."""
+
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.data: dict[str, Any] = {"injections": [], "inference_after_recovery": []}
-
-    def record(self, key: str, value: Any) -> None:
-        self.data[key] = value
+        super().__init__(folder, injections=[], inference_after_recovery=[])
 
     def injection(self, cluster: LocalCluster, rank: int, fault: str, **params: Any) -> dict[str, Any]:
         answer = cluster.inject(rank, fault, **params)
-        self.data["injections"].append({"at_unix_sec": time.time(), "rank": rank, "fault": fault, "params": params,
-                                        "command": f"motorctl inject {cluster.engine_url(rank)} {fault}", "answer": answer})
+        self.event("injections", rank=rank, fault=fault, params=params,
+                   command=f"motorctl inject {cluster.engine_url(rank)} {fault}", answer=answer)
         return answer
 
     def collect(self, cluster: LocalCluster) -> dict[str, Any]:
@@ -79,19 +80,14 @@ class Artifacts:
             "applies": [dict(e, request_id=t["request_id"]) for t in timeline for e in t["events"] if e["name"] == "apply"],
             "pod_stops": [dict(e, request_id=t["request_id"]) for t in timeline for e in t["events"] if e["name"] == "stop_pod"],
         })
+        if isinstance(cluster.engines, LightEngines):
+            self.data["engine_journal"] = cluster.journal()[1]  # the light group's transitions
         return self.data
-
-    def save(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "artifacts.json").write_text(json.dumps(self.data, indent=2, default=str))
 
 
 @pytest.fixture
 def run_dir(request: pytest.FixtureRequest) -> Path:
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
-    folder = OUT / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return run_folder(OUT, request.node.name)
 
 
 @pytest.fixture
@@ -145,13 +141,33 @@ def transport(request: pytest.FixtureRequest) -> str:
     return getattr(request, "param", "plain")
 
 
+def light_engines(**overrides: Any) -> LightEngines:
+    """The light engines as the e2e rows run them: restartable, the reference engine's 5 ms per token
+    and diagnosing phase, its check-in window."""
+    return LightEngines(**{"restartable": True, "per_token_latency_sec": 0.005, "diagnosing_sec": 1.5,
+                           "checkin_sec": 10.0, **overrides})
+
+
+def _backend(engines: str | EngineBackend) -> EngineBackend | None:
+    if not isinstance(engines, str):
+        return engines
+    if engines == "reference":
+        return None  # LocalCluster's default
+    if engines == "light":
+        return light_engines()
+    raise ValueError(f"engines={engines!r}: expected 'reference', 'light' or an EngineBackend")
+
+
 @pytest.fixture
 def start_cluster(run_dir: Path, artifacts: Artifacts, transport: str):
+    """start_cluster(engines="reference" | "light" | an EngineBackend, **ClusterSpec fields)."""
     started: list[LocalCluster] = []
 
-    def start(**spec_kwargs: Any) -> LocalCluster:
+    def start(engines: str | EngineBackend = "reference", **spec_kwargs: Any) -> LocalCluster:
         spec_kwargs.setdefault("tls", transport == "mtls")
-        cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir)
+        backend = _backend(engines)
+        artifacts.record("engines", "light" if isinstance(backend, LightEngines) else "reference")
+        cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir, engines=backend)
         started.append(cluster)
         return cluster.start()
 

@@ -1,6 +1,8 @@
 """RFC §8 "Controller 中断": the controller is SIGKILLed while the round is in SCALING_DOWN and
 restarted on the same etcd. The interrupted round becomes RECONFIGURING and takes the fallback; the
-apply is never replayed."""
+apply is never replayed. The SCALING_DOWN row and the WAITING_ENGINE_FAULT row (the RFC-era
+dialect's held recovery) run on the reference engines, the others on the light engines (what each
+engine was sent: the light group's journal of received applies)."""
 
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def _restart_into_reconfiguration(cluster, artifacts) -> dict:
 
 
 def test_controller_killed_in_waiting_engine_fault_never_applies(start_cluster, artifacts) -> None:
-    """Issue 13: restart in WAITING_ENGINE_FAULT. Rank 3 is held (unhealthy, recovering) by a stalled
+    """Restart in WAITING_ENGINE_FAULT. Rank 3 is held (unhealthy, recovering) by a stalled
     recovery of its own (RFC-era dialect), so the round waits for it; no engine is ever sent a
     scale_down, before or after the restart."""
     cluster = start_cluster(
@@ -97,9 +99,9 @@ def test_controller_killed_in_waiting_engine_fault_never_applies(start_cluster, 
 
 def test_controller_killed_between_nodemanager_and_controller_commit_never_replays(
         start_cluster, artifacts) -> None:
-    """Issue 13 / RFC §8 "Controller 中断": restart in POST_SCALE_CLEANUP, after one NodeManager committed
+    """RFC §8 "Controller 中断": restart in POST_SCALE_CLEANUP, after one NodeManager committed
     and while the other holds its commit. One scale_down per survivor in all; none after the restart."""
-    cluster = start_cluster(start_etcd=True,
+    cluster = start_cluster(engines="light", start_etcd=True,
                             pod_overrides={"127.0.0.3": {"fault_injection.finalize_delay_sec": 30.0}})
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
@@ -112,9 +114,9 @@ def test_controller_killed_between_nodemanager_and_controller_commit_never_repla
 
 def test_controller_killed_in_scaled_down_running_comes_back_unpublished_then_publishes(
         start_cluster, artifacts) -> None:
-    """Issue 13: restart in SCALED_DOWN_RUNNING: restored with its history, unpublished until it has
+    """Restart in SCALED_DOWN_RUNNING: restored with its history, unpublished until it has
     published again, never re-adding the removed rank, and nothing re-applied."""
-    cluster = start_cluster(start_etcd=True)
+    cluster = start_cluster(engines="light", start_etcd=True)
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     cluster.wait_serving(60.0, alive=[0, 2, 3])

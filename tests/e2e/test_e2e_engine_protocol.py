@@ -1,11 +1,13 @@
 """The engine FT protocol as vLLM builds it (PR #46370; the reference engine's default dialect), over
 real processes: the transient `diagnosing` state, a failed recovery vote, the lowest-alive-rank
-master, faults whose fault_info is the same every time, and the survivors' check-in window."""
+master, faults whose fault_info is the same every time, and the survivors' check-in window. Every row
+runs on the light engines (the same protocol, one fake group process); the reference engine's own
+group rebuilds are the rows of test_e2e_scale_down.py."""
 
 from __future__ import annotations
 
 import pytest
-from watch import LastErrors
+from .watch import LastErrors
 
 from motor.launch.load import trigger_traffic
 
@@ -39,7 +41,7 @@ def _kill(cluster, artifacts, rank: int) -> None:
 
 
 def test_survivors_are_seen_diagnosing_before_unhealthy_and_the_round_succeeds(start_cluster, artifacts) -> None:
-    cluster = start_cluster()
+    cluster = start_cluster(engines="light")
     _kill(cluster, artifacts, 1)
     rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
     data = artifacts.collect(cluster)
@@ -56,7 +58,7 @@ def test_survivors_are_seen_diagnosing_before_unhealthy_and_the_round_succeeds(s
 
 
 def test_a_failed_vote_turns_every_survivor_dead_and_falls_back(start_cluster, artifacts) -> None:
-    cluster = start_cluster(controller_overrides=FAST)
+    cluster = start_cluster(engines="light", controller_overrides=FAST)
     artifacts.injection(cluster, 2, "fail_vote", reason="injected vote failure")
     watch = LastErrors(cluster, cluster.spec.instance_id)
     try:
@@ -83,7 +85,7 @@ def test_a_failed_vote_turns_every_survivor_dead_and_falls_back(start_cluster, a
 
 def test_removing_the_lowest_alive_rank_that_is_not_rank_0_sends_the_new_master_and_store_port(
         start_cluster, artifacts) -> None:
-    cluster = start_cluster()
+    cluster = start_cluster(engines="light")
     _kill(cluster, artifacts, 0)
     cluster.wait_serving(ROUND_SEC, alive=[1, 2, 3])
     _kill(cluster, artifacts, 1)  # now the lowest alive rank, and the TCPStore master
@@ -101,7 +103,7 @@ def test_removing_the_lowest_alive_rank_that_is_not_rank_0_sends_the_new_master_
 
 def test_the_next_fault_right_after_the_publish_scales_down_again_though_fault_info_repeats(
         start_cluster, artifacts) -> None:
-    cluster = start_cluster()
+    cluster = start_cluster(engines="light")
     _kill(cluster, artifacts, 1)
     cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
     _kill(cluster, artifacts, 2)  # at once: its peers may not have been polled healthy in between
@@ -118,6 +120,7 @@ def test_the_next_fault_right_after_the_publish_scales_down_again_though_fault_i
 def test_apply_skew_is_recorded_and_an_apply_past_the_checkin_window_falls_back_cleanly(
         start_cluster, artifacts) -> None:
     cluster = start_cluster(
+        engines="light",
         controller_overrides={**FAST, "fault_tolerance_config.dp_scale_down_config.request_timeout_sec": 20.0},
         pod_overrides={"127.0.0.3": {"fault_injection.apply_delay_sec": 11.0}},
     )

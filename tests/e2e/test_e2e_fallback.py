@@ -1,12 +1,18 @@
 """RFC §8 rows that must NOT end in a scale-down: idle service, all-UNHEALTHY with fast recovery not
 applicable, static gate refusals, engine failure paths, feature off. Each ends in whole-instance
-reconfiguration with every original rank serving again, and never retries an apply."""
+reconfiguration with every original rank serving again, and never retries an apply.
+
+The idle row runs on the reference engines (an idle group does not step, so its survivors stay
+healthy; the light group always steps); the others on the light engines, whose placeholders
+restart their ranks when the reconfiguration relaunches them. The static gate row also checks the
+/metrics of every service through the fallback."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from watch import counter
+from .service_metrics import delta, get, nm_total, scrape_all, total
+from .watch import counter
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
@@ -66,7 +72,7 @@ def test_idle_death_no_transaction_then_reconfiguration(start_cluster, artifacts
 
 
 def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) -> None:
-    cluster = start_cluster(controller_overrides=FAST)
+    cluster = start_cluster(engines="light", controller_overrides=FAST)
     for rank in range(4):
         artifacts.injection(cluster, rank, "unhealthy", reason="injected link flap")
     rt = _wait_reconfigured(cluster)
@@ -79,16 +85,40 @@ def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) ->
 
 
 def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifacts) -> None:
-    cluster = start_cluster(controller_overrides=FAST, capability={"num_redundant_experts": 0})
+    cluster = start_cluster(engines="light", controller_overrides=FAST, capability={"num_redundant_experts": 0})
     cluster.load_generator(concurrency=1).send_one("warm")
+    before = scrape_all(cluster)
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
-    _wait_reconfigured(cluster)
+    _wait_reconfigured(cluster, 150.0)
+    after = scrape_all(cluster)
+    artifacts.record("metrics_before", {k: len(v) for k, v in before.items()})
     data = artifacts.collect(cluster)
     assert _strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
     assert data["runtime"]["gate"] == {"allowed": False, "reason_codes": ["EXPERT_REDUNDANCY_REQUIRED"]}
     assert not _calls(data, "apply") and not _calls(data, "guard")
+    _assert_fallback_metrics(before, after)
     _infer_all_ranks(cluster, artifacts)
+
+
+def _assert_fallback_metrics(before, after) -> None:
+    """The Controller counts the fallback and its gate reason; nothing was applied; every engine was
+    stopped on purpose and started again."""
+    c0, c1 = before["controller"], after["controller"]
+    assert delta(c1, c0, get, "motor_fallback_total", reason="STRATEGY_FAILED") == 1
+    assert delta(c1, c0, total, "motor_fallback_total") == 1
+    assert delta(c1, c0, get, "motor_gate_rejections_total", reason="EXPERT_REDUNDANCY_REQUIRED") == 1
+    assert delta(c1, c0, get, "motor_strategy_runs_total", strategy="dp_scale_down", outcome="failed") == 1
+    assert delta(c1, c0, get, "motor_strategy_runs_total", strategy="instance_reconfiguration", outcome="succeeded") == 1
+    assert delta(c1, c0, total, "motor_scale_down_stage_seconds_count") == 0  # only successful rounds have stages
+    assert get(c1, "motor_ft_phase", instance_id="1", phase="NORMAL") == 1
+    assert get(c1, "motor_alive_dp_ranks", instance_id="1") == 4
+    assert get(c1, "motor_dead_committed_ranks", instance_id="1") == 0
+    assert delta(c1, c0, get, "motor_ft_transitions_total", instance_id="1", from_phase="RECONFIGURING",
+                 to_phase="NORMAL") == 1
+    assert delta(after, before, nm_total, "motor_nodemanager_apply_calls_total") == 0
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_exits_total", intentional="true") == 4
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_exits_total", intentional="false") == 0
 
 
 @pytest.mark.parametrize(
@@ -99,7 +129,7 @@ def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifa
     ],
 )
 def test_engine_failure_after_apply_aborts_and_falls_back(start_cluster, artifacts, fault, params, message) -> None:
-    cluster = start_cluster(controller_overrides=FAST)
+    cluster = start_cluster(engines="light", controller_overrides=FAST)
     artifacts.injection(cluster, 2, fault, **params)
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
@@ -109,7 +139,7 @@ def test_engine_failure_after_apply_aborts_and_falls_back(start_cluster, artifac
 def test_status_query_timeout_during_the_round_aborts_and_falls_back(start_cluster, artifacts) -> None:
     # A long execution deadline: the hung status call must be what ends the round, however late the
     # injection lands on a loaded machine.
-    cluster = start_cluster(controller_overrides={
+    cluster = start_cluster(engines="light", controller_overrides={
         **FAST, "fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 25.0})
     # Hold the round in SCALING_DOWN, then make a survivor's status route hang: the strategy's own
     # status query times out (a query error, not engine evidence).
@@ -136,7 +166,7 @@ def _assert_failed_round_then_fallback(cluster, artifacts, message: str) -> None
 
 
 def test_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
-    cluster = start_cluster(enable_dp_scale_down=False)
+    cluster = start_cluster(engines="light", enable_dp_scale_down=False)
     rt = cluster.runtime()
     assert rt["phase"] == "DISABLED"
     address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"

@@ -1,14 +1,15 @@
 """RFC §8 hardware rows over real processes. Faults arrive as mounted MindCluster ConfigMap files in
 the controller's watched directory (the ResourceMonitor's directory source) or through the
 ReportHardwareFault RPC (motorctl hw-fault); cards are Ascend910-<index on the pod>, nodes
-node-<pod ip>."""
+node-<pod ip>. The hardware-first scale-down runs on the reference engines, the others on the light
+ones."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from watch import counter, decision, wait_hardware_taken
+from .watch import counter, decision, wait_hardware_taken
 
 from motor.launch.load import trigger_traffic
 
@@ -19,13 +20,13 @@ WINDOW_SEC = 1.0
 
 @pytest.fixture
 def hardware_cluster(start_cluster, hardware_overrides):
-    def start(**overrides):
-        return start_cluster(controller_overrides={**hardware_overrides, **overrides})
+    def start(engines: str = "light", **overrides):
+        return start_cluster(engines=engines, controller_overrides={**hardware_overrides, **overrides})
     return start
 
 
 def test_hardware_first_then_ft_perception_scales_down(hardware_cluster, artifacts, hw_fault, configmap_dir) -> None:
-    cluster = hardware_cluster()
+    cluster = hardware_cluster(engines="reference")
     # Rank 1 is the second card of pod 127.0.0.2.
     hw_fault("hw-fault", "node-127.0.0.2", "Ascend910-1", "--level", "L5", "--configmap-dir", str(configmap_dir))
     wait_hardware_taken(cluster, "L5")  # the directory source picked it up and opened the 5 s window

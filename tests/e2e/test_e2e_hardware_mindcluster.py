@@ -1,17 +1,19 @@
-"""MindCluster as it really publishes faults, over real processes (issue 21).
+"""MindCluster as it really publishes faults, over real processes.
 
 Faults arrive as kubelet-mounted ConfigMaps in the directory the Controller watches
 (`hardware_monitor.configmap_dir`), written in MindCluster's formats by motorctl: the device plugin's
 A5 device-info (`huawei.com/npu`, cards `npu-<phyId>`), NodeD's `mindx-dl-nodeinfo-<node>`, or over
 the ReportHardwareFault RPC with the switch's level names. Each row waits for the Controller to have
-taken the fault (its `motor_hardware_faults_total` counter), then gives the software evidence.
+taken the fault (its `motor_hardware_faults_total` counter), then gives the software evidence. The
+engines are the light ones: what is checked is the mapping of cards and nodes to ranks.
 """
 
 from __future__ import annotations
 
 import pytest
-from watch import decision, wait_hardware_taken
+from .watch import decision, wait_hardware_taken
 
+from motor.launch.engines import LIGHT_ENGINE_PORT_BASE
 from motor.launch.load import trigger_traffic
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,9 +43,11 @@ def test_a5_card_npu_1_maps_to_rank_1_and_scales_down_with_the_software_evidence
     annotations = run_dir / "podinfo-annotations"
     annotations.write_text(f'huawei.com/AscendReal="{",".join(A5_CARDS)}"\nhuawei.com/npu="{",".join(A5_CARDS)}"')
     cluster = start_cluster(
-        dp_size=4, ranks_per_pod=4, controller_overrides=hardware_overrides,
+        engines="light", dp_size=4, ranks_per_pod=4, controller_overrides=hardware_overrides,
         nodemanager_overrides={
-            "engines": [{"dp_rank": r, "device_infos": [{"device_id": A5_CARDS[r]}]} for r in range(4)],
+            # The light group's fixed ports (every rank on the one pod), the A5 cards as device ids.
+            "engines": [{"dp_rank": r, "port": LIGHT_ENGINE_PORT_BASE + r, "device_infos": [{"device_id": A5_CARDS[r]}]}
+                        for r in range(4)],
             "pod_annotations_file": str(annotations),
         })
     answer = hw_fault("hw-fault", "node-127.0.0.2", "npu-1", "--level", "SeparateNPU",
@@ -61,7 +65,7 @@ def test_a5_card_npu_1_maps_to_rank_1_and_scales_down_with_the_software_evidence
 
 def test_noded_separate_fault_opens_the_correlation_for_every_rank_on_the_node(
         start_cluster, artifacts, hw_fault, configmap_dir, hardware_overrides) -> None:
-    cluster = start_cluster(controller_overrides=hardware_overrides)
+    cluster = start_cluster(engines="light", controller_overrides=hardware_overrides)
     # NodeD's nodeinfo ConfigMap: a CPU SeparateFault on node-127.0.0.2 (ranks 0 and 1).
     answer = hw_fault("hw-fault", "node-127.0.0.2", "--via", "nodeinfo", "--level", "SeparateFault",
                       "--code", "0C000025", "--configmap-dir", str(configmap_dir))
@@ -73,7 +77,7 @@ def test_noded_separate_fault_opens_the_correlation_for_every_rank_on_the_node(
 
 
 def test_switch_separate_is_l6_for_every_rank_on_the_node(start_cluster, artifacts, hw_fault, hardware_overrides) -> None:
-    cluster = start_cluster(controller_overrides=hardware_overrides)
+    cluster = start_cluster(engines="light", controller_overrides=hardware_overrides)
     answer = hw_fault("--controller", cluster.controller_address, "hw-fault", "node-127.0.0.3",
                       "--via", "switch", "--level", "Separate", "--code", "00F103B0")
     assert "level=L6" in answer and "type=SwitchFault" in answer

@@ -1,4 +1,4 @@
-"""Issue 20 over real processes: zero lost requests when a rank dies under load (the Coordinator's
+"""Zero lost requests when a rank dies under load (the Coordinator's
 re-inference), and an idle death that still scales down (the Controller's opt-in idle-fault probe).
 
 Re-inference: 8 concurrent requests, long enough to be mid-generation at the fault (the test waits
@@ -6,6 +6,9 @@ until the engines hold all of them), then executor death of rank 1. Every reques
 text is exactly the reference engine's deterministic output for its prompt (the next toy token is a
 function of the whole preceding text, as greedy decoding is), whether streamed (completions or
 chat) or not. The round's timeline and the runtime count the requests the Coordinator migrated.
+The streamed completions run on the reference engines (streams its real executor cuts, continued
+from token ids); chat and non-streamed requests on the light engines (the same toy model, every
+rank's requests cut as its group fails).
 
 Idle death: with `idle_fault_probe` on, one canary through the Coordinator makes the survivors'
 collective fail, so the instance scales down instead of reconfiguring; with it off the RFC's idle
@@ -58,9 +61,11 @@ def _coordinator_metrics(cluster) -> str:
         return resp.read().decode()
 
 
-@pytest.mark.parametrize("mode", ["stream", "chat_stream", "non_stream"])
-def test_rank_death_under_load_loses_no_request(start_cluster, artifacts, mode: str) -> None:
-    cluster = start_cluster()
+@pytest.mark.parametrize(("mode", "engines"), [("stream", "reference"), ("chat_stream", "light"),
+                                               ("non_stream", "light")],
+                         ids=["stream-reference", "chat_stream-light", "non_stream-light"])
+def test_rank_death_under_load_loses_no_request(start_cluster, artifacts, mode: str, engines: str) -> None:
+    cluster = start_cluster(engines=engines)
     chat = mode == "chat_stream"
     load = cluster.load_generator(concurrency=STREAMS, max_tokens=TOKENS, stream=mode != "non_stream", chat=chat,
                                   max_requests=STREAMS, request_timeout_sec=120).start()

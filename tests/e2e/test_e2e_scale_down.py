@@ -1,5 +1,10 @@
 """RFC §8 acceptance rows that end in a successful DP scale-down, over real processes: controller,
-coordinator, NodeManagers on 127.0.0.2/.3 and reference engines with real gloo groups."""
+coordinator, NodeManagers on 127.0.0.2/.3 and reference engines with real gloo groups (the pod
+emptied with scale-up on runs on the light engines: what it checks is the pod's stop).
+
+The ordinary-rank row also checks every service's /metrics through the round (the counters and
+histograms move by exactly what it did) and, after the commit, the retired rank in DescribePod and
+the FT proxy's refusal of it."""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import time
 
 import grpc
 import pytest
-from watch import counter
+from .service_metrics import delta, get, nm_total, scrape_all, total
+from .watch import counter
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
-from motor.launch.load import trigger_traffic
+from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES
+from motor.controller.model.runtime import FtPhase
 from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -72,11 +79,17 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=120).start()
     try:
         _wait_flowing(load)
+        before = scrape_all(cluster)
         artifacts.injection(cluster, 1, "executor_death")
         rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
         _wait_served_after(load, time.time(), n=load.concurrency)  # traffic on the survivors
     finally:
         load.stop()
+    # The commit retires rank 1: its NodeManager stops that engine on purpose, in the background.
+    wait_for(lambda: delta(scrape_all(cluster), before, nm_total, "motor_nodemanager_engine_exits_total",
+                           intentional="true") >= 1, 30.0, "the retired engine stopped")
+    after = scrape_all(cluster)
+    artifacts.record("metrics_before", {k: len(v) for k, v in before.items()})
     data = artifacts.collect(cluster)
     assert rt["phase"] == "SCALED_DOWN_RUNNING" and rt["dead_committed"] == [1] and rt["can_serve"]
     assert data["coordinator_endpoints"] == {1: [0, 2, 3]}
@@ -93,7 +106,86 @@ def test_ordinary_rank_under_load(start_cluster, artifacts) -> None:
     counts = load.counts()
     artifacts.record("load", counts)
     assert counts["succeeded"] > 0 and counts["failed"] == 0, counts
+    _assert_round_metrics(before, after, txn)
+    _assert_retired_after_commit(cluster, artifacts)
     _infer(cluster, artifacts, [0, 2, 3])
+
+
+def _assert_round_metrics(before, after, txn) -> None:
+    """One successful round of rank 1's executor death under load, in every service's /metrics."""
+    c0, c1 = before["controller"], after["controller"]
+
+    # Controller: one successful round, one observation of every stage, no fallback.
+    assert delta(c1, c0, get, "motor_strategy_runs_total", strategy="dp_scale_down", outcome="succeeded") == 1
+    assert delta(c1, c0, total, "motor_strategy_runs_total") == 1
+    for stage in SCALE_DOWN_STAGES:
+        assert delta(c1, c0, get, "motor_scale_down_stage_seconds_count", stage=stage) == 1, stage
+    assert delta(c1, c0, get, "motor_fault_to_published_seconds_count") == 1
+    assert delta(c1, c0, total, "motor_fallback_total") == 0
+    assert delta(c1, c0, total, "motor_gate_rejections_total") == 0
+    # Evidence exactly as the round's timeline lists it (rank 1 DEAD, the survivors UNHEALTHY).
+    kinds = [e["evidence_kind"] for e in txn["events"] if e["event_kind"] == "EVIDENCE"]
+    assert kinds.count("DEAD") == 1
+    for kind in set(kinds):
+        assert delta(c1, c0, get, "motor_evidence_total", kind=kind) == kinds.count(kind), kind
+    # Runtime gauges: phase back to SCALED_DOWN_RUNNING (one-hot), three ranks alive, one committed dead.
+    for phase in FtPhase:
+        assert get(c1, "motor_ft_phase", instance_id="1", phase=str(phase)) == (phase is FtPhase.SCALED_DOWN_RUNNING)
+    assert get(c1, "motor_alive_dp_ranks", instance_id="1") == 3
+    assert get(c1, "motor_dead_committed_ranks", instance_id="1") == 1
+    assert get(c1, "motor_can_serve", instance_id="1") == 1
+    assert delta(c1, c0, get, "motor_ft_transitions_total", instance_id="1", from_phase="NORMAL", to_phase="DECIDING") == 1
+    assert delta(c1, c0, get, "motor_ft_transitions_total", instance_id="1", from_phase="POST_SCALE_CLEANUP",
+                 to_phase="SCALED_DOWN_RUNNING") == 1
+    assert delta(c1, c0, get, "motor_publications_total", event="DEL") == 1
+    assert delta(c1, c0, get, "motor_publications_total", event="ADD") == 1
+    assert delta(c1, c0, total, "motor_publish_failures_total") == 0
+
+    # NodeManagers: one apply call per pod with survivors, one accepted engine apply per survivor,
+    # one commit per pod; every guard released; the dead rank reported once.
+    assert delta(after, before, nm_total, "motor_nodemanager_apply_calls_total", outcome="accepted") == 2
+    assert delta(after, before, nm_total, "motor_nodemanager_apply_calls_total") == 2
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_applies_total", outcome="accepted") == 3
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_applies_total") == 3
+    assert delta(after, before, nm_total, "motor_nodemanager_finalizes_total", decision="commit") == 2
+    assert nm_total(after, "motor_nodemanager_guard_held") == 0
+    assert delta(after, before, nm_total, "motor_nodemanager_fault_reports_sent_total", kind="DEAD") == 1
+    assert delta(after, before, nm_total, "motor_nodemanager_fault_reports_dropped_total") == 0
+    # Executor death leaves the process up; the only exit is the retired engine, stopped on purpose.
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_exits_total", intentional="true") == 1
+    assert delta(after, before, nm_total, "motor_nodemanager_engine_exits_total", intentional="false") == 0
+    assert delta(after, before, nm_total, "motor_nodemanager_status_polls_total") > 0
+    assert delta(after, before, nm_total, "motor_nodemanager_status_poll_seconds_count") == \
+        delta(after, before, nm_total, "motor_nodemanager_status_polls_total")
+    # Every report a NodeManager saw answered was received by the Controller (NodeManagers were scraped
+    # first, so the Controller's count can only be ahead).
+    for kind in ("DEAD", "UNHEALTHY"):
+        assert delta(c1, c0, get, "motor_fault_reports_total", kind=kind) >= \
+            delta(after, before, nm_total, "motor_nodemanager_fault_reports_sent_total", kind=kind), kind
+
+    # Coordinator: requests served through the round, none lost; the survivors routed again.
+    o0, o1 = before["coordinator"], after["coordinator"]
+    served = delta(o1, o0, total, "motor_coordinator_requests_total", outcome="served", code="200")
+    assert served > 0 and served == delta(o1, o0, total, "motor_coordinator_requests_total")
+    assert delta(o1, o0, total, "motor_coordinator_request_seconds_count") == served
+    assert get(o1, "motor_coordinator_published_endpoints", instance_id="1") == 3
+    assert get(o1, "motor_coordinator_routable_endpoints", instance_id="1") == 3
+    assert get(o1, "motor_coordinator_holding_requests") == 0
+
+
+def _assert_retired_after_commit(cluster, artifacts) -> None:
+    """The heartbeat's view after the commit: rank 1 retired on its pod, the FT proxy refuses it."""
+    address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
+    with cluster.grpc_channel(address, Role.CONTROLLER) as channel:  # the FT proxy is the Controller's
+        pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
+        ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            ft.Status(node_manager_pb2.StatusRequest(instance_id=1, endpoint_ids=[1]), timeout=5)
+    artifacts.record("describe_pod", json.loads(json.dumps([{"id": e.endpoint.id, "retired": e.retired} for e in pod.engines])))
+    assert {e.endpoint.id: e.retired for e in pod.engines} == {0: False, 1: True}
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    refusal = info.value.details()
+    assert "retired" in refusal and "[1]" in refusal, refusal
 
 
 def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> None:
@@ -126,9 +218,10 @@ def test_rank0_new_master_and_consecutive_rounds(start_cluster, artifacts) -> No
     _infer(cluster, artifacts, [2, 3])
 
 
-@pytest.mark.parametrize("scale_up", [False, True])
-def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_up: bool) -> None:
-    cluster = start_cluster(enable_dp_scale_up=scale_up)
+@pytest.mark.parametrize(("scale_up", "engines"), [(False, "reference"), (True, "light")],
+                         ids=["False-reference", "True-light"])
+def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_up: bool, engines: str) -> None:
+    cluster = start_cluster(engines=engines, enable_dp_scale_up=scale_up)
     # With scale-up on, the emptied pod's NodeManager is told to stop and exits.
     cluster.nodemanagers["127.0.0.2"].expected_exit = scale_up
     load = cluster.load_generator(concurrency=2, max_tokens=8, max_duration_sec=120).start()
@@ -152,22 +245,3 @@ def test_pod_emptied_in_one_round_with_two_dead(start_cluster, artifacts, scale_
         assert not data["pod_stops"]
         assert cluster.nodemanagers["127.0.0.2"].proc.running
     _infer(cluster, artifacts, [2, 3])
-
-
-def test_heartbeat_and_ft_proxy_after_commit(start_cluster, artifacts) -> None:
-    cluster = start_cluster()
-    artifacts.injection(cluster, 1, "executor_death")
-    trigger_traffic(cluster)
-    cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
-    address = f"127.0.0.2:{cluster.nodemanagers['127.0.0.2'].info['grpc_port']}"
-    with cluster.grpc_channel(address, Role.CONTROLLER) as channel:  # the FT proxy is the Controller's
-        pod = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(node_manager_pb2.DescribePodRequest(), timeout=5)
-        ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(channel)
-        with pytest.raises(grpc.RpcError) as info:
-            ft.Status(node_manager_pb2.StatusRequest(instance_id=1, endpoint_ids=[1]), timeout=5)
-    artifacts.record("describe_pod", json.loads(json.dumps([{"id": e.endpoint.id, "retired": e.retired} for e in pod.engines])))
-    assert {e.endpoint.id: e.retired for e in pod.engines} == {0: False, 1: True}
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    refusal = info.value.details()
-    assert "retired" in refusal and "[1]" in refusal, refusal
-    artifacts.collect(cluster)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from watch import LastErrors
+from .watch import LastErrors
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 

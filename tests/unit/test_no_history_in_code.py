@@ -16,13 +16,6 @@ ROOTS = ("motor", "nodemanager", "benchmarks", "scripts", "protos", "gen", "test
 SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
                           ".ruff_cache"})
 TRACKER_RE = re.compile(r"[Ii]ssue [0-9]+")
-# Files another change is still cleaning. Empty this set as they are fixed: a listed file that is
-# already clean fails `test_pending_files_still_need_their_fix`, so the set only shrinks.
-PENDING = {
-    "tests/e2e/test_e2e_controller_restart.py",
-    "tests/e2e/test_e2e_hardware_mindcluster.py",
-    "tests/e2e/test_e2e_reinference.py",
-}
 
 
 def source_files() -> list[Path]:
@@ -48,14 +41,8 @@ def tracker_references(path: Path) -> list[str]:
 
 
 def test_no_tracker_references_in_the_code() -> None:
-    found = [hit for path in source_files() if path.relative_to(REPO).as_posix() not in PENDING
-             for hit in tracker_references(path)]
+    found = [hit for path in source_files() for hit in tracker_references(path)]
     assert not found, "issue numbers in the code (history lives in git):\n" + "\n".join(found)
-
-
-def test_pending_files_still_need_their_fix() -> None:
-    clean = sorted(p for p in PENDING if not (REPO / p).is_file() or not tracker_references(REPO / p))
-    assert not clean, f"already clean (or gone): remove from PENDING: {clean}"
 
 
 def test_the_pattern_finds_references_and_leaves_other_text_alone() -> None:

@@ -149,3 +149,15 @@ def test_light_group_serves_every_rank_of_an_instance_on_its_pod_address() -> No
     assert argv[argv.index("--endpoints") + 1] == "127.100.0.2:18000,127.100.0.2:18001,127.100.0.3:18000,127.100.0.3:18001"
     assert argv[argv.index("--ranks") + 1] == "0,1,2,3"
     assert argv[argv.index("--diagnosing-sec") + 1] == "0.5" and argv[argv.index("--checkin-sec") + 1] == "3.0"
+
+
+def test_restartable_light_placeholders_report_to_the_groups_control_listener() -> None:
+    spec = ClusterSpec(dp_size=4, ranks_per_pod=2)
+    engines = LightEngines(restartable=True)
+    cfg = _nm(spec, spec.all_pods()[1], engines, fixed_ports(spec))
+    assert cfg["engine_command"][1:] == ["-m", "motor.testing.fake_placeholder", "--control", "http://127.0.0.2:17999",
+                                         "--rank", "{dp_rank}"]
+    argv = engines.group_argv(spec, 1, RUN_DIR / "ready.json")
+    assert argv[argv.index("--control") + 1] == "127.0.0.2:17999"
+    assert "--control" not in LightEngines().group_argv(spec, 1, RUN_DIR / "ready.json")
+    NodeManagerConfig.model_validate(cfg)

@@ -113,7 +113,7 @@ async def test_failed_apply_is_accepted_then_the_round_fails_on_every_survivor()
                                       "last_ft_request_id": "r1", "ft_error": "injected failure: disk full"}
     await async_wait_for(lambda: all(group.ranks[r].status == "dead" for r in survivors), 10.0, "round failed", interval_sec=0.005)
     assert group.ranks[0].fault_info == RECOVERY_FAILED_INFO and group.ranks[0].last_ft_request_id == "r1"
-    assert "did not check in" in group.ranks[0].ft_error and "[1]" in group.ranks[0].ft_error
+    assert "did not join DP group" in group.ranks[0].ft_error and "[1]" in group.ranks[0].ft_error
     assert group.describe()["members"] == [0, 1, 2, 3], "nothing committed"
     assert group.ranks[1].injections.fail_next_apply is None, "taken by the apply"
 
@@ -174,3 +174,35 @@ async def test_hang_status_holds_the_status_read_until_cleared() -> None:
     await asyncio.wait_for(read, 1)
     group.inject(1, "hang_status", {"duration_sec": 0.01})
     await asyncio.wait_for(group.ranks[1].injections.wait_status_released(), 1)
+
+
+async def test_a_late_apply_to_a_failed_round_fails_with_the_rounds_error() -> None:
+    group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, rebuild_sec=0.01, checkin_sec=0.05)
+    await _faulted(group, 1)
+    group.apply(0, _body("r1", [1]))
+    await _until(lambda: group.ranks[0].status == "dead", "check-in timeout")
+    assert "within the 0.05s check-in window" in group.ranks[0].ft_error
+    group.apply(2, _body("r1", [1]))
+    assert group.ranks[2].entry()["status"] == "dead" and group.ranks[2].ft_error == group.ranks[0].ft_error
+
+
+async def test_a_stopped_rank_restarts_as_a_fresh_member_and_a_first_start_changes_nothing() -> None:
+    group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, rebuild_sec=0.01)
+    group.inject(2, "fail_vote", {"reason": "armed"})
+    group.started(2)  # the placeholder's first start: the armed fault stays
+    assert group.ranks[2].injections.fail_vote == "armed"
+    reopened: list[int] = []
+    group.on_start = reopened.append
+    group.inject(1, "kill_process")
+    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in (0, 2, 3)), "unhealthy")
+    group.apply(0, _body("r1", [1]))  # a round that the restart below ends
+    for rank in range(4):
+        group.stopped(rank)
+    assert not group.serving(0) and group.ranks[0].entry()["status"] == "dead"
+    for rank in range(4):
+        group.started(rank)
+    assert reopened == [1]  # the killed rank's listener opens again
+    assert all(group.serving(r) for r in range(4)) and group.describe()["members"] == [0, 1, 2, 3]
+    assert group.ranks[2].injections.fail_vote is None
+    await asyncio.sleep(0.02)
+    assert all(group.serving(r) for r in range(4)), "the ended round's timers changed nothing"
