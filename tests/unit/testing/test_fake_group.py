@@ -180,7 +180,7 @@ async def test_a_late_apply_to_a_failed_round_fails_with_the_rounds_error() -> N
     group = FakeDpGroup([0, 1, 2, 3], diagnosing_sec=0, rebuild_sec=0.01, checkin_sec=0.05)
     await _faulted(group, 1)
     group.apply(0, _body("r1", [1]))
-    await _until(lambda: group.ranks[0].status == "dead", "check-in timeout")
+    await async_wait_for(lambda: group.ranks[0].status == "dead", 10.0, "check-in timeout", interval_sec=0.005)
     assert "within the 0.05s check-in window" in group.ranks[0].ft_error
     group.apply(2, _body("r1", [1]))
     assert group.ranks[2].entry()["status"] == "dead" and group.ranks[2].ft_error == group.ranks[0].ft_error
@@ -194,7 +194,7 @@ async def test_a_stopped_rank_restarts_as_a_fresh_member_and_a_first_start_chang
     reopened: list[int] = []
     group.on_start = reopened.append
     group.inject(1, "kill_process")
-    await _until(lambda: all(group.ranks[r].status == "unhealthy" for r in (0, 2, 3)), "unhealthy")
+    await async_wait_for(lambda: all(group.ranks[r].status == "unhealthy" for r in (0, 2, 3)), 10.0, "unhealthy", interval_sec=0.005)
     group.apply(0, _body("r1", [1]))  # a round that the restart below ends
     for rank in range(4):
         group.stopped(rank)
