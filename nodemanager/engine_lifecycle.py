@@ -4,7 +4,8 @@ The initial launch runs once at start-up and sets ``launched`` when it has ended
 or failed): registration waits for it. It launches no retired engine (a pod stopped by StopPod stays
 stopped across a restart: ``pod_stop``). StartEngines / StopEngines / RelaunchEngines are serialised
 by one lock (spawning and stopping only; readiness is awaited outside it, bounded by the call's
-deadline). A start clears the retired flag of the engines it starts and takes them out of the stop
+deadline). A stop (and a relaunch's stop-then-spawn), once begun, runs to its end even when the
+caller gives up, so no engine is left half-stopped for the next call. A start clears the retired flag of the engines it starts and takes them out of the stop
 record; every local engine starting into a new DP group drops the scale-down guard of the old one.
 The DP master address is checked here: the ip must be an IP address, a port of 0 means the
 configured one, else a free one.
@@ -16,7 +17,9 @@ import asyncio
 import ipaddress
 import logging
 import math
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nodemanager.config import NodeManagerConfig
 from motor.common.ports import free_port
@@ -30,6 +33,7 @@ from nodemanager.supervisor import ProcessSupervisor
 log = logging.getLogger("nodemanager.engine_lifecycle")
 
 _MAX_GRACE_SEC = 3600.0
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,14 @@ class EngineLifecycle:
         ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, allow_empty=True, allow_headless=True,
                                  allow_retired=True) or self._supervisor.ids
         grace = self._grace(grace_sec)
-        async with self._lock:
-            stopped = await self._supervisor.stop(ids, grace, "StopEngines", request_id)
+        stopped = await _finished_even_if_abandoned(self._stop_locked(ids, grace, request_id))
         log.info("instance=%d request_id=%s stop engines %s: stopped %s", self._instance, request_id or "-", ids,
                  stopped)
         return stopped
+
+    async def _stop_locked(self, ids: list[int], grace_sec: float, request_id: str) -> list[int]:
+        async with self._lock:
+            return await self._supervisor.stop(ids, grace_sec, "StopEngines", request_id)
 
     async def relaunch_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
                                grace_sec: float, timeout_sec: float | None = None) -> list[LocalEndpoint]:
@@ -110,14 +117,19 @@ class EngineLifecycle:
         grace = self._grace(grace_sec)
         ip = self._master_ip(dp_master_ip, dp_master_port)
         ids = self._supervisor.ids
-        async with self._lock:
-            stopped = await self._supervisor.stop(ids, grace, "RelaunchEngines", request_id)
-            port = self._master_port(dp_master_port)  # after the stop: the old store port is free again
-            failed = self._supervisor.spawn(ids, ip, port, request_id)
-            back = self._state.unretire(ids)
-            self._release_stop(ids)
-            self.dp_master_port = port
-            self._drop_guard_for_new_group(ids, request_id)
+
+        async def stop_then_spawn() -> tuple[list[int], int, dict[int, str], list[int]]:
+            async with self._lock:
+                stopped = await self._supervisor.stop(ids, grace, "RelaunchEngines", request_id)
+                port = self._master_port(dp_master_port)  # after the stop: the old store port is free again
+                failed = self._supervisor.spawn(ids, ip, port, request_id)
+                back = self._state.unretire(ids)
+                self._release_stop(ids)
+                self.dp_master_port = port
+                self._drop_guard_for_new_group(ids, request_id)
+                return stopped, port, failed, back
+
+        stopped, port, failed, back = await _finished_even_if_abandoned(stop_then_spawn())
         log.info("instance=%d request_id=%s relaunch engines %s (stopped %s, retired flag cleared for %s) "
                  "master=%s:%d", self._instance, request_id or "-", ids, stopped, back, ip, port)
         return await self._wait_launched(ids, failed, request_id, timeout_sec)
@@ -194,3 +206,11 @@ class EngineLifecycle:
         if dropped:
             log.warning("instance=%d request_id=%s guard of %s dropped: every engine restarts into a new DP group",
                         self._instance, request_id or "-", dropped)
+
+
+async def _finished_even_if_abandoned(coro: Coroutine[object, object, _T]) -> _T:
+    """Runs ``coro`` to its end even when its caller is cancelled (gRPC cancels a handler whose
+    client gave up): a stop abandoned halfway would leave engines STOPPING, which no start accepts,
+    and release the lock while they still stop. The caller that stays gets the result."""
+    task = asyncio.ensure_future(coro)
+    return await asyncio.shield(task)

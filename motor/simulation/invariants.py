@@ -8,7 +8,8 @@ in flight (`one_strategy_per_instance`); no apply request_id is sent by two Cont
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
 SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
 state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
-per fault are bounded (`reconfigurations_bounded`). Bounds derive from the Controller's config.
+per fault are bounded by the configured attempts (`reconfigurations_bounded`), and a reconfiguration
+gives up only while a NodeManager is down (`liveness`). Bounds derive from the Controller's config.
 """
 
 from __future__ import annotations
@@ -146,6 +147,11 @@ def final_checks(world: World, now: float, faults: int) -> list[Violation]:
                                               f"phase={phase} strategy_running={world.strategy_running()} "
                                               f"last_error={None if rt is None else rt.last_error!r}"))
         return out
+    if rt.reconfiguration_gave_up and all(nm is not None for nm in world.pods.values()):
+        # Every fault of the simulation ends; a pod that comes back registers again and resumes the
+        # retries. Given up with every NodeManager running: the attempts did not converge.
+        out.append(Violation("liveness", now, f"the reconfiguration gave up although every NodeManager runs: "
+                                              f"last_error={rt.last_error!r}"))
     if not rt.reconfiguration_gave_up:
         alive = frozenset(r for r in rt.original_dp_ranks if r not in rt.dead_committed)
         published = world.published() or frozenset()
@@ -161,7 +167,9 @@ def final_checks(world: World, now: float, faults: int) -> list[Violation]:
                              f"the store holds {what} while the Controller acts on phase {rt.phase} "
                              f"dead_committed {sorted(rt.dead_committed)}: a restart would restore the older state"))
     reconfigurations = len({rid for rid in world.inflight if rid.startswith("reconf")})
-    bound = 2 * faults + 1
+    # Each fault may set off one reconfiguration: its first attempt and the retries, at most
+    # reconfiguration_max_attempts in all (then it waits for a pod to register again).
+    bound = faults * world.config.reconfiguration_max_attempts
     if reconfigurations > bound:
         out.append(Violation("reconfigurations_bounded", now,
                              f"{reconfigurations} reconfigurations for {faults} faults (bound {bound})"))

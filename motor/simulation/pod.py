@@ -121,7 +121,8 @@ class SimSupervisor:
         self._on_exit(EngineExit(endpoint_id, s.run_id, s.pid or self._pid, returncode, False, s.was_ready, s.note))
 
     async def stop(self, ids: Iterable[int], grace_sec: float, reason: str, request_id: str = "") -> list[int]:
-        targets = [self._slots[i] for i in ids if self._slots[i].state in (RunState.STARTING, RunState.READY)]
+        targets = [self._slots[i] for i in ids
+                   if self._slots[i].state in (RunState.STARTING, RunState.READY, RunState.STOPPING)]
         for s in targets:
             s.intentional, s.state = True, RunState.STOPPING
             self._on_stopping(s.endpoint_id)

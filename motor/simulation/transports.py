@@ -106,6 +106,12 @@ class SimNodeManagerClient:
                 return await fn(pod())
             except NodeManagerError as exc:
                 raise CallFailed(status_code_of(exc), str(exc)) from None
+            except asyncio.CancelledError:
+                # Not this call's cancellation: the NodeManager crashed under its handler (its tasks
+                # are cancelled); a gRPC client sees the connection go, not a cancellation of its own.
+                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection lost: the NodeManager went away") from None
 
         try:
             return await self.net.call(self.address, invoke, timeout_sec or self._timeout)

@@ -97,6 +97,7 @@ class _World:
         self.inflight: dict = {}
         self.running = False
         self.store = _Store(self)
+        self.pods: dict = {"10.0.0.1:50051": object(), "10.0.0.2:50051": object()}
 
     def published(self):
         return self.view
@@ -172,14 +173,27 @@ def test_liveness_fires_while_a_strategy_still_runs_or_the_phase_is_not_final() 
     assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["liveness"]  # type: ignore[arg-type]
     w.running, w.rt.phase = False, FtPhase.RECONFIGURING
     assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["liveness"]  # type: ignore[arg-type]
-    w.rt.reconfiguration_gave_up = True  # an explicit gave-up state ends the fault
+    # An explicit gave-up state, waiting for a NodeManager that is down to register again, ends the fault.
+    w.rt.reconfiguration_gave_up, w.pods["10.0.0.2:50051"] = True, None
     assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
 
 
 def test_reconfigurations_bounded_fires_on_more_reconfigurations_than_faults_allow() -> None:
     w = _World()
-    w.inflight = {f"reconf-7-{i}": 0 for i in range(4)}
+    attempts = w.config.reconfiguration_max_attempts
+    w.inflight = {f"reconf-7-{i}": 0 for i in range(attempts)}
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
+    w.inflight[f"reconf-7-{attempts}"] = 0
     assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["reconfigurations_bounded"]  # type: ignore[arg-type]
+
+
+def test_liveness_fires_when_the_reconfiguration_gave_up_while_every_nodemanager_runs() -> None:
+    w = _World()
+    w.rt.phase, w.rt.reconfiguration_gave_up, w.view = FtPhase.RECONFIGURING, True, frozenset()
+    w.store.record = _Held(str(FtPhase.RECONFIGURING), ())
+    assert [v.invariant for v in final_checks(w, 1.0, 1)] == ["liveness"]  # type: ignore[arg-type]
+    w.pods["10.0.0.2:50051"] = None  # its NodeManager is down: waiting for it to register is the design
+    assert final_checks(w, 1.0, 1) == []  # type: ignore[arg-type]
 
 
 def test_store_holds_acted_state_fires_when_the_store_kept_an_older_phase() -> None:

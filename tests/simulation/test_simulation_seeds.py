@@ -30,10 +30,6 @@ KNOWN_FAILING: dict[tuple[str, int], str] = {
     ("vllm", 254): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
     ("vllm", 287): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
     ("vllm", 289): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
-    # A NodeManager crashes while the reconfiguration's StartEngines waits: that call fails, and
-    # asyncio.gather raises without cancelling the other pod's StartEngines, which stays in flight
-    # into the next attempt (whose StopEngines overlaps it).
-    ("vllm-0.33", 30): "found: a failed reconfiguration's sibling StartEngines stays in flight into the next attempt",
 }
 
 
