@@ -1,6 +1,6 @@
 """Faults the simulation found, pinned as explicit schedules (independent of the schedule
-generator: the world's own randomness comes from the seed alone). Each runs as an expected failure
-until its fix is merged; then its marker goes and the schedule must keep every invariant."""
+generator: the world's own randomness comes from the seed alone). Every one must keep
+every invariant."""
 
 from __future__ import annotations
 
@@ -15,14 +15,12 @@ def _violations(seed: int, events: list[Event], dialect: str = "vllm") -> list[s
     return [f"{v.invariant}: {v.message}" for v in result.violations] + (result.trace if result.violations else [])
 
 
-@pytest.mark.xfail(reason="defect 4: lost reports are never sent again", strict=False)
 @pytest.mark.parametrize("dialect", ["vllm", "rfc"])
 def test_an_unhealthy_group_during_a_controller_restart_is_recovered(dialect: str) -> None:
     events = [Event(25.062, "unhealthy", rank=0), Event(25.356, "controller_restart", duration_sec=7.1)]
     assert _violations(24, events, dialect) == []
 
 
-@pytest.mark.xfail(reason="defect 4: lost reports are never sent again", strict=False)
 def test_a_death_while_the_controller_is_down_is_acted_on_after_its_restart() -> None:
     events = [Event(20.86, "controller_restart", duration_sec=11.2), Event(24.908, "executor_death", rank=0)]
     assert _violations(182, events) == []
@@ -45,9 +43,6 @@ def test_a_reconfiguration_interrupted_by_a_nodemanager_crash_converges_once_the
     assert _violations(seed, events, "vllm-0.33") == []
 
 
-@pytest.mark.xfail(reason="defect 7: a failed persist is never retried (here the end of a reconfiguration: the "
-                          "store keeps DECIDING, a restart would reconfigure the healthy instance again)",
-                   strict=False)
 def test_the_store_holds_the_final_state_after_a_store_outage_during_a_round() -> None:
     events = [Event(22.78, "kill_process", rank=0), Event(24.825, "store_outage", duration_sec=6.1)]
     assert _violations(570, events) == []

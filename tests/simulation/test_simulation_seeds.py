@@ -12,33 +12,12 @@ from motor.simulation.runner import run
 
 RANGES = {"vllm": range(0, 300), "rfc": range(0, 80), "vllm-0.33": range(0, 50)}
 
-# Seeds that fail today, each with the known fault it finds; they run as expected failures until
-# the fix is merged, then this is emptied (every seed must keep every invariant). A change of the
-# schedule generator renumbers every seed: re-run the range and list what fails then.
-KNOWN_FAILING: dict[tuple[str, int], str] = {
-    # A fault just before or during a Controller restart: the NodeManagers' reports fail while it is
-    # down, are dropped after their attempts (or were already counted as delivered) and nothing
-    # re-arms them; the restarted Controller holds no evidence and keeps the instance published.
-    ("vllm", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
-    ("rfc", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
-    ("vllm-0.33", 24): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
-    ("vllm", 134): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
-    ("vllm", 137): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
-    ("vllm", 182): "defect 4: lost reports are never sent again (executor death while the Controller is down)",
-    ("vllm", 207): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
-    ("vllm", 237): "defect 4: lost reports are never sent again (unhealthy rank, then a Controller restart)",
-    ("vllm", 254): "defect 4: lost reports are never sent again (executor death, then a Controller restart)",
-    ("vllm", 287): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
-    ("vllm", 289): "defect 4: lost reports are never sent again (unhealthy rank while the Controller is down)",
-}
 
 
 def _cases():
     for dialect, seeds in RANGES.items():
         for seed in seeds:
-            reason = KNOWN_FAILING.get((dialect, seed))
-            marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-            yield pytest.param(dialect, seed, marks=marks, id=f"{dialect}-{seed}")
+            yield pytest.param(dialect, seed, id=f"{dialect}-{seed}")
 
 
 @pytest.mark.parametrize(("dialect", "seed"), list(_cases()))
