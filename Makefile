@@ -57,11 +57,23 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# tests/deploy runs once, in image-test, where its tools are installed.
+# Two pytest runs at once, each printing when it ends: the tiers that start whole local clusters
+# (one cluster at a time: the light engines and the pods' loopback addresses are shared), and the
+# tiers of single components, which need no cluster. tests/deploy runs once, in image-test, where
+# its tools are installed.
+CLUSTER_TESTS := tests/e2e tests/chaos tests/integration/launch tests/integration/testing
+
+.PHONY: test-clusters test-components
 test: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy tests
+	$(MAKE) -j2 --output-sync=target test-clusters test-components
 	$(MAKE) ts-test
 	$(MAKE) image-test
+
+test-clusters: deps
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(CLUSTER_TESTS)
+
+test-components: deps
+	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS)) tests
 
 # The TypeScript client (clients/typescript): npm ci from the committed lockfile only when
 # node_modules is missing or the lockfile changed; type check; generated-code drift check; node --test
