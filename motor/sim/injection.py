@@ -27,42 +27,18 @@ or 400 ``{"detail"}``. Faults:
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from aiohttp import web
 
 from motor.sim.engine import SimEngine
+from motor.sim.injection_state import InjectionError, reason_param
 
 ADMIN_PREFIX = "/motor/admin"
 FAULTS = (
     "kill_process", "executor_death", "hang_status", "unhealthy",
     "fail_next_apply", "fail_vote", "stall_next_apply", "slow_rebuild", "clear",
 )
-
-
-class InjectionError(ValueError):
-    """Bad inject body; the message names the bad value."""
-
-
-def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float, inclusive: bool) -> float | None:
-    if key not in body:
-        if required:
-            raise InjectionError(f"fault {body['fault']!r} needs {key!r}")
-        return None
-    value = body[key]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (not inclusive and value == minimum):
-        op = ">=" if inclusive else ">"
-        raise InjectionError(f"{key} must be a number {op} {minimum:g}, got {value!r}")
-    return float(value)
-
-
-def _reason(body: dict[str, Any], default: str) -> str:
-    value = body.get("reason", default)
-    if not isinstance(value, str) or not value.strip():
-        raise InjectionError(f"reason must be a non-blank string, got {value!r}")
-    return value
 
 
 def parse_inject_body(raw: bytes) -> dict[str, Any]:
@@ -79,27 +55,15 @@ def parse_inject_body(raw: bytes) -> dict[str, Any]:
 
 
 def apply_injection(engine: SimEngine, body: dict[str, Any]) -> None:
-    state = engine.injections
     fault = body["fault"]
     if fault == "kill_process":
         engine.kill_process_soon()
     elif fault == "executor_death":
         engine.kill_executor()
-    elif fault == "hang_status":
-        state.hang_status(_number(body, "duration_sec", required=False, minimum=0, inclusive=False))
     elif fault == "unhealthy":
-        engine.inject_unhealthy(_reason(body, "injected fault"))
-    elif fault == "fail_next_apply":
-        state.fail_next_apply = _reason(body, "injected apply failure")
-    elif fault == "fail_vote":
-        state.fail_vote = _reason(body, "injected vote failure")
-    elif fault == "stall_next_apply":
-        state.stall_next_apply = True
-    elif fault == "slow_rebuild":
-        delay = _number(body, "delay_sec", required=True, minimum=0, inclusive=True)
-        state.slow_rebuild_sec = float(delay or 0.0)
-    elif fault == "clear":
-        state.clear()
+        engine.inject_unhealthy(reason_param(body, "injected fault"))
+    else:
+        engine.injections.arm(fault, body)
 
 
 def add_admin_routes(app: web.Application, engine: SimEngine) -> None:

@@ -7,6 +7,7 @@ depends on this state only, never on the routes that drive it.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,3 +73,48 @@ class InjectionState:
             "slow_rebuild_sec": self.slow_rebuild_sec,
             "status_hang_remaining_sec": hang,
         }
+
+    def arm(self, fault: str, params: dict[str, Any]) -> bool:
+        """Arms one of the faults this state holds, from an inject body's parameters (the reference
+        and the light engines take the same ones); False for a fault that is not armed but done."""
+        if fault == "hang_status":
+            self.hang_status(number_param(params, "duration_sec", fault, required=False, minimum=0, inclusive=False))
+        elif fault == "fail_next_apply":
+            self.fail_next_apply = reason_param(params, "injected apply failure")
+        elif fault == "fail_vote":
+            self.fail_vote = reason_param(params, "injected vote failure")
+        elif fault == "stall_next_apply":
+            self.stall_next_apply = True
+        elif fault == "slow_rebuild":
+            delay = number_param(params, "delay_sec", fault, required=True, minimum=0, inclusive=True)
+            self.slow_rebuild_sec = float(delay or 0.0)
+        elif fault == "clear":
+            self.clear()
+        else:
+            return False
+        return True
+
+
+class InjectionError(ValueError):
+    """Bad inject body; the message names the bad value."""
+
+
+def number_param(params: dict[str, Any], key: str, fault: str, *, required: bool, minimum: float,
+                 inclusive: bool) -> float | None:
+    if key not in params:
+        if required:
+            raise InjectionError(f"fault {fault!r} needs {key!r}")
+        return None
+    value = params[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (not inclusive and value == minimum):
+        op = ">=" if inclusive else ">"
+        raise InjectionError(f"{key} must be a number {op} {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def reason_param(params: dict[str, Any], default: str) -> str:
+    value = params.get("reason", default)
+    if not isinstance(value, str) or not value.strip():
+        raise InjectionError(f"reason must be a non-blank string, got {value!r}")
+    return value

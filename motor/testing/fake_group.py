@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from motor.sim.injection_state import InjectionState
+from motor.sim.injection_state import InjectionState, reason_param
 
 log = logging.getLogger("motor.testing.fake_group")
 
@@ -164,22 +163,10 @@ class FakeDpGroup:
                 self.on_kill(rank)
             self._peers_fail(exclude=rank)
         elif fault == "unhealthy":
-            _reason(params, "injected fault")
+            reason_param(params, "injected fault")
             self._note(rank, "fault", fault=fault)
             self._fail_rank(rank, [])
-        elif fault == "hang_status":
-            armed.hang_status(_seconds(params, "duration_sec", required=False, zero_ok=False))
-        elif fault == "fail_next_apply":
-            armed.fail_next_apply = _reason(params, "injected apply failure")
-        elif fault == "fail_vote":
-            armed.fail_vote = _reason(params, "injected vote failure")
-        elif fault == "stall_next_apply":
-            armed.stall_next_apply = True
-        elif fault == "slow_rebuild":
-            armed.slow_rebuild_sec = _seconds(params, "delay_sec", required=True, zero_ok=True) or 0.0
-        elif fault == "clear":
-            armed.clear()
-        else:
+        elif not armed.arm(fault, params):
             raise ValueError(f"unknown fault {fault!r}; expected one of: {', '.join(FAULTS)}")
         if fault not in ("executor_death", "kill_process", "unhealthy"):
             self._note(rank, "armed", fault=fault, params=params)
@@ -386,21 +373,3 @@ class FakeDpGroup:
                 "master": list(self.master), "generation": self._generation,
                 "statuses": {str(r): s.status for r, s in self.ranks.items()}}
 
-
-def _reason(params: dict[str, Any], default: str) -> str:
-    value = params.get("reason", default)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"reason must be a non-blank string, got {value!r}")
-    return value
-
-
-def _seconds(params: dict[str, Any], key: str, *, required: bool, zero_ok: bool) -> float | None:
-    if key not in params:
-        if required:
-            raise ValueError(f"this fault needs {key!r}")
-        return None
-    value = params[key]
-    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-            or value < 0 or (value == 0 and not zero_ok)):
-        raise ValueError(f"{key} must be a number {'>=' if zero_ok else '>'} 0, got {value!r}")
-    return float(value)
