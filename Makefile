@@ -57,15 +57,18 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# Two pytest runs at once, each printing when it ends: the tiers that start whole local clusters
-# (one cluster at a time: the light engines and the pods' loopback addresses are shared), and the
-# tiers of single components, which need no cluster. tests/deploy runs once, in image-test, where
-# its tools are installed.
+# Two lanes at once, each printed when it ends: the tiers that start whole local clusters (one
+# cluster at a time: the light engines' ports and the pods' loopback addresses are shared), and
+# beside them the tiers of single components, then the TypeScript client, then the image.
+# tests/deploy runs once, in image-test, where its tools are installed.
 CLUSTER_TESTS := tests/e2e tests/chaos tests/integration/launch tests/integration/testing
 
-.PHONY: test-clusters test-components
+.PHONY: test-clusters test-components test-others
 test: deps
-	$(MAKE) -j2 --output-sync=target test-clusters test-components
+	$(MAKE) -j2 --output-sync=target test-clusters test-others
+
+test-others: deps
+	$(MAKE) test-components
 	$(MAKE) ts-test
 	$(MAKE) image-test
 
