@@ -57,18 +57,16 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# Two lanes at once, each printed when it ends: the tiers that start whole local clusters (one
-# cluster at a time: the light engines' ports and the pods' loopback addresses are shared), and
-# beside them the tiers of single components, then the TypeScript client, then the image.
+# Two pytest runs at once, each printed when it ends: the tiers that start whole local clusters
+# (one cluster at a time: the light engines' ports and the pods' loopback addresses are shared),
+# and the tiers of single components, which need no cluster; then the TypeScript client and the
+# image on their own (beside the cluster tiers they saved ~40 s and loaded those rows' processes).
 # tests/deploy runs once, in image-test, where its tools are installed.
 CLUSTER_TESTS := tests/e2e tests/chaos tests/integration/launch tests/integration/testing
 
-.PHONY: test-clusters test-components test-others
+.PHONY: test-clusters test-components
 test: deps
-	$(MAKE) -j2 --output-sync=target test-clusters test-others
-
-test-others: deps
-	$(MAKE) test-components
+	$(MAKE) -j2 --output-sync=target test-clusters test-components
 	$(MAKE) ts-test
 	$(MAKE) image-test
 

@@ -124,7 +124,9 @@ def test_controller_killed_in_scaled_down_running_comes_back_unpublished_then_pu
     assert [len(applies[r]) for r in (0, 1, 2, 3)] == [1, 0, 1, 1]
     cluster.kill_controller()
     cluster.restart_controller()
-    first = cluster.runtime()
+    # Serving is not leading: until the killed leader's lease runs out the new process stands by,
+    # its view read from the store, so the first view it has is the one to check.
+    first = cluster.wait_until(lambda rt: True, 30.0, "the restarted Controller's view of the instance", poll_sec=0.05)
     artifacts.record("runtime_after_restart", first)
     assert first["phase"] == "SCALED_DOWN_RUNNING" and first["dead_committed"] == [1]
     assert not first["serving_published"] and not first["can_serve"]
