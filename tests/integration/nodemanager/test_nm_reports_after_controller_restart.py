@@ -60,7 +60,10 @@ async def test_a_report_made_while_the_controller_is_down_is_delivered_when_it_i
         host, port = controller.host, controller.port
         controller.stop()
         await fake_control(n.engine_url(1), status="dead")
-        await asyncio.sleep(3.0)  # longer than the report's quick attempts
+        attempts = n.agent.config.fault_report_attempts
+        await async_wait_for(
+            lambda: n.agent.metrics.registry.get_sample_value("motor_nodemanager_fault_report_retries_total"),
+            10, "the report's quick attempts spent", until=lambda retried: (retried or 0) >= attempts)
         assert n.agent.reporter.pending == 1 and n.agent.reporter.lost == 0
         back = FakeController(proxy_enabled=True, heartbeat_interval_sec=30.0, known_pods=(POD_IP,))
         back.start(host, port)
