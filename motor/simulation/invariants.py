@@ -64,6 +64,7 @@ class SafetyChecker:
         self._complete_since: float | None = None
         self._retired: set[int] = set()
         self._relaunches_seen = 0
+        self._incarnation_seen = world.incarnation
 
     def _snapshot_complete(self) -> bool:
         """Every active rank is dead or unhealthy in truth: the evidence for a decision exists."""
@@ -82,6 +83,12 @@ class SafetyChecker:
         else:
             self._complete_since = None
         # dead_rank_published: counted only while a Controller runs (a down one decides nothing).
+        # A new Controller life starts the count again: the store keeps only the phase, the
+        # generation and the committed ranks (RFC §8), so the evidence and the collection window of
+        # the life that ended are gone by design and the new one gets a whole decision.
+        if w.incarnation != self._incarnation_seen and w.core is not None:
+            self._incarnation_seen = w.incarnation
+            self._dead_published_since = {r: max(t, now) for r, t in self._dead_published_since.items()}
         dead = w.dead_in_truth()
         for rank in sorted(w.group.engines):
             if rank in dead and rank in published and w.core is not None:

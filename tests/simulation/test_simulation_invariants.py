@@ -91,6 +91,7 @@ class _World:
         self.rt = _Runtime()
         self.view: frozenset | None = frozenset({0, 1, 2, 3})
         self.core = object()
+        self.incarnation = 1
         self.relaunches = 0
         self.max_concurrent_strategies = 0
         self.applies: dict = {}
@@ -128,6 +129,22 @@ def test_dead_rank_published_uses_the_short_bound_once_the_snapshot_is_complete(
     assert [v.invariant for v in fired] == ["dead_rank_published"]
     assert fired[0].at_sec <= checker.complete_bound_sec + 1
     assert "complete snapshot" in fired[0].message
+
+
+def test_dead_rank_published_counts_again_from_a_new_controller_life() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.group.engines[3].status = "dead"
+    restart_at = checker.bound_sec - 10.0
+    fired, t = [], 0.0
+    while t < restart_at + checker.bound_sec + 5.0:
+        if t == restart_at:
+            w.incarnation += 1
+        fired += checker.check(t)
+        t += 0.5
+    assert [v.invariant for v in fired] == ["dead_rank_published"]
+    assert fired[0].at_sec > restart_at + checker.bound_sec
+    assert f"since t={restart_at:.3f}" in fired[0].message
 
 
 def test_retired_rank_returns_fires_without_a_reconfiguration_and_not_after_one() -> None:

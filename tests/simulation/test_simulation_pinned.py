@@ -46,3 +46,11 @@ def test_a_reconfiguration_interrupted_by_a_nodemanager_crash_converges_once_the
 def test_the_store_holds_the_final_state_after_a_store_outage_during_a_round() -> None:
     events = [Event(22.78, "kill_process", rank=0), Event(24.825, "store_outage", duration_sec=6.1)]
     assert _violations(570, events) == []
+
+
+def test_a_controller_restart_during_an_idle_deaths_collection_window_gets_a_whole_decision() -> None:
+    # The old life's evidence and window are not persisted (RFC §5): the new Controller collects
+    # again, so the bound for the dead rank counts from its start, not from the death.
+    events = [Event(17.055, "slow_rebuild", duration_sec=13.8), Event(21.688, "executor_death", rank=0),
+              Event(33.283, "controller_restart", duration_sec=10.4)]
+    assert _violations(820, events) == []
