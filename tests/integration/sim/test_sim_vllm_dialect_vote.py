@@ -1,6 +1,7 @@
-"""vLLM's round rules on a real 4-rank group (``--ft-dialect vllm --scale-down-checkin-sec 2``), tests
-in file order: a survivor that never checks in fails the round within the check-in window (a failed
-retry leaves the survivors unhealthy); one survivor voting no makes every survivor dead."""
+"""vLLM's round rules on a real 4-rank group (``--ft-dialect vllm --scale-down-checkin-sec 2``), as one
+story whose steps build on each other (so it passes alone and in any order): a survivor that never
+checks in fails the round within the check-in window and a failed retry leaves the survivors
+unhealthy; then one survivor voting no in the scale-down that follows makes every survivor dead."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster
     return stop_at_end(start_group(tmp_path_factory.mktemp("sim-vllm-vote"), ["--scale-down-checkin-sec", "2"]))
 
 
-def test_a_missing_check_in_fails_the_round_and_a_failed_retry_stays_unhealthy(clients: list[SimClient]) -> None:
+def test_a_missing_check_in_fails_the_retry_then_one_no_vote_turns_every_survivor_dead(
+        clients: list[SimClient]) -> None:
+    _a_missing_check_in_fails_the_round_and_a_failed_retry_stays_unhealthy(clients)
+    _one_no_vote_turns_every_survivor_dead(clients)
+
+
+def _a_missing_check_in_fails_the_round_and_a_failed_retry_stays_unhealthy(clients: list[SimClient]) -> None:
     assert clients[3].inject("executor_death").status == 200
     watch(clients[3], status_is("dead"), "rank 3 dead")
     assert clients[0].complete("wake up", 2).status == 503  # the wave's collective meets the dead peer
@@ -39,7 +46,7 @@ def test_a_missing_check_in_fails_the_round_and_a_failed_retry_stays_unhealthy(c
                 in e["ft_error"]), e
 
 
-def test_one_no_vote_turns_every_survivor_dead(clients: list[SimClient]) -> None:
+def _one_no_vote_turns_every_survivor_dead(clients: list[SimClient]) -> None:
     assert clients[2].inject("fail_vote", reason="experts not loaded").status == 200
     for r in SURVIVORS:
         assert clients[r].apply("scale_down", "vote-1", {"removed_dp_ranks": [3]}).status == 202
