@@ -50,28 +50,38 @@ $(BUF):
 
 # promtool (Debian `prometheus`, not started) checks deploy/prometheus/motor-rules.yaml and the
 # dashboard's PromQL in tests/unit/test_deploy_observability.py.
-.tools/promtool.ok:
+.tools/promtool.ok: | .tools/etcd.ok
 	@mkdir -p .tools
 	command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
 	touch $@
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# Two pytest runs at once, each printed when it ends: the tiers that start whole local clusters
-# (one cluster at a time: the light engines' ports and the pods' loopback addresses are shared),
-# and the tiers of single components, which need no cluster; then the TypeScript client and the
-# image on their own (beside the cluster tiers they saved ~40 s and loaded those rows' processes).
+# Three pytest runs at once, each printed when it ends: the e2e rows and the chaos and launcher rows
+# (each starts local clusters, one at a time per run; the two runs' pods have loopback addresses
+# of their own, 127.0.0.2 on and 127.0.0.40 on, and the light engines' fixed ports are bound on
+# those addresses), and the tiers of single components, which need no cluster; then the
+# TypeScript client (its cluster is on the e2e rows' addresses) and the image.
 # tests/deploy runs once, in image-test, where its tools are installed.
-CLUSTER_TESTS := tests/e2e tests/chaos tests/integration/launch tests/integration/testing
+E2E_TESTS := tests/e2e
+CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
+CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS)
 
-.PHONY: test-clusters test-components
-test: deps
-	$(MAKE) -j2 --output-sync=target test-clusters test-components
+# Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
+TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok
+
+.PHONY: test-e2e test-chaos test-components
+test:
+	$(MAKE) -j4 --output-sync=target $(TEST_DEPS)
+	$(MAKE) -j3 --output-sync=target test-e2e test-chaos test-components
 	$(MAKE) ts-test
 	$(MAKE) image-test
 
-test-clusters: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) $(CLUSTER_TESTS)
+test-e2e: deps
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(E2E_TESTS)
+
+test-chaos: deps
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS)
 
 test-components: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS)) tests
@@ -117,7 +127,7 @@ $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
 	touch $@
 
-.tools/podman.ok:
+.tools/podman.ok: | .tools/promtool.ok
 	@mkdir -p .tools
 	(command -v podman && command -v runc && command -v debootstrap) >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap)
 	touch $@

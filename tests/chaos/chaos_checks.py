@@ -8,6 +8,12 @@ from typing import Any
 
 from motor.launch.cluster import LocalCluster
 
+# The pods' loopback addresses of the chaos rows: apart from the e2e rows' (127.0.0.2 on), so that
+# `make test` runs both tiers at once. POD_0 hosts ranks 0 and 1, POD_1 ranks 2 and 3.
+CHAOS_FIRST_POD_IP = 40
+POD_0 = f"127.0.0.{CHAOS_FIRST_POD_IP}"
+POD_1 = f"127.0.0.{CHAOS_FIRST_POD_IP + 1}"
+
 
 def scale_down_applies(cluster: LocalCluster) -> dict[str, Counter[int]]:
     """request_id → how many scale_down applies each rank's engines received for it (every engine

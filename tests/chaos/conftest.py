@@ -18,6 +18,8 @@ from motor.launch.cluster import LocalCluster
 from motor.launch.spec import ClusterSpec
 from motor.testing.artifacts import Artifacts, artifacts_root, run_folder
 
+from .chaos_checks import CHAOS_FIRST_POD_IP
+
 OUT = artifacts_root(Path(__file__).resolve().parents[2] / "runs", "chaos")
 # Short, so takeovers are quick; etcd's own floor is about 2 s.
 LEASE_TTL_SEC = 2
@@ -46,6 +48,7 @@ def ha_cluster(run_dir: Path, artifacts: Artifacts):
         spec_kwargs.setdefault("start_etcd", True)
         spec_kwargs.setdefault("controller_replicas", 2)
         spec_kwargs.setdefault("leader_lease_ttl_sec", LEASE_TTL_SEC)
+        spec_kwargs.setdefault("first_pod_ip", CHAOS_FIRST_POD_IP)
         cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir)
         started.append(cluster)
         return cluster.start()

@@ -22,6 +22,8 @@ from motor.launch.load import trigger_traffic
 from motor.testing.waits import wait_for
 
 from .chaos_checks import (
+    POD_0,
+    POD_1,
     assert_at_most_one_apply_per_survivor_per_round,
     assert_serving,
     assert_store_matches,
@@ -43,24 +45,24 @@ def _normal(rt) -> bool:
 
 def test_nodemanager_killed_while_holding_a_guard(ha_cluster, artifacts) -> None:
     cluster = ha_cluster(
-        # Pod 127.0.0.3 holds every guard's answer 3 s: it holds the round's guard while the round waits.
-        pod_overrides={"127.0.0.3": {"fault_injection.guard_delay_sec": 3.0}},
+        # POD_1 holds every guard's answer 3 s: it holds the round's guard while the round waits.
+        pod_overrides={POD_1: {"fault_injection.guard_delay_sec": 3.0}},
         controller_overrides={"fault_tolerance_config.strategy_center_check_interval": 2.0},
     )
     cluster.inject(1, "executor_death")
     trigger_traffic(cluster)
     rt = cluster.wait_until(lambda rt: rt["phase"] == "DECIDING" and rt["request_id"]
-                            and guards_held(cluster).get("127.0.0.3") == rt["request_id"], 60.0, "guard held on .3")
+                            and guards_held(cluster).get(POD_1) == rt["request_id"], 60.0, "guard held on POD_1")
     round_id = rt["request_id"]
-    killed = cluster.kill_nodemanager("127.0.0.3")
-    artifacts.step("killed the NodeManager of 127.0.0.3 holding the guard", request_id=round_id, engines=killed)
+    killed = cluster.kill_nodemanager(POD_1)
+    artifacts.step(f"killed the NodeManager of {POD_1} holding the guard", request_id=round_id, engines=killed)
     rt = cluster.wait_until(lambda rt: rt["phase"] == "RECONFIGURING", 60.0, "the round failed")
     artifacts.step("round failed", runtime=rt)
     assert round_id in (rt["last_error"] or "") or rt["request_id"] == round_id
     # The round failed before any apply; its guard on the surviving pod was aborted.
     assert scale_down_applies(cluster) == {}
-    assert guards_held(cluster, ["127.0.0.2"]) == {}
-    cluster.restart_nodemanager("127.0.0.3")
+    assert guards_held(cluster, [POD_0]) == {}
+    cluster.restart_nodemanager(POD_1)
     rt = cluster.wait_until(_normal, 180.0, "recovered by reconfiguration")
     assert rt["dead_committed"] == []
     assert_store_matches(cluster, rt)

@@ -24,6 +24,8 @@ import pytest
 from motor.launch.load import trigger_traffic
 
 from .chaos_checks import (
+    POD_0,
+    POD_1,
     assert_at_most_one_apply_per_survivor_per_round,
     assert_serving,
     assert_store_matches,
@@ -39,7 +41,7 @@ ALL = [0, 1, 2, 3]
 
 
 def _arm_deciding(cluster) -> None:
-    # Pod 127.0.0.3 holds every guard's answer 3 s (its pod override): the round sits in DECIDING.
+    # POD_1 holds every guard's answer 3 s (its pod override): the round sits in DECIDING.
     cluster.inject(1, "executor_death")
     trigger_traffic(cluster)
 
@@ -64,7 +66,7 @@ def _arm_scaling_down(cluster) -> None:
 
 
 def _arm_post_scale_cleanup(cluster) -> None:
-    # Pod 127.0.0.3 holds finalize(commit) 4 s: 127.0.0.2 has committed, the Controller has not.
+    # POD_1 holds finalize(commit) 4 s: POD_0 has committed, the Controller has not.
     cluster.inject(1, "executor_death")
     trigger_traffic(cluster)
 
@@ -77,14 +79,14 @@ ROWS: list[tuple[str, Callable[[Any], None], Callable[[Any, dict[str, Any]], boo
     ("DECIDING", _arm_deciding, lambda cluster, rt: bool(rt["request_id"])),
     ("WAITING_ENGINE_FAULT", _arm_waiting, lambda cluster, rt: True),
     ("SCALING_DOWN", _arm_scaling_down, _applied_by_every_survivor),
-    ("POST_SCALE_CLEANUP", _arm_post_scale_cleanup, lambda cluster, rt: retired_ranks(cluster, "127.0.0.2") == [1]),
+    ("POST_SCALE_CLEANUP", _arm_post_scale_cleanup, lambda cluster, rt: retired_ranks(cluster, POD_0) == [1]),
 ]
 
 
 def test_leader_killed_mid_round_takes_the_fallback_and_never_applies_again(ha_cluster, artifacts) -> None:
     cluster = ha_cluster(
         engine_args=["--ft-dialect", "rfc", "--diagnosing-sec", "0"],
-        pod_overrides={"127.0.0.3": {"fault_injection.guard_delay_sec": 3.0,
+        pod_overrides={POD_1: {"fault_injection.guard_delay_sec": 3.0,
                                      "fault_injection.finalize_delay_sec": 4.0}},
         controller_overrides={"fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 60.0},
     )

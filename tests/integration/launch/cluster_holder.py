@@ -20,7 +20,7 @@ from motor.launch.spec import ClusterSpec
 
 
 def hold(run_dir: Path) -> None:
-    cluster = LocalCluster(ClusterSpec(dp_size=2, ranks_per_pod=2), run_dir)
+    cluster = LocalCluster(ClusterSpec(dp_size=2, ranks_per_pod=2, first_pod_ip=60), run_dir)
     try:
         cluster.start(ready_timeout_sec=150)
         try:
