@@ -1,4 +1,4 @@
-"""`python -m motor.simulation --seeds N [--seed S] [--steps K] [--dialect vllm|rfc|vllm-0.33]`
+"""`python -m motor.simulation --seeds N [--seed S] [--steps K] [--dialect vllm|rfc|vllm-0.33] [--jobs J]`
 
 Runs N schedules from seed S, prints every violation with its seed and its shrunk trace, the
 violations by invariant, and ends with `N seeds, M schedules/s, K violations` (exit status 1 when
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 from motor.simulation.engines import DIALECTS
 from motor.simulation.invariants import INVARIANTS
@@ -28,7 +30,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dialect", choices=DIALECTS, default="vllm", help="the engines' FT dialect (default vllm)")
     p.add_argument("--no-shrink", action="store_true", help="print a violation's full trace, not the shrunk one")
     p.add_argument("--verbose", action="store_true", help="log the code under test (WARNING and above)")
-    return p.parse_args(argv)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes, each running its share of the seeds (default 1)")
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs} must be at least 1")
+    return args
 
 
 def report(result: RunResult) -> str:
@@ -40,17 +47,46 @@ def report(result: RunResult) -> str:
     return "\n".join(lines)
 
 
+# Seeds per task of a worker: small enough that the workers end together, large enough that
+# handing out tasks costs nothing next to running them.
+CHUNK_SEEDS = 50
+
+
+def _run_seeds(first: int, count: int, dialect: str, steps: int, no_shrink: bool,
+               verbose: bool) -> list[tuple[list[str], str]]:
+    """Runs seeds first..first+count-1; returns (violated invariants, report) per failed seed."""
+    logging.basicConfig(level=logging.WARNING if verbose else logging.CRITICAL + 1)
+    out = []
+    for seed in range(first, first + count):
+        result = run(seed, dialect, steps)
+        if result.failed:
+            shown = result if no_shrink else shrink(result, steps)
+            out.append(([v.invariant for v in result.violations], report(shown)))
+    return out
+
+
+def _chunks(first: int, count: int) -> Iterator[tuple[int, int]]:
+    for start in range(first, first + count, CHUNK_SEEDS):
+        yield start, min(CHUNK_SEEDS, first + count - start)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING if args.verbose else logging.CRITICAL + 1)
     by_invariant: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
-    for seed in range(args.seed, args.seed + args.seeds):
-        result = run(seed, args.dialect, args.steps)
-        if result.failed:
-            by_invariant.update(v.invariant for v in result.violations)
-            shown = result if args.no_shrink else shrink(result, args.steps)
-            print(report(shown), flush=True)
+    work = [(start, n, args.dialect, args.steps, args.no_shrink, args.verbose) for start, n in _chunks(args.seed, args.seeds)]
+    if args.jobs == 1:
+        outcomes: Iterator[list[tuple[list[str], str]]] = (_run_seeds(*w) for w in work)
+    else:
+        pool = concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs)
+        outcomes = pool.map(_run_seeds, *zip(*work))  # in seed order, as each chunk is done
+    for failed in outcomes:
+        for invariants, text in failed:
+            by_invariant.update(invariants)
+            print(text, flush=True)
+    if args.jobs > 1:
+        pool.shutdown()
     elapsed = max(time.monotonic() - started, 1e-9)
     total = sum(by_invariant.values())
     print(f"seeds {args.seed}..{args.seed + args.seeds - 1} ({args.dialect}, {args.steps} steps)")
