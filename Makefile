@@ -57,11 +57,11 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# Three pytest runs at once, each printed when it ends: the e2e rows and the chaos and launcher rows
-# (each starts local clusters, one at a time per run; the two runs' pods have loopback addresses
-# of their own, 127.0.0.2 on and 127.0.0.40 on, and the light engines' fixed ports are bound on
-# those addresses), and the tiers of single components, which need no cluster; then the
-# TypeScript client (its cluster is on the e2e rows' addresses) and the image.
+# Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows, then the
+# image build (the rows start local clusters, one at a time per run; the two runs' pods have
+# loopback addresses of their own, 127.0.0.2 on and 127.0.0.40 on, and the light engines' fixed
+# ports are bound on those addresses); and the tiers of single components, which need no cluster.
+# Then the TypeScript client and the image test (their clusters are on the e2e rows' addresses).
 # tests/deploy runs once, in image-test, where its tools are installed.
 E2E_TESTS := tests/e2e
 CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
@@ -70,10 +70,10 @@ CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS)
 # Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
 TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok
 
-.PHONY: test-e2e test-chaos test-components
+.PHONY: test-e2e test-chaos test-chaos-then-image-build test-components
 test:
 	$(MAKE) -j4 --output-sync=target $(TEST_DEPS)
-	$(MAKE) -j3 --output-sync=target test-e2e test-chaos test-components
+	$(MAKE) -j3 --output-sync=target test-e2e test-chaos-then-image-build test-components
 	$(MAKE) ts-test
 	$(MAKE) image-test
 
@@ -82,6 +82,9 @@ test-e2e: deps
 
 test-chaos: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS)
+
+test-chaos-then-image-build: test-chaos
+	$(MAKE) image-build
 
 test-components: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS)) tests
@@ -121,7 +124,7 @@ clean:
 # their own venv). Caches (base rootfs, wheels, built images) and podman's own store: .tools/image.
 DEPLOY_VENV := .tools/deploy-venv
 
-.PHONY: image-test
+.PHONY: image-test image-build
 $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 	test -x $(DEPLOY_VENV)/bin/python || python3 -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
@@ -131,6 +134,11 @@ $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 	@mkdir -p .tools
 	(command -v podman && command -v runc && command -v debootstrap) >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap)
 	touch $@
+
+# The images of the work tree into podman's store under .tools/image (image-test builds them
+# itself when they are not there).
+image-build: $(VENV)/.installed .tools/podman.ok
+	$(PY) -m tests.deploy.image_build
 
 image-test: $(VENV)/.installed $(DEPLOY_VENV)/.installed .tools/podman.ok
 	MOTOR_IMAGE_TEST=1 $(PY) -m pytest -q $(PYTEST_ARGS) tests/deploy

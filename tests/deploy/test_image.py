@@ -45,7 +45,9 @@ def podman() -> Podman:
         pytest.skip(f"podman cannot run containers here: {reason}")
     if shutil.which("debootstrap") is None:
         pytest.fail("debootstrap is missing (Debian's debootstrap; `make image-test` installs it)")
-    pm.remove_all()  # a previous run that was killed
+    # A previous run that was killed left containers; images stay, `make image-build` may have
+    # built this tree's (the end of this test removes every image).
+    pm.remove_containers()
     try:
         yield pm
     finally:
