@@ -8,11 +8,14 @@ Production code only: process and port helpers come from ``motor.common``, and n
 Modules:
   main               entry point, NodeManagerService (gRPC server + agent), exit statuses
   config             NodeManagerConfig: the pod, its engines, the Controller, bounds of calls and reports
-  agent              the composition root: builds and wires the parts, engine-exit handling, heartbeat
-                     alive set and registration, start/stop
+  agent              the composition root: builds and wires the parts (supervisor, engine HTTP client,
+                     Controller client, clock and stop record storage may be given), engine-exit
+                     handling, heartbeat alive set and registration, start/stop
+  clock              Clock: monotonic and wall time, given to every part that reads time
   engine_lifecycle   EngineLifecycle: initial launch, Start/Stop/RelaunchEngines, grace, DP master
   exit_policy        the pod's own exit: every engine dead (frozen by a live guard), StopPod
-  pod_stop           PodStopRecord: a StopPod kept in the pod, so a restarted NodeManager stays stopped
+  pod_stop           PodStopRecord: a StopPod kept in the pod (a StopStorage: the file in log_dir), so a
+                     restarted NodeManager stays stopped
   supervisor         ProcessSupervisor: spawn, readiness (/health), exit watch (pidfd), intentional stop
   engine_command     engine argv templates (reference engine by default)
   engine_answers     the FT API's documents: status/apply/error answers checked by pydantic models

@@ -2,6 +2,12 @@
 fault reporter, controller link, FT proxy, engine lifecycle and exit policy, wires what each one
 sees to the others, and starts and stops them (the servicers call into the parts).
 
+What touches the outside world comes in through the constructor, the production one by default:
+the process supervisor (a factory, since it calls back into the agent), the engine HTTP client, the
+Controller client (a factory, given the term fence's observer), the clock, where the StopPod
+record is kept and the random generator of the retries' jitter. `motor.simulation` composes this
+same agent over simulated processes and engines.
+
 Start-up: the initial launch of every local engine runs in the background (the gRPC server is
 already serving); once it has ended the pod registers and heartbeats. Engine exits that were not
 asked for are reported as ENGINE_DEAD once per run, unless the endpoint is retired, and may end the
@@ -12,15 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from gen.motor.v1 import common_pb2, controller_pb2
 from nodemanager.config import NodeManagerConfig
 from motor.common.security import client_tls
 from motor.common.term_fence import TermFence
+from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.device_ids import check_device_ids
@@ -32,7 +41,7 @@ from nodemanager.ft_proxy import FtProxy
 from nodemanager.guard import GuardState
 from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
-from nodemanager.pod_stop import PodStopRecord
+from nodemanager.pod_stop import FileStopStorage, PodStopRecord, StopStorage
 from nodemanager.reporter import FaultReporter
 from nodemanager.supervisor import EngineExit, ProcessSupervisor, RunState
 
@@ -41,21 +50,43 @@ log = logging.getLogger("nodemanager.agent")
 ROLES = {"prefill": common_pb2.ROLE_PREFILL, "decode": common_pb2.ROLE_DECODE, "union": common_pb2.ROLE_UNION}
 
 
+class SupervisorFactory(Protocol):
+    """Builds the process supervisor around the agent's callbacks."""
+
+    def __call__(self, *, on_ready: Callable[[int, int], None], on_exit: Callable[[EngineExit], None],
+                 on_stopping: Callable[[int], None]) -> ProcessSupervisor: ...
+
+
+# Builds the Controller client; its argument sees the leader term of every answer (the term fence).
+ControllerFactory = Callable[[Callable[[int], None]], ControllerClient]
+
+
 class NodeManagerAgent:
-    def __init__(self, config: NodeManagerConfig, *, exit_hook: ExitHook, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: NodeManagerConfig, *, exit_hook: ExitHook, clock: Clock = SYSTEM_CLOCK,
+                 supervisor: SupervisorFactory | None = None, http: EngineHttpClient | None = None,
+                 controller: ControllerFactory | None = None, stop_storage: StopStorage | None = None,
+                 rng: random.Random | None = None) -> None:
+        """Left out, `supervisor` runs engine processes with their logs in `log_dir`, `http` is an
+        aiohttp client, `controller` the gRPC client of the configured replicas, `stop_storage`
+        the file in `log_dir` (a fresh temporary directory when none is configured) and `rng`, the
+        jitter of the retries towards the Controller, the process's random generator."""
         self.config = config
         self._instance = config.instance_id
-        self.log_dir = Path(config.log_dir) if config.log_dir else Path(
-            tempfile.mkdtemp(prefix=f"motor-nm-i{config.instance_id}-{config.pod_ip}-"))
+        self._clock = clock
+        jitter = (rng or random).random
+        self.log_dir = Path(config.log_dir) if config.log_dir else None
         self.state = PodState(config.instance_id, config.fault_tolerance_config.enable_dp_scale_down_proxy)
         self.polling_enabled = config.fault_tolerance_config.enable_fault_tolerance and config.ft_capability.engine_ft_enabled
-        self.guard = GuardState(clock)
+        self.guard = GuardState(clock.monotonic)
         self.metrics = NodeManagerMetrics()
-        self.http = EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec)
-        self.supervisor = ProcessSupervisor(config, self.log_dir, on_ready=self._on_ready, on_exit=self._on_exit,
-                                            on_stopping=self._on_stopping)
+        self.http = http or EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec, clock)
+        build_supervisor = supervisor or (
+            lambda **callbacks: ProcessSupervisor(config, self._own_log_dir(), **callbacks))
+        self.supervisor = build_supervisor(on_ready=self._on_ready, on_exit=self._on_exit,
+                                           on_stopping=self._on_stopping)
         # A StopPod obeyed by an earlier run of this pod: its ranks stay retired (pod_stop).
-        self.stop_record = PodStopRecord(self.log_dir, instance_id=config.instance_id, local_ids=self.supervisor.ids)
+        self.stop_record = PodStopRecord(stop_storage or FileStopStorage(self._own_log_dir()),
+                                         instance_id=config.instance_id, local_ids=self.supervisor.ids, wall=clock.wall)
         stopped = self.stop_record.load()
         if stopped is not None:
             self.state.retire(stopped.ranks)
@@ -68,9 +99,10 @@ class NodeManagerAgent:
         self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
         # The highest Controller leader term seen: FT and lifecycle calls of an older (deposed) one are refused.
         self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
-        self.controller = ControllerClient(config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
-                                           tls=client_tls(config.client_tls, config.security),
-                                           on_term=lambda term: self.term_fence.observe(term, "controller answer"))
+        build_controller = controller or (lambda on_term: ControllerClient(
+            config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
+            tls=client_tls(config.client_tls, config.security), on_term=on_term))
+        self.controller = build_controller(lambda term: self.term_fence.observe(term, "controller answer"))
         # Reports made before the first registration wait for it instead of being refused.
         registered = asyncio.Event()
         self.link = ControllerLink(
@@ -78,29 +110,35 @@ class NodeManagerAgent:
             build_register=self.register_request, alive_ids=self.alive_ids, on_config=self._on_config,
             heartbeat_interval_sec=config.heartbeat_interval_sec,
             max_backoff_sec=config.controller_retry_max_backoff_sec,
-            on_renewed=self._on_controller_renewed, registered=registered,
+            on_renewed=self._on_controller_renewed, registered=registered, jitter=jitter,
         )
         self.reporter = FaultReporter(
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
             hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
             registered=registered, is_retired=self.state.is_retired, metrics=self.metrics,
-            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]),
+            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]), clock=clock.monotonic, jitter=jitter,
         )
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
             timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
             report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
-            defer_recovered=self.guard.is_live, metrics=self.metrics,
+            defer_recovered=self.guard.is_live, metrics=self.metrics, clock=clock,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
-                             on_taken=self.poller.taken, metrics=self.metrics)
+                             on_taken=self.poller.taken, metrics=self.metrics, clock=clock)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
                                     report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched),
                                     stopped_ranks=lambda: len(self.stop_record.stopped))
         self.grpc_address = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[object]] = set()
+
+    def _own_log_dir(self) -> Path:
+        """The engines' logs and the stop record's directory: configured, or a fresh temporary one."""
+        if self.log_dir is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix=f"motor-nm-i{self._instance}-{self.config.pod_ip}-"))
+        return self.log_dir
 
     # -- start / stop -----------------------------------------------------------------------
     async def start(self, grpc_address: str) -> None:
@@ -161,7 +199,7 @@ class NodeManagerAgent:
             log.info("instance=%d rank=%d exit of retired engine not reported: %s", self._instance, ev.endpoint_id,
                      ev.description)
             return
-        self.reporter.submit(FaultReport(ev.endpoint_id, ENGINE_DEAD, ev.description, None, time.time()))
+        self.reporter.submit(FaultReport(ev.endpoint_id, ENGINE_DEAD, ev.description, None, self._clock.wall()))
         self.exit_policy.check()
 
     def _on_commit(self, newly_retired: list[int], request_id: str) -> None:
@@ -186,7 +224,7 @@ class NodeManagerAgent:
                 if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i)]
         for i in dead:
             self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again: {reason})", None,
-                                             time.time()))
+                                             self._clock.wall()))
         log.info("instance=%d pod=%s %s: polled engines re-armed %s, dead engines reported again %s",
                  self._instance, self.config.pod_ip, reason, self.poller.watched, dead)
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 from collections.abc import Callable
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_client import ControllerClient, rpc_error_text
@@ -56,8 +57,11 @@ class ControllerLink:
         max_backoff_sec: float,
         on_renewed: Callable[[str], None] = lambda reason: None,
         registered: asyncio.Event | None = None,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
+        """`jitter`: a uniform draw in [0, 1) that spreads the registration retries of many pods."""
         self._client = client
+        self._jitter = jitter
         self._instance = instance_id
         self._pod_ip = pod_ip
         self._build_register = build_register
@@ -104,7 +108,7 @@ class ControllerLink:
 
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
-            wait=wait_exponential(multiplier=0.2, max=self._max_backoff) + wait_random(0, 0.1),
+            wait=wait_exponential(multiplier=0.2, max=self._max_backoff) + (lambda state: 0.1 * self._jitter()),
             before_sleep=before_sleep,
             reraise=True,
         )

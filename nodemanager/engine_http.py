@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
@@ -72,6 +72,7 @@ class EngineHttpClient:
 
     ft_api_prefix: str
     timeout_sec: float
+    clock: Clock = SYSTEM_CLOCK
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _apply_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
@@ -96,9 +97,9 @@ class EngineHttpClient:
         assert self._session is not None, "EngineHttpClient.start() not called"
         bound = self._bound(timeout_sec)
         url = addr.base_url + self.ft_api_prefix + "/status"
-        deadline = time.monotonic() + bound
+        deadline = self.clock.monotonic() + bound
         for attempt in (1, 2):
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s")
             try:
@@ -107,7 +108,7 @@ class EngineHttpClient:
                     if truncated:
                         raise EngineStatusMalformed(addr.endpoint_id,
                                                     f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
-                    return parse_status(addr.endpoint_id, resp.status, body, time.time())
+                    return parse_status(addr.endpoint_id, resp.status, body, self.clock.wall())
             except (TimeoutError, asyncio.TimeoutError):
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s") from None
             except aiohttp.ClientConnectorError as exc:
@@ -125,11 +126,11 @@ class EngineHttpClient:
         assert self._apply_session is not None, "EngineHttpClient.start() not called"
         bound = self._bound(timeout_sec)
         url = addr.base_url + self.ft_api_prefix + "/apply"
-        started, sent_at = time.monotonic(), time.time()
+        started, sent_at = self.clock.monotonic(), self.clock.wall()
 
         def outcome(accepted: bool, status: int, rid: str, message: str) -> ApplyOutcome:
-            return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, time.monotonic() - started,
-                                sent_at)
+            return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body,
+                                self.clock.monotonic() - started, sent_at)
 
         try:
             async with self._apply_session.post(

@@ -195,7 +195,7 @@ class EngineLifecycle:
             self._stop_record.release(ids)
         except OSError as exc:
             log.error("instance=%d stop record %s not updated for ranks %s launched again: %s", self._instance,
-                      self._stop_record.path, ids, exc)
+                      self._stop_record.storage.where, ids, exc)
 
     def _drop_guard_for_new_group(self, ids: list[int], request_id: str) -> None:
         """Every local engine starting into a new DP group voids any scale-down transaction on the old

@@ -100,7 +100,7 @@ class ExitPolicy:
                 self._stop_record.save(self._supervisor.ids, request_id, reason)
             except OSError as exc:  # the stop itself must still happen
                 log.error("instance=%d request_id=%s stop not recorded in %s: a restart relaunches the engines: %s",
-                          self._instance, request_id or "-", self._stop_record.path, exc)
+                          self._instance, request_id or "-", self._stop_record.storage.where, exc)
         self._exit_hook(0, f"StopPod request_id={request_id!r} reason={reason!r}")
 
     async def watchdog(self) -> None:

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gen.motor.v1 import controller_pb2
 from motor.common.text import rank_ranges
+from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import EngineAddress, EngineHttpClient
 from nodemanager.metrics import NodeManagerMetrics
@@ -174,8 +174,10 @@ class EngineFtManager:
         still_polled: Callable[[int], bool] = lambda _: True,
         defer_recovered: Callable[[], bool] = lambda: False,
         metrics: NodeManagerMetrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._http = http
+        self._clock = clock
         self._interval = interval_sec
         self._timeout = timeout_sec
         self._address_of = address_of
@@ -266,7 +268,7 @@ class EngineFtManager:
             return None
         self.polls += 1
         entry: EngineStatusEntry | None = None
-        started, error = time.monotonic(), ""
+        started, error = self._clock.monotonic(), ""
         try:
             entry = await self._http.read_status(addr, self._timeout)
             observation = classify(entry)
@@ -276,14 +278,14 @@ class EngineFtManager:
             error = "timeout" if isinstance(exc, EngineTimeout) else "unreachable"
         except EngineProtocolError as exc:
             observation, evidence, error = PROTOCOL_ERROR, str(exc), "protocol"
-        self._metrics.poll(time.monotonic() - started, error)
+        self._metrics.poll(self._clock.monotonic() - started, error)
         if not self._still_polled(endpoint_id):
             return None  # stopped, retired or exited while the read was in flight: not evidence
         if observation == HEALTHY_OBSERVATION and self.dedupe.is_taken(endpoint_id) and self._defer_recovered():
             return None  # the round holding the guard supersedes the taken fault when it commits
         kind = self.dedupe.observe(endpoint_id, observation, entry_identity(entry))
         if observation == DIAGNOSING_OBSERVATION:
-            self._diagnosing_since.setdefault(endpoint_id, time.time())
+            self._diagnosing_since.setdefault(endpoint_id, self._clock.wall())
             log.debug("instance=%d rank=%d FT status %s: no verdict yet", self._instance, endpoint_id, evidence)
             return None
         diagnosing_at = self._diagnosing_since.pop(endpoint_id, 0.0)
@@ -291,5 +293,5 @@ class EngineFtManager:
             return None
         log.log(logging.INFO if kind == RECOVERED else logging.WARNING, "instance=%d rank=%d FT status %s: %s",
                 self._instance, endpoint_id, kind_name(kind), evidence)
-        self._report(FaultReport(endpoint_id, kind, evidence, entry, time.time(), diagnosing_at))
+        self._report(FaultReport(endpoint_id, kind, evidence, entry, self._clock.wall(), diagnosing_at))
         return kind

@@ -22,11 +22,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gen.motor.v1 import node_manager_pb2
+from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
 from nodemanager.engine_answers import (
@@ -97,8 +97,10 @@ class FtProxy:
         on_commit: Callable[[list[int], str], None],
         on_taken: Callable[[list[EngineStatusEntry]], object] = lambda _: None,
         metrics: NodeManagerMetrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
+        self._clock = clock
         self._state = state
         self._supervisor = supervisor
         self._http = http
@@ -148,12 +150,12 @@ class FtProxy:
         check_instance(instance_id, self._instance)
         ids = self._routable_ids(endpoint_ids)
         waits = check_settle(wait_while, settle_sec)
-        started = time.monotonic()
+        started = self._clock.monotonic()
         settle_until = started + (min(settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
                                   if timeout_sec is not None else settle_sec)
 
         def left() -> float | None:
-            return None if timeout_sec is None else max(0.01, timeout_sec - (time.monotonic() - started))
+            return None if timeout_sec is None else max(0.01, timeout_sec - (self._clock.monotonic() - started))
 
         async def read(some: list[int]) -> None:
             entries.update(zip(some, await self._read_all(some, request_id, left()), strict=True))
@@ -166,7 +168,7 @@ class FtProxy:
             if not pending:
                 break
             delay = reread_delay_sec(probes)
-            if time.monotonic() + delay >= settle_until:
+            if self._clock.monotonic() + delay >= settle_until:
                 if probes:
                     await read(pending)  # older than the last probe: the answer is as fresh as it
                 break

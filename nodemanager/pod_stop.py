@@ -19,6 +19,9 @@ set and make the Controller reconfigure the instance. So, decided:
 * a record of another instance, or naming ranks this pod does not host, or unreadable, is logged
   and ignored (the pod starts as without one). Without ``log_dir`` every start gets a fresh
   temporary directory: nothing survives, as for the engines' logs.
+
+Where the record is kept is a `StopStorage` (the file in ``log_dir`` in production); the clock stamps
+the stop.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 log = logging.getLogger("nodemanager.pod_stop")
 
@@ -45,9 +49,54 @@ class PodStop:
     stopped_at_unix_sec: float
 
 
-class PodStopRecord:
-    def __init__(self, directory: Path, *, instance_id: int, local_ids: Iterable[int]) -> None:
+class StopStorage(Protocol):
+    """Where the record is kept; it must outlive the NodeManager's process, not the pod."""
+
+    @property
+    def where(self) -> str:
+        """Named in logs."""
+
+    def read(self) -> str | None:
+        """The record's text, None when there is none; OSError when it cannot be read."""
+
+    def write(self, text: str) -> None:
+        """Replaces the record atomically (a reader sees the old text or the new one)."""
+
+    def remove(self) -> None: ...
+
+
+class FileStopStorage:
+    """``pod-stopped.json`` in a directory (the NodeManager's log_dir), written through a renamed
+    temporary file."""
+
+    def __init__(self, directory: Path) -> None:
         self.path = directory / FILE_NAME
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def read(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+class PodStopRecord:
+    def __init__(self, storage: StopStorage, *, instance_id: int, local_ids: Iterable[int],
+                 wall: Callable[[], float] = time.time) -> None:
+        self.storage = storage
+        self._wall = wall
         self._instance = instance_id
         self._local = frozenset(local_ids)
         # The ranks the record holds as far as this run knows (what was loaded or written last).
@@ -56,30 +105,29 @@ class PodStopRecord:
     def load(self) -> PodStop | None:
         """The stop recorded by an earlier run of this pod's NodeManager, if any (and valid)."""
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            text = self.storage.read()
+            if text is None:
+                return None
+            data = json.loads(text)
             stop = PodStop(int(data["instance_id"]), tuple(sorted(int(r) for r in data["ranks"])),
                            str(data["request_id"]), str(data["reason"]), float(data["stopped_at_unix_sec"]))
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.error("instance=%d stop record %s unreadable, ignored: %s", self._instance, self.path, exc)
+            log.error("instance=%d stop record %s unreadable, ignored: %s", self._instance, self.storage.where, exc)
             return None
         if stop.instance_id != self._instance or not stop.ranks or not set(stop.ranks) <= self._local:
             log.error("instance=%d stop record %s is not this pod's (instance %d, ranks %s; local ranks %s), "
-                      "ignored", self._instance, self.path, stop.instance_id, list(stop.ranks), sorted(self._local))
+                      "ignored", self._instance, self.storage.where, stop.instance_id, list(stop.ranks),
+                      sorted(self._local))
             return None
         self.stopped = stop.ranks
         return stop
 
     def save(self, ranks: Iterable[int], request_id: str, reason: str) -> None:
-        stop = PodStop(self._instance, tuple(sorted(set(ranks))), request_id, reason, time.time())
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(stop), sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        stop = PodStop(self._instance, tuple(sorted(set(ranks))), request_id, reason, self._wall())
+        self.storage.write(json.dumps(asdict(stop), sort_keys=True))
         self.stopped = stop.ranks
         log.info("instance=%d request_id=%s stop of ranks %s recorded in %s", self._instance, request_id or "-",
-                 list(stop.ranks), self.path)
+                 list(stop.ranks), self.storage.where)
 
     def release(self, ranks: Iterable[int]) -> None:
         """`ranks` run again: they are no longer stopped (the record goes once none is left)."""
@@ -92,7 +140,7 @@ class PodStopRecord:
         if left:
             self.save(left, stop.request_id, stop.reason)
         else:
-            self.path.unlink(missing_ok=True)
+            self.storage.remove()
             self.stopped = ()
         log.info("instance=%d stop record of %s: ranks %s launched again, %s still stopped", self._instance,
                  stop.request_id or "-", sorted(set(stop.ranks) - set(left)), left)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import random
 import time
 from collections.abc import Callable
 
 import grpc
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import controller_pb2
 from nodemanager.controller_client import ControllerClient, LeaderUnavailable, rpc_error_text
@@ -66,8 +67,11 @@ class FaultReporter:
         retry_max_sec: float = 5.0,
         on_dropped: Callable[[int], None] = lambda endpoint_id: None,
         clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
+        """`jitter`: a uniform draw in [0, 1) that spreads the retries of an owed report."""
         self.registered = registered or asyncio.Event()
+        self._jitter = jitter
         self._hold_sec = hold_sec
         self._hold_retry_sec = hold_retry_sec
         self._retry_max_sec = retry_max_sec
@@ -193,7 +197,8 @@ class FaultReporter:
         req = self._request(report)
         hold_until = self._clock() + self._hold_sec
         quick = [_BACKOFF_SEC[min(i, len(_BACKOFF_SEC) - 1)] for i in range(self._attempts - 1)]
-        owed_wait = wait_exponential(multiplier=_BACKOFF_SEC[0], max=self._retry_max_sec) + wait_random(0, 0.1)
+        owed_wait = wait_exponential(multiplier=_BACKOFF_SEC[0], max=self._retry_max_sec) + \
+            (lambda state: 0.1 * self._jitter())
 
         def wait(state: RetryCallState) -> float:
             if state.attempt_number < self._attempts:

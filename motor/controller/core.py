@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from gen.motor.v1 import controller_pb2
 from motor.controller.clients import ControllerPeers
@@ -23,7 +24,7 @@ from motor.controller.election import LeaderElection
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.fault_manager import FaultManager
 from motor.controller.fault_tolerance.gate import evaluate_gate
-from motor.controller.fault_tolerance.strategy.base import ControllerDeps, publish_serving_view
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, publish_serving_view, random_id
 from motor.controller.fault_tolerance.strategy_center import FastRecovery
 from motor.controller.fault_tolerance.timeline import TimelineBook
 from motor.controller.fencing import Fence, Leadership
@@ -54,8 +55,10 @@ class ControllerCore:
         fast_recovery: FastRecovery | None = None,
         leadership: Leadership | None = None,
         metrics: ControllerMetrics | None = None,
+        new_id: Callable[[], str] = random_id,
     ) -> None:
-        """`metrics`: shared with what the process built before the core (its leadership's refusals)."""
+        """`metrics`: shared with what the process built before the core (its leadership's refusals);
+        `new_id`: the unique part of the request ids the core's strategies and probes make."""
         self.config = config
         self.clock = clock or SystemClock()
         self.leadership = leadership or Leadership.solo()
@@ -81,6 +84,7 @@ class ControllerCore:
             clock=self.clock,
             persist=self.persister.persist,
             changed=self.broadcaster.changed,
+            new_id=new_id,
         )
         self._fast_recovery = fast_recovery
         self.faults = FaultManager(self.deps, fast_recovery, self.metrics.hardware_fault)

@@ -1,10 +1,9 @@
-"""One simulated pod: the REAL NodeManager fault-tolerance parts over simulated processes.
-
-Composed as `nodemanager.agent.NodeManagerAgent` composes them (PodState, GuardState, the FT poller
-`EngineFtManager` with its `FaultDeduper`, `FaultReporter`, `ControllerLink`, `FtProxy`,
-`EngineLifecycle`), with the same callbacks; only the process supervisor and the engine HTTP client
-are simulated (`SimSupervisor`, `SimEngineHttp`), and the Controller client is the in-memory
-transport. The agent builds its supervisor and clients itself, hence this composition.
+"""What the simulation puts under the REAL `nodemanager.agent.NodeManagerAgent` of a pod: the
+process supervisor (`SimSupervisor`, over the simulated engines), the engine HTTP client
+(`SimEngineHttp`, answering with the engines' documents, parsed by the real parser) and where the
+StopPod record is kept (`MemoryStopStorage`, the pod's emptyDir: it outlives the NodeManager's
+container). The agent composes everything else itself; the Controller client is the in-memory
+transport (`motor.simulation.transports`).
 """
 
 from __future__ import annotations
@@ -13,19 +12,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from gen.motor.v1 import common_pb2, controller_pb2
 from nodemanager.config import NodeManagerConfig
-from nodemanager.controller_link import ControllerLink
 from nodemanager.endpoints import LocalEndpoint
 from nodemanager.engine_answers import EngineTimeout, EngineUnreachable, parse_apply_answer, parse_status
 from nodemanager.engine_http import ApplyOutcome, EngineAddress
-from nodemanager.engine_lifecycle import EngineLifecycle
-from nodemanager.errors import FailedPrecondition
-from nodemanager.ft_poller import ENGINE_DEAD, EngineFtManager, FaultReport
-from nodemanager.ft_proxy import FtProxy
-from nodemanager.guard import GuardState
-from nodemanager.pod_state import PodState
-from nodemanager.reporter import FaultReporter
+from nodemanager.errors import FailedPrecondition, Unavailable
 from nodemanager.supervisor import EngineExit, EngineSlot, RunState
 
 from motor.simulation.engines import SimGroup
@@ -42,6 +33,8 @@ class SimSupervisor:
         self._on_ready, self._on_exit, self._on_stopping = on_ready, on_exit, on_stopping
         self._slots = {s.dp_rank: EngineSlot(spec=s, host=config.pod_ip, port=8000 + s.dp_rank) for s in config.engines}
         self._pid = 1000 + 100 * config.engines[0].dp_rank
+        # The NodeManager's container went away (`kill_all`): nothing starts from this supervisor again.
+        self._gone = False
 
     @property
     def ids(self) -> list[int]:
@@ -70,6 +63,8 @@ class SimSupervisor:
 
     def spawn(self, ids: list[int], dp_master_ip: str, dp_master_port: int, request_id: str = "",
               ready_timeout_sec: float | None = None) -> dict[int, str]:
+        if self._gone:
+            raise Unavailable("the NodeManager is gone")
         busy = [i for i in ids if self._slots[i].state in (RunState.STARTING, RunState.READY, RunState.STOPPING)]
         if busy:
             raise FailedPrecondition(f"engines {busy} are already running; stop or relaunch them first")
@@ -138,6 +133,7 @@ class SimSupervisor:
 
     def kill_all(self) -> None:
         """The pod's container went away: its engines die with it, without exit reports."""
+        self._gone = True
         for s in self._slots.values():
             if s.ready_task is not None:
                 s.ready_task.cancel()
@@ -188,122 +184,18 @@ class SimEngineHttp:
         return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, 0.01, sent)
 
 
-class SimNodeManager:
-    """The NodeManager of one pod: real FT parts, simulated processes and engine API."""
+class MemoryStopStorage:
+    """The StopPod record of one pod, kept by the world across NodeManager restarts."""
 
-    def __init__(self, config: NodeManagerConfig, group: SimGroup, controller, *, monotonic: Callable[[], float],
-                 wall: Callable[[], float], address: str, retired: Iterable[int] = ()) -> None:
-        self.config, self.address, self._wall = config, address, wall
-        self.state = PodState(config.instance_id, config.fault_tolerance_config.enable_dp_scale_down_proxy)
-        self.state.retire(retired)
-        self.guard = GuardState(monotonic)
-        self.http = SimEngineHttp(group, wall)
-        self.supervisor = SimSupervisor(config, group, on_ready=self._on_ready, on_exit=self._on_exit,
-                                        on_stopping=self._on_stopping)
-        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard)  # type: ignore[arg-type]
-        self.controller = controller
-        registered = asyncio.Event()
-        self.link = ControllerLink(
-            controller, instance_id=config.instance_id, pod_ip=config.pod_ip, build_register=self.register_request,
-            alive_ids=lambda: self.state.alive_for_heartbeat(self.supervisor.alive_ids()), on_config=self._on_config,
-            heartbeat_interval_sec=config.heartbeat_interval_sec,
-            max_backoff_sec=config.controller_retry_max_backoff_sec,
-            on_renewed=self._on_controller_renewed, registered=registered,
-        )
-        self.reporter = FaultReporter(
-            controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
-            queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
-            hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
-            registered=registered, is_retired=self.state.is_retired, clock=monotonic,
-            on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]),
-        )
-        self.poller = EngineFtManager(
-            self.http,  # type: ignore[arg-type]
-            interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
-            timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
-            report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
-            defer_recovered=self.guard.is_live,
-        )
-        self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard,  # type: ignore[arg-type]
-                             on_commit=self._on_commit, on_taken=self.poller.taken)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[object]] = set()
-        # What the Controller asked of this pod (the invariants read them).
-        self.applies_seen: list[str] = []
-        self.stopped_by = ""
+    def __init__(self, pod: str) -> None:
+        self.where = f"memory:{pod}/pod-stopped.json"
+        self.text: str | None = None
 
-    def start(self) -> None:
-        self.reporter.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.engines.initial_launch()),
-                       loop.create_task(self.link.run(self.engines.launched))]
+    def read(self) -> str | None:
+        return self.text
 
-    async def crash(self) -> None:
-        """The NodeManager's container ends: its tasks stop, its engines die with it."""
-        for task in self._tasks + list(self._background):
-            task.cancel()
-        await self.poller.close()
-        self.supervisor.kill_all()
-        await self.supervisor.close()
-        await self.reporter.close()
-        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+    def write(self, text: str) -> None:
+        self.text = text
 
-    # -- the agent's callbacks (nodemanager/agent.py) ----------------------------------------
-    def _on_ready(self, endpoint_id: int, run_id: int) -> None:
-        if not self.state.is_retired(endpoint_id):
-            self.poller.watch(endpoint_id)
-        self.link.poke()
-
-    def _still_polled(self, endpoint_id: int) -> bool:
-        return self.supervisor.slot(endpoint_id).state is RunState.READY and not self.state.is_retired(endpoint_id)
-
-    def _on_stopping(self, endpoint_id: int) -> None:
-        self.poller.unwatch(endpoint_id)
-        self.link.poke()
-
-    def _on_exit(self, ev: EngineExit) -> None:
-        self.poller.unwatch(ev.endpoint_id)
-        self.link.poke()
-        if ev.intentional or self.state.is_retired(ev.endpoint_id):
-            return
-        self.reporter.submit(FaultReport(ev.endpoint_id, ENGINE_DEAD, ev.description, None, self._wall()))
-
-    def _on_commit(self, newly_retired: list[int], request_id: str) -> None:
-        for i in newly_retired:
-            self.poller.unwatch(i)
-        self.poller.rearm([i for i in self.poller.watched if i not in newly_retired])
-        if not newly_retired:
-            return
-        self.link.poke()
-        task = asyncio.get_running_loop().create_task(
-            self.supervisor.stop(newly_retired, self.config.engine_stop_grace_sec, "retired by scale-down", request_id))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def _on_controller_renewed(self, reason: str) -> None:
-        self.reporter.retry_now()
-        self.poller.rearm(self.poller.watched)
-        for i in self.supervisor.ids:
-            if self.supervisor.slot(i).state is RunState.EXITED and not self.state.is_retired(i):
-                self.reporter.submit(FaultReport(i, ENGINE_DEAD, f"engine exited (reported again: {reason})", None,
-                                                 self._wall()))
-
-    def _on_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
-        if self.state.set_proxy(cfg.enable_dp_scale_down_proxy, f"controller {source}") and \
-                not cfg.enable_dp_scale_down_proxy:
-            self.guard.clear()
-
-    def register_request(self) -> controller_pb2.RegisterRequest:
-        c = self.config
-        cap = c.ft_capability
-        return controller_pb2.RegisterRequest(
-            pod=common_pb2.Pod(pod_ip=c.pod_ip, node_name=c.node_name, node_manager_address=self.address,
-                               endpoint_ids=self.supervisor.ids, dp_store_port_base=c.dp_store_port_base),
-            instance_id=c.instance_id, role=common_pb2.ROLE_UNION, model=c.model, dp_size=c.dp_size,
-            endpoints=[e.to_pb() for e in self.supervisor.endpoints()],
-            ft_capability=common_pb2.FtCapability(
-                engine_ft_enabled=cap.engine_ft_enabled, scale_down_supported=cap.scale_down_supported,
-                external_lb=cap.external_lb, auto_recovery=cap.auto_recovery, enable_eplb=cap.enable_eplb,
-                num_redundant_experts=cap.num_redundant_experts),
-            retired_ids=sorted(self.state.retired),
-        )
+    def remove(self) -> None:
+        self.text = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
 from motor.simulation.schedule import Event, generate
 from motor.simulation.transports import NetworkBounds
-from motor.simulation.virtual_time import VirtualTimeLoop, patched_process_globals
+from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import PODS, World
 
 STEP_SEC = 0.5
@@ -109,16 +109,16 @@ async def _fire(world: World, event: Event) -> None:
 
 
 async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
-    world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace)
-    with patched_process_globals(world.clock, random.Random(f"uuid-{result.seed}")):
-        try:
-            await _drive(world, result, loop, steps, tamper)
-        except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            result.violations.append(Violation("world_error", loop.time(), f"{type(exc).__name__}: {exc} "
-                                                                           f"({where.filename}:{where.lineno})"))
-        finally:
-            await world.stop()
+    world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace,
+                  ids=random.Random(f"uuid-{result.seed}"), jitter=random.Random(f"jitter-{result.seed}"))
+    try:
+        await _drive(world, result, loop, steps, tamper)
+    except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result.violations.append(Violation("world_error", loop.time(), f"{type(exc).__name__}: {exc} "
+                                                                       f"({where.filename}:{where.lineno})"))
+    finally:
+        await world.stop()
 
 
 async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:

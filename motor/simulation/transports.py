@@ -1,8 +1,9 @@
 """In-memory transports: the peer interfaces the gRPC clients implement, over a simulated network.
 
 - `SimNodeManagerClients` / `SimNodeManagerClient`: what `motor.controller.clients.NodeManagerClients`
-  offers the Controller; each call goes to the pod's real `FtProxy` / `EngineLifecycle` as the
-  NodeManager's servicers adapt it, NodeManager refusals mapped by `nodemanager.rpc.status_code_of`.
+  offers the Controller; each call goes to the pod's real `NodeManagerAgent` (its `FtProxy`,
+  `EngineLifecycle`, `ExitPolicy`) as the NodeManager's servicers adapt it, NodeManager refusals
+  mapped by `nodemanager.rpc.status_code_of`.
 - `SimCoordinatorClient`: `CoordinatorClient` over the Coordinator's real `RoutingTable`.
 - `SimControllerClient`: `nodemanager.controller_client.ControllerClient` over the current
   `ControllerCore` (Register, Heartbeat, ReportSoftwareFault as the Controller's servicer adapts them).
@@ -124,6 +125,7 @@ class SimNodeManagerClient:
     async def guard(self, instance_id, request_id, lease_sec):
         async def fn(nm):
             g = nm.proxy.guard(request_id, lease_sec, instance_id)
+            await nm.proxy.injected_guard_delay(request_id)
             return node_manager_pb2.GuardResponse(request_id=g.request_id, lease_remaining_sec=g.lease_remaining_sec,
                                                   renewed=g.renewed)
         return await self._call("guard", fn)
@@ -145,7 +147,6 @@ class SimNodeManagerClient:
                 instance_id=instance_id, request_id=request_id, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port)
-            nm.applies_seen.append(request_id)
             return node_manager_pb2.ApplyResponse(
                 accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
                 node_manager_pb2.EngineApplyResult(
@@ -156,6 +157,8 @@ class SimNodeManagerClient:
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
         async def fn(nm):
+            if commit:
+                await nm.proxy.injected_finalize_delay(request_id)
             r = nm.proxy.finalize(instance_id=instance_id, request_id=request_id, commit=commit,
                                   retired_ids=list(retired_ids))
             return node_manager_pb2.FinalizeResponse(retired_ids=r.retired_ids, guard_released=r.guard_released)
@@ -178,7 +181,7 @@ class SimNodeManagerClient:
 
     async def stop_pod(self, request_id, reason):
         async def fn(nm):
-            nm.stopped_by = request_id
+            nm.exit_policy.stop_pod(request_id, reason)
             return node_manager_pb2.StopPodResponse(accepted=True)
         return await self._call("stop_pod", fn)
 
@@ -244,24 +247,38 @@ class SimCoordinatorClient:
 
 # -- NodeManager → Controller ------------------------------------------------------------------
 class SimControllerClient:
-    """The NodeManager's Controller client; errors are `grpc.aio.AioRpcError` as the real one raises."""
+    """The NodeManager's Controller client; errors are `grpc.aio.AioRpcError` as the real one raises.
+    `dead`: the NodeManager's process is gone, nothing it was about to send leaves."""
 
-    def __init__(self, net: Network, core: Callable[[], object], timeout_sec: float) -> None:
+    def __init__(self, net: Network, core: Callable[[], object], timeout_sec: float,
+                 on_term: Callable[[int], None] = lambda term: None) -> None:
         self.net, self._core, self.timeout_sec = net, core, timeout_sec
+        self._on_term = on_term
         self.address = "controller"
         self.addresses = ["controller"]
         self.term = 0
+        self.dead = False
 
     async def _call(self, fn, idempotent: bool):
+        answered_term: list[int] = []
+
         async def invoke():
             core = self._core()
             if core is None:
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, "controller is down")
-            return await fn(core)
+            answer = await fn(core)
+            answered_term.append(core.leadership.term)
+            return answer
         try:
-            return await self.net.call("controller", invoke, self.timeout_sec, idempotent)
+            if self.dead:  # nothing leaves a process that is gone, not even onto the network
+                raise CallFailed(grpc.StatusCode.CANCELLED, "the NodeManager process is gone")
+            answer = await self.net.call("controller", invoke, self.timeout_sec, idempotent)
         except CallFailed as exc:
             raise grpc.aio.AioRpcError(exc.code, grpc.aio.Metadata(), grpc.aio.Metadata(), exc.details) from None
+        if answered_term and answered_term[-1]:  # an answer carries its leader's term (none without election)
+            self.term = answered_term[-1]
+            self._on_term(self.term)
+        return answer
 
     async def register(self, request: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
         async def fn(core):

@@ -2,11 +2,14 @@
 Controller core, NodeManager parts and Coordinator routing table.
 
 Real: `ControllerCore` (its FaultManager, strategy centre, strategies, snapshot pulls, runtime
-store, persister over the memory store, serving projection), per pod the NodeManager parts
-(`motor.simulation.pod`), the Coordinator's `RoutingTable`. Simulated: the engines
-(`motor.simulation.engines`), processes, the network (`motor.simulation.transports`) and the
-restarts. A Controller restart is a new `ControllerCore` over the same store (the store outlives
-it, as etcd does); the old core's calls fail from the moment it crashes.
+store, persister over the memory store, serving projection), per pod the `NodeManagerAgent` over
+simulated processes and engine API (`motor.simulation.pod`), the Coordinator's `RoutingTable`.
+Simulated: the engines (`motor.simulation.engines`), processes, the network
+(`motor.simulation.transports`) and the restarts. A crashed NodeManager sends nothing more and its
+engines die with it; one that exits on its own (StopPod, every engine dead) stops as on SIGTERM and
+its container is restarted, over the same StopPod record. A Controller restart is a new
+`ControllerCore` over the same store (the store outlives it, as etcd does); the old core's calls
+fail from the moment it crashes.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import MemoryRuntimeStore, StoreError
 from motor.controller.persistence.records import decode_record
 from motor.coordinator.routing import RoutingTable
+from nodemanager.agent import NodeManagerAgent
 from nodemanager.config import NodeManagerConfig
 
 from motor.simulation.engines import Knobs, SimGroup
-from motor.simulation.pod import SimNodeManager
+from motor.simulation.pod import MemoryStopStorage, SimEngineHttp, SimSupervisor
 from motor.simulation.transports import (
     Network,
     NetworkBounds,
@@ -42,6 +46,10 @@ log = logging.getLogger("motor.simulation.world")
 
 INSTANCE_ID = 7
 PODS = ((0, 1), (2, 3))
+# A NodeManager that exits on its own lets its answer leave first (nodemanager/main.py), and the
+# orchestrator restarts its container this long after it ended.
+POD_EXIT_DELAY_SEC = 0.2
+CONTAINER_RESTART_SEC = 1.0
 
 
 class DurableMemoryStore(MemoryRuntimeStore):
@@ -85,8 +93,13 @@ def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int) -> 
 
 
 class World:
-    def __init__(self, rng: random.Random, dialect: str, loop, bounds: NetworkBounds, trace: list[str]) -> None:
+    def __init__(self, rng: random.Random, dialect: str, loop, bounds: NetworkBounds, trace: list[str],
+                 ids: random.Random | None = None, jitter: random.Random | None = None) -> None:
+        """`ids`: the source of the Controller's request ids; `jitter`: of the NodeManagers' retry
+        jitter (seeded, so that both repeat)."""
         self.rng, self.dialect, self.trace = rng, dialect, trace
+        self._ids = ids or random.Random(rng.getrandbits(64))
+        self._jitter = jitter or random.Random(rng.getrandbits(64))
         self.loop = loop
         self.clock = VirtualClock(loop)
         self.config = controller_config(idle_fault_probe=rng.random() < 0.5)
@@ -100,7 +113,13 @@ class World:
         self.table = RoutingTable()
         self.nm_configs = {f"10.0.0.{i + 1}:50051": nodemanager_config(i, pod, len(ranks))
                            for i, pod in enumerate(PODS)}
-        self.pods: dict[str, SimNodeManager | None] = {}
+        self.pods: dict[str, NodeManagerAgent | None] = {}
+        self._pod_starts: dict[str, asyncio.Task[None]] = {}
+        # NodeManagers stopping on their own, until their container is restarted (a crash or restart
+        # of the schedule leaves them to it: the orchestrator restarts a container once it ended).
+        self._pod_exits: dict[str, asyncio.Task[None]] = {}
+        self._pod_ends: set[asyncio.Task[None]] = set()
+        self._stop_records = {address: MemoryStopStorage(address) for address in self.nm_configs}
         self.core: ControllerCore | None = None
         self._peers: ControllerPeers | None = None
         self.incarnation = 0
@@ -120,12 +139,49 @@ class World:
             self._start_pod(address)
         await self._start_controller()
 
+    def new_id(self) -> str:
+        """The unique part of a Controller request id, as `random_id` makes it (12 hex digits)."""
+        return f"{self._ids.getrandbits(128) >> 80:012x}"
+
     def _start_pod(self, address: str) -> None:
-        nm = SimNodeManager(self.nm_configs[address], self.group,
-                            SimControllerClient(self.net, lambda: self.core, 5.0),
-                            monotonic=self.clock.monotonic, wall=self.clock.wall, address=address)
-        self.pods[address] = nm
-        nm.start()
+        config = self.nm_configs[address]
+        agent = NodeManagerAgent(
+            config, exit_hook=lambda code, reason: self._pod_exited(address, agent, code, reason), clock=self.clock,
+            supervisor=lambda **callbacks: SimSupervisor(config, self.group, **callbacks),
+            http=SimEngineHttp(self.group, self.clock.wall),  # type: ignore[arg-type]
+            controller=lambda on_term: SimControllerClient(self.net, lambda: self.core, 5.0, on_term),  # type: ignore
+            stop_storage=self._stop_records[address], rng=random.Random(self._jitter.getrandbits(64)))
+        self.pods[address] = agent
+        # As nodemanager/main.py: the gRPC server already answers while the agent starts.
+        self._pod_starts[address] = self.loop.create_task(agent.start(address))
+
+    def _crash_pod(self, address: str, agent: NodeManagerAgent) -> None:
+        """The NodeManager's container ends at once: nothing it was about to send leaves, its
+        engines die with it (no exit is seen). Its tasks end with the agent's own stop, which
+        nothing can observe any more and which takes no time of the world's."""
+        agent.controller.dead = True  # type: ignore[attr-defined]
+        agent.supervisor.kill_all()  # type: ignore[attr-defined]
+        self._pod_ends.add(self.loop.create_task(self._end_crashed(self._pod_starts.pop(address), agent)))
+
+    @staticmethod
+    async def _end_crashed(start: asyncio.Task[None], agent: NodeManagerAgent) -> None:
+        await start
+        await agent.stop()
+
+    def _pod_exited(self, address: str, agent: NodeManagerAgent, code: int, reason: str) -> None:
+        if address in self._pod_exits or self.pods.get(address) is not agent:
+            return
+        self.note(f"nodemanager {address} exits with status {code}: {reason}")
+        self._pod_exits[address] = self.loop.create_task(self._restart_exited(address, agent))
+
+    async def _restart_exited(self, address: str, agent: NodeManagerAgent) -> None:
+        await asyncio.sleep(POD_EXIT_DELAY_SEC)
+        self.pods[address] = None
+        await self._pod_starts.pop(address)
+        await agent.stop()
+        await asyncio.sleep(CONTAINER_RESTART_SEC)
+        del self._pod_exits[address]
+        self._start_pod(address)
 
     async def _start_controller(self) -> None:
         self.incarnation += 1
@@ -134,7 +190,7 @@ class World:
         nms = _ObservedNodeManagers(self, incarnation, SimNodeManagerClients(self.net, self.pods, timeout))
         coordinator = SimCoordinatorClient(self.net, lambda: self.table, timeout, self.group.request)
         peers = ControllerPeers(nms, coordinator)  # type: ignore[arg-type]
-        core = ControllerCore(self.config, self.store, peers, self.clock)
+        core = ControllerCore(self.config, self.store, peers, self.clock, new_id=self.new_id)
         self._peers = peers
         self.core = core
         await core.start()
@@ -142,9 +198,15 @@ class World:
     async def stop(self) -> None:
         if self.core is not None:
             await self._crash_controller()
+        for task in self._pod_exits.values():
+            task.cancel()
+        await asyncio.gather(*self._pod_exits.values(), return_exceptions=True)
         for address, nm in list(self.pods.items()):
             if nm is not None:
-                await nm.crash()
+                self.pods[address] = None
+                self._crash_pod(address, nm)
+        for task in self._pod_ends:
+            await task  # a crash of the agent's own stop is a finding
         self.group.close()
 
     async def _crash_controller(self) -> None:
@@ -175,12 +237,12 @@ class World:
 
     async def nm_crash(self, address: str) -> None:
         nm = self.pods.get(address)
-        if nm is not None:
+        if nm is not None and address not in self._pod_exits:
             self.pods[address] = None
-            await nm.crash()
+            self._crash_pod(address, nm)
 
     def nm_restart(self, address: str) -> None:
-        if self.pods.get(address) is None:
+        if self.pods.get(address) is None and address not in self._pod_exits:
             self._start_pod(address)
 
     async def controller_restart(self, down_sec: float) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 
 from motor.simulation.runner import run, schedule_for
+from motor.simulation.schedule import Event
 
 
 def test_the_same_seed_gives_the_same_trace_twice_in_one_process() -> None:
@@ -16,6 +18,18 @@ def test_the_same_seed_gives_the_same_trace_twice_in_one_process() -> None:
         assert first.trace == second.trace
         assert first.violations == second.violations
         assert len(first.trace) > 2  # the schedule ran: the instance served, events fired
+
+
+def test_a_run_reads_no_process_global_randomness() -> None:
+    """The NodeManagers' reports are retried while the Controller is down, with jitter: it comes
+    from the seed, not from the process's `random` (which differs between processes)."""
+    events = [Event(25.062, "unhealthy", rank=0), Event(25.356, "controller_restart", duration_sec=7.11)]
+    traces = []
+    for process_seed in (1, 2):
+        random.seed(process_seed)
+        traces.append(run(24, "vllm", events=events).trace)
+    assert any("phase=RECONFIGURING" in line for line in traces[0]), traces[0]
+    assert traces[0] == traces[1]
 
 
 def test_different_seeds_give_different_schedules() -> None:

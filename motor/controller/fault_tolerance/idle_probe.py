@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -124,7 +123,7 @@ class IdleProbe:
                                      served=window.served, settling=settling)
         if not candidates:
             return
-        request_id = f"probe-{instance_id}-{uuid.uuid4().hex[:12]}"
+        request_id = f"probe-{instance_id}-{self._deps.new_id()}"
         window.probed.append(candidates[0])  # provisional: the Coordinator names the one it used
         window.task = asyncio.create_task(self._send(instance_id, window, candidates, request_id),
                                           name=f"idle-probe-{instance_id}")

@@ -30,10 +30,15 @@ def value(metrics: NodeManagerMetrics, name: str, **labels: str) -> float:
 
 
 class Clock:
+    """The agent's clock, moved by hand (`now`, monotonic seconds)."""
+
     now = 0.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.now
+
+    def wall(self) -> float:
+        return 1_700_000_000.0 + self.now
 
 
 class ScriptedHttp:

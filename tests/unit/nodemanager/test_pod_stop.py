@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nodemanager.pod_stop import FILE_NAME, PodStopRecord
+from nodemanager.pod_stop import FILE_NAME, FileStopStorage, PodStopRecord
 
 
 def record(tmp_path: Path, instance_id: int = 7, local_ids: tuple[int, ...] = (0, 1)) -> PodStopRecord:
-    return PodStopRecord(tmp_path, instance_id=instance_id, local_ids=local_ids)
+    return PodStopRecord(FileStopStorage(tmp_path), instance_id=instance_id, local_ids=local_ids)
 
 
 def test_a_recorded_stop_is_read_back_by_the_next_run(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_ranks_started_again_leave_the_record_and_it_goes_when_none_is_left(tmp_
     r.release([5])  # not stopped: nothing changes
     assert r.load() == stop
     r.release([0])
-    assert r.load() is None and not r.path.exists() and r.stopped == ()
+    assert r.load() is None and not (tmp_path / FILE_NAME).exists() and r.stopped == ()
 
 
 def test_a_record_that_is_not_this_pods_is_ignored(tmp_path: Path) -> None:

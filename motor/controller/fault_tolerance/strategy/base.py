@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,9 +34,15 @@ class Priority(IntEnum):
     FAST_RECOVERY = 30
 
 
+def random_id() -> str:
+    """12 hex digits of a uuid4: the unique part of a request id (`sd-<instance>-<hex>`)."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass
 class ControllerDeps:
-    """Everything a strategy acts through. `persist` writes one instance's runtime (CAS)."""
+    """Everything a strategy acts through. `persist` writes one instance's runtime (CAS); `new_id`
+    names requests (rounds, reconfigurations, probes) uniquely."""
 
     config: ControllerConfig
     runtimes: FtRuntimeStore
@@ -46,6 +53,7 @@ class ControllerDeps:
     clock: Clock
     persist: Callable[[int], Awaitable[None]]
     changed: Callable[[int], None]
+    new_id: Callable[[], str] = random_id
 
 
 Facts = Mapping[str, Any]

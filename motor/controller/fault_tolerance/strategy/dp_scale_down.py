@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -69,7 +68,7 @@ class DpScaleDownStrategy(Strategy):
     def __init__(self, deps: ControllerDeps, ctx: ScaleDownContext, request_id: str | None = None) -> None:
         super().__init__(deps, ctx.instance_id)
         self.ctx = ctx
-        self.request_id = request_id or f"sd-{ctx.instance_id}-{uuid.uuid4().hex[:12]}"
+        self.request_id = request_id or f"sd-{ctx.instance_id}-{deps.new_id()}"
         self._round_dead: set[int] = set()
         self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call)
         self._controller_committed = False

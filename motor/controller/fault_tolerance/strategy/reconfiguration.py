@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Iterable
 
 from motor.controller.clients import PeerCallError
@@ -39,7 +38,7 @@ class ReconfigurationStrategy(Strategy):
         super().__init__(deps, instance_id)
         self.reason = reason
         self.cause = cause
-        self.request_id = f"reconf-{instance_id}-{uuid.uuid4().hex[:12]}"
+        self.request_id = f"reconf-{instance_id}-{deps.new_id()}"
 
     async def execute(self) -> Outcome:
         deps = self.deps
