@@ -33,6 +33,9 @@ from motor.coordinator.servicer import CoordinatorServicer
 
 log = logging.getLogger(__name__)
 
+# The methods a deposed Controller leader's call is refused on (motor.common.term_fence).
+FENCED_METHODS = ("/motor.v1.Coordinator/Refresh",)
+
 
 class CoordinatorService:
     def __init__(self, config: CoordinatorConfig) -> None:
@@ -61,7 +64,7 @@ class CoordinatorService:
                 )
             ],
             "coordinator",
-            interceptors=[TermFenceInterceptor(self.term_fence, ["/motor.v1.Coordinator/Refresh"])],
+            interceptors=[TermFenceInterceptor(self.term_fence, FENCED_METHODS)],
         )
         self.controller_sync = ControllerSync(LeaderFollowingClient(
             config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),

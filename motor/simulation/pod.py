@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from gen.motor.v1 import common_pb2, controller_pb2
+from motor.common.term_fence import TermFence
 from nodemanager.config import NodeManagerConfig
 from nodemanager.controller_link import ControllerLink
 from nodemanager.endpoints import LocalEndpoint
@@ -202,6 +203,10 @@ class SimNodeManager:
                                         on_stopping=self._on_stopping)
         self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard)  # type: ignore[arg-type]
         self.controller = controller
+        # The highest Controller leader term seen (calls of an older, deposed one are refused), fed by
+        # the leader's answers as the agent's ControllerClient feeds it.
+        self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
+        controller.on_term = lambda term: self.term_fence.observe(term, "controller answer")
         registered = asyncio.Event()
         self.link = ControllerLink(
             controller, instance_id=config.instance_id, pod_ip=config.pod_ip, build_register=self.register_request,
