@@ -11,7 +11,7 @@ Faults: a process crash (nothing it sends arrives any more, its lease is not rev
 off from etcd for a while (it loses its fence at its deadline and stops acting while another one
 takes over; the calls it sends meanwhile are held on the wire up to `HOLD_SEC` and delivered
 even after it was deposed, where the receivers' fences must refuse them), and the whole Controller
-down at once (`restart_all`, the single-Controller restart).
+down at once (`restart_all`).
 
 Observations: every call a receiver accepted, by the receiver's fence, term and sending life (a
 life is one replica process in one term); `fence_breaches` lists two lives accepted in one term or

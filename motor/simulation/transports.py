@@ -4,8 +4,12 @@
   offers the Controller; each call goes to the pod's real `FtProxy` / `EngineLifecycle` as the
   NodeManager's servicers adapt it, NodeManager refusals mapped by `nodemanager.rpc.status_code_of`.
 - `SimCoordinatorClient`: `CoordinatorClient` over the Coordinator's real `RoutingTable`.
-- `SimControllerClient`: `nodemanager.controller_client.ControllerClient` over the current
+- `SimControllerClient`: `nodemanager.controller_client.ControllerClient` over the acting leader's
   `ControllerCore` (Register, Heartbeat, ReportSoftwareFault as the Controller's servicer adapts them).
+
+A Controller call goes through the real `motor.controller.clients._invoke` (the sending replica's
+leadership check, its term in the metadata), then its `Sender` (`motor.simulation.fences`), the
+network, and the receiver's real term fence, which judges the term when the call runs.
 
 `Network` is the only thing between them: per call a delay, a lost request or a lost answer (the
 call then fails UNAVAILABLE, the effect of a lost answer stays), a duplicate delivery of the
