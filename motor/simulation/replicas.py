@@ -125,11 +125,13 @@ class ControllerReplicas:
         return self._lives[key]
 
     def acting(self) -> SimController | None:
-        acting = [p for p in self.procs.values() if p is not None and p.acting]
-        if not acting:
+        proc = None
+        for p in self.procs.values():
+            if p is not None and p.acting and (proc is None or p.leadership.term > proc.leadership.term):
+                proc = p
+        if proc is None:
             return None
-        proc = max(acting, key=lambda p: p.leadership.term)
-        life = self.life_of(proc, proc.leadership.term)
+        life = self._lives.get((id(proc), proc.leadership.term)) or self.life_of(proc, proc.leadership.term)
         if life > self.incarnation:
             self.incarnation = life
             self.world.note(f"{proc.host} acts as leader of term {proc.leadership.term} (life {life})")
