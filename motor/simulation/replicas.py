@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Any
 
 import grpc
 
@@ -34,8 +34,8 @@ from motor.controller.replica import ControllerReplica
 
 from motor.simulation.transports import CallFailed, SimCoordinatorClient, SimNodeManagerClients
 
-if TYPE_CHECKING:
-    from motor.simulation.world import World
+# The world (motor.simulation.world.World, which composes this module: not imported, no cycle).
+World = Any
 
 log = logging.getLogger("motor.simulation.replicas")
 
