@@ -4,6 +4,8 @@ runs recovery strategies and reports the RFC §7 runtime.
 Modules:
   main             the process: config, gRPC and HTTP servers, ready file {grpc_port, http_port}
   config           ControllerConfig: servers, store, hardware sources, leader election, timers
+  replica          ControllerReplica: one process's parts and their election-driven lifecycle
+                   (main's composition without sockets; the simulation composes it too)
   core             ControllerCore: registration, heartbeats, fault intake, periodic SET, restore,
                    taking over and giving up leadership (a standby serves a read-only view)
   election         LeaderElection: campaign / observe / keep the lease of replicas on one etcd key
@@ -27,7 +29,7 @@ Packages:
 Layers, each importing only the ones below it (siblings on one line import each other neither; the
 `layers` contract in pyproject.toml checks this):
   main
-  servicer
+  servicer | replica
   core                                  the composition root
   election | metrics | status
   fault_tolerance

@@ -20,10 +20,10 @@ from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
-from motor.controller.election import LeaderElection, ReplicaIdentity
 from motor.controller.fencing import Leadership
 from motor.controller.metrics import ControllerMetrics
-from motor.controller.persistence import EtcdRuntimeStore, open_runtime_store
+from motor.controller.persistence import open_runtime_store
+from motor.controller.replica import ControllerReplica
 from motor.controller.servicer import ControllerServicer
 from motor.controller.status import message_json, status_app
 
@@ -34,7 +34,7 @@ class ControllerService:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
         self.core: ControllerCore | None = None
-        self._election: LeaderElection | None = None
+        self._replica: ControllerReplica | None = None
         self._grpc: GrpcServer | None = None
         self._http: web.AppRunner | None = None
 
@@ -50,13 +50,12 @@ class ControllerService:
                                 on_refused=metrics.not_leader)
         store = open_runtime_store(self.config.store, client_tls(self.config.store.tls, security),
                                    leadership if election else None)
-        core = self.core = ControllerCore(self.config, store, ControllerPeers.from_config(self.config, leadership),
-                                          leadership=leadership, metrics=metrics)
+        replica = self._replica = ControllerReplica(self.config, leadership, store,
+                                                    ControllerPeers.from_config(self.config, leadership),
+                                                    metrics=metrics)
+        core = self.core = replica.core
         if not election:
-            # A lone Controller: restored before it serves.
-            log.info("controller %s acts alone (no leader election: %s)", leadership.replica_id,
-                     "leader_election.mode=off" if self.config.store.etcd_endpoints else "no etcd")
-            await core.start()
+            await replica.start_alone()
         servicer = ControllerServicer(core)
         self._grpc = GrpcServer(
             server_config(self.config.server, security),
@@ -66,14 +65,8 @@ class ControllerService:
         grpc_port = await self._grpc.start()
         leadership.advertise(election_config.advertise_address or _advertised(self.config.server.host, grpc_port))
         if election:
-            assert isinstance(store, EtcdRuntimeStore)
             # Replicas serve (read-only) before they campaign: they answer who leads from the start.
-            self._election = LeaderElection(
-                store.connection(), store.leader_key, election_config.lease_ttl_sec,
-                ReplicaIdentity(leadership.replica_id, leadership.address), leadership, core.elected, core.deposed)
-            log.info("controller replica %s at %s campaigns for %s (lease ttl %ds)", leadership.replica_id,
-                     leadership.address, store.leader_key, election_config.lease_ttl_sec)
-            await core.start(self._election)
+            await replica.campaign()
         app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
                          core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()))
         ssl_context = None
@@ -92,15 +85,15 @@ class ControllerService:
         return {"grpc_port": grpc_port, "http_port": http_port, "replica_id": leadership.replica_id}
 
     async def stop(self) -> None:
-        if self._election is not None:
+        if self._replica is not None:
             # Resign before going deaf: a standby takes over while this one drains its calls.
-            await self._election.close(resign=True)
+            await self._replica.resign()
         if self._grpc is not None:
             await self._grpc.stop()
         if self._http is not None:
             await self._http.cleanup()
-        if self.core is not None:
-            await self.core.stop()
+        if self._replica is not None:
+            await self._replica.stop()
 
 
 def _advertised(host: str, port: int) -> str:

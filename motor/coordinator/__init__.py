@@ -26,8 +26,8 @@ Modules:
   http_api       the aiohttp app (/v1/completions, /v1/chat/completions, /v1/models, /health,
                  /coordinator/instances, /metrics) and its runner
   controller_sync at start, the Controller leader's whole serving view (RequestPublication → a
-                 SET) before the ready file; a deposed leader's Refresh is refused by the term
-                 fence (motor.common.term_fence)
+                 SET) before the ready file; a deposed leader's Refresh and SendCanary are refused
+                 by the term fence (motor.common.term_fence)
   main           the process: config, both servers, ready file {grpc_port, http_port}
   config         CoordinatorConfig: servers, controller sync, upstream timeouts, retries, migration
 

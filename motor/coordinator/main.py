@@ -33,6 +33,10 @@ from motor.coordinator.servicer import CoordinatorServicer
 
 log = logging.getLogger(__name__)
 
+# The methods a deposed Controller leader's call is refused on (motor.common.term_fence): the view it
+# publishes and the canaries it sends (a deposed leader acts on no engine).
+FENCED_METHODS = ("/motor.v1.Coordinator/Refresh", "/motor.v1.Coordinator/SendCanary")
+
 
 class CoordinatorService:
     def __init__(self, config: CoordinatorConfig) -> None:
@@ -50,7 +54,7 @@ class CoordinatorService:
         self.servicer = CoordinatorServicer(self.table, config.management_key, ledger=ledger,
                                             canary=Canary(self.table, self.engine_client, self.metrics))
         servicer = self.servicer
-        # A deposed Controller leader's Refresh is refused (motor.common.term_fence).
+        # A deposed Controller leader's Refresh and SendCanary are refused (motor.common.term_fence).
         self.term_fence = TermFence("coordinator")
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
@@ -61,7 +65,7 @@ class CoordinatorService:
                 )
             ],
             "coordinator",
-            interceptors=[TermFenceInterceptor(self.term_fence, ["/motor.v1.Coordinator/Refresh"])],
+            interceptors=[TermFenceInterceptor(self.term_fence, FENCED_METHODS)],
         )
         self.controller_sync = ControllerSync(LeaderFollowingClient(
             config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),

@@ -3,8 +3,10 @@
 Safety (every step): a rank dead in truth is not published as serving longer than one decision
 (`dead_rank_published`); a committed (retired) rank does not come back into the serving view
 without a reconfiguration (`retired_rank_returns`); at most one strategy of the instance has calls
-in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives
-(`apply_replayed`). At the end, once stable: the Coordinator routes to exactly the Controller's
+in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives, a life being
+one replica process in one term (`apply_replayed`); no receiver (a NodeManager, the Coordinator)
+accepts calls of two lives in one term, or a call of an older term after a newer one
+(`two_leaders_act`). At the end, once stable: the Coordinator routes to exactly the Controller's
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
 SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
 state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
@@ -22,7 +24,7 @@ from motor.controller.model.runtime import FtPhase
 from motor.simulation.world import World
 
 INVARIANTS = ("dead_rank_published", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
-              "published_equals_alive", "store_holds_acted_state", "liveness", "reconfigurations_bounded",
+              "two_leaders_act", "published_equals_alive", "store_holds_acted_state", "liveness", "reconfigurations_bounded",
               "world_error")
 
 
@@ -123,12 +125,18 @@ class SafetyChecker:
             out.append(Violation("one_strategy_per_instance", now,
                                  f"{w.max_concurrent_strategies} strategies had calls in flight at once"))
             w.max_concurrent_strategies = 1
-        # apply_replayed
+        # apply_replayed: a life is one replica process in one term (a restart, or another replica
+        # taking over, is a new one).
         for request_id, lives in sorted(w.applies.items()):
             if len(lives) > 1:
                 out.append(Violation("apply_replayed", now,
                                      f"apply {request_id} sent by Controller lives {sorted(lives)}"))
                 w.applies[request_id] = {max(lives)}
+        # two_leaders_act: what the receivers (NodeManagers, the Coordinator) accepted.
+        breaches = w.fence_breaches
+        for breach in breaches:
+            out.append(Violation("two_leaders_act", now, breach))
+        del breaches[:]
         return out
 
 

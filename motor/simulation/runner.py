@@ -91,6 +91,12 @@ async def _fire(world: World, event: Event) -> None:
         world.nm_restart(address)
     elif event.kind == "controller_restart":
         await world.controller_restart(event.duration_sec)
+    elif event.kind == "leader_crash":
+        await world.leader_crash(event.duration_sec)
+    elif event.kind == "leader_partition":
+        await world.leader_partition(event.duration_sec)
+    elif event.kind == "replica_restart":
+        await world.replica_restart(event.duration_sec)
     elif event.kind == "store_outage":
         world.store.failing = True
         await asyncio.sleep(event.duration_sec)

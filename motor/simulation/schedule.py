@@ -18,7 +18,10 @@ KINDS = {
     "slow_rebuild": 1,      # the next rebuild takes longer than the check-in window
     "hang_status": 1,       # a rank's status route hangs for a while
     "nm_crash": 1,          # a NodeManager crashes (its engines with it) and restarts later
-    "controller_restart": 2,  # the Controller crashes and a new one starts over the same store
+    "controller_restart": 1,  # every Controller replica crashes; they start again over the same store
+    "leader_crash": 1,      # the leader's process dies; a standby takes over once its lease ends
+    "leader_partition": 1,  # the leader loses etcd for a while: it steps down, another one takes over
+    "replica_restart": 1,   # a standby's process dies and starts again
     "coordinator_restart": 1,  # the Coordinator restarts with an empty routing table
     "lossy_network": 1,     # for a while, calls are lost, duplicated and delayed
     "store_outage": 1,      # for a while, every store write fails
@@ -56,7 +59,9 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
         rank = rng.choice(ranks) if kind in ("kill_process", "executor_death", "unhealthy", "hang_status") else -1
         pod = rng.randrange(pods) if kind == "nm_crash" else -1
         duration = {"hang_status": rng.uniform(1, 8), "nm_crash": rng.uniform(1, 20),
-                    "controller_restart": rng.uniform(0.5, 15), "lossy_network": rng.uniform(2, 20),
+                    "controller_restart": rng.uniform(0.5, 15),
+                    "leader_crash": rng.uniform(0.5, 15), "leader_partition": rng.uniform(1, 15),
+                    "replica_restart": rng.uniform(0.5, 15), "lossy_network": rng.uniform(2, 20),
                     "slow_rebuild": rng.uniform(8, 20), "store_outage": rng.uniform(1, 15)}.get(kind, 0.0)
         events.append(Event(at, kind, rank, pod, round(duration, 3)))
     return sorted(events, key=lambda e: (e.at_sec, e.kind, e.rank, e.pod))

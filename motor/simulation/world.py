@@ -1,15 +1,16 @@
 """The simulated world of one schedule: one instance's pods, engines and network around the REAL
 Controller core, NodeManager parts and Coordinator routing table.
 
-Real: `ControllerCore` (its FaultManager, strategy centre, strategies, snapshot pulls, runtime
-store, persister over the memory store, serving projection), per pod the `NodeManagerAgent` over
-simulated processes and engine API (`motor.simulation.pod`), the Coordinator's `RoutingTable`.
-Simulated: the engines (`motor.simulation.engines`), processes, the network
-(`motor.simulation.transports`) and the restarts. A crashed NodeManager sends nothing more and its
-engines die with it; one that exits on its own (StopPod, every engine dead) stops as on SIGTERM and
-its container is restarted, over the same StopPod record. A Controller restart is a new
-`ControllerCore` over the same store (the store outlives it, as etcd does); the old core's calls
-fail from the moment it crashes.
+Real: the Controller replicas (`motor.simulation.replicas`: each one's `ControllerCore` with its
+FaultManager, strategy centre, strategies, snapshot pulls, persister and serving projection, the
+etcd runtime store fenced by its term and its leader election, over the in-memory etcd), per pod
+the `NodeManagerAgent` with its term fence over simulated processes and engine API
+(`motor.simulation.pod`), the Coordinator's `RoutingTable` and term fence. Simulated: etcd
+(`motor.simulation.etcd`), the engines (`motor.simulation.engines`), processes, the network
+(`motor.simulation.transports`) and the restarts. The store outlives every Controller process, as
+etcd does; a crashed process's calls fail from the moment it crashes. A crashed NodeManager sends
+nothing more and its engines die with it; one that exits on its own (StopPod, every engine dead)
+stops as on SIGTERM and its container is restarted, over the same StopPod record.
 """
 
 from __future__ import annotations
@@ -18,28 +19,20 @@ import asyncio
 import logging
 import random
 
-import grpc
-
 from motor.common.config.loader import load_config
-from motor.controller.clients import ControllerPeers, PeerCallError
+from motor.common.term_fence import TermFence
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.model.runtime import FtPhase
-from motor.controller.persistence import MemoryRuntimeStore, StoreError
-from motor.controller.persistence.records import decode_record
 from motor.coordinator.routing import RoutingTable
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.config import NodeManagerConfig
 
 from motor.simulation.engines import Knobs, SimGroup
+from motor.simulation.etcd import SimEtcd
 from motor.simulation.pod import MemoryStopStorage, SimEngineHttp, SimSupervisor
-from motor.simulation.transports import (
-    Network,
-    NetworkBounds,
-    SimControllerClient,
-    SimCoordinatorClient,
-    SimNodeManagerClients,
-)
+from motor.simulation.replicas import ETCD_ENDPOINT, KEY_PREFIX, ControllerReplicas
+from motor.simulation.transports import Network, NetworkBounds, SimControllerClient
 from motor.simulation.virtual_time import VirtualClock
 
 log = logging.getLogger("motor.simulation.world")
@@ -50,26 +43,7 @@ PODS = ((0, 1), (2, 3))
 # orchestrator restarts its container this long after it ended.
 POD_EXIT_DELAY_SEC = 0.2
 CONTAINER_RESTART_SEC = 1.0
-
-
-class DurableMemoryStore(MemoryRuntimeStore):
-    """The memory store as a Controller restart sees etcd: it outlives the process that closes it,
-    and its writes fail while `failing` (an etcd outage)."""
-
-    failing = False
-
-    async def put(self, record, expected_generation) -> None:
-        if self.failing:
-            raise StoreError(f"simulated store outage (put instance {record.instance_id})")
-        await super().put(record, expected_generation)
-
-    async def close(self) -> None:
-        pass
-
-    def held(self, instance_id: int):
-        """The record the store holds now (what a restarted Controller restores)."""
-        entry = self._records.get(instance_id)
-        return None if entry is None else decode_record(entry[1], key=f"memory:instances/{instance_id}")
+REPLICAS = 2
 
 
 def controller_config(idle_fault_probe: bool = False) -> ControllerConfig:
@@ -77,6 +51,11 @@ def controller_config(idle_fault_probe: bool = False) -> ControllerConfig:
         ("fault_tolerance_config.enable_dp_scale_down", True),
         ("fault_tolerance_config.idle_fault_probe", idle_fault_probe),
         ("coordinator_address", "127.0.0.1:1"),
+        ("store.etcd_endpoints", [ETCD_ENDPOINT]),
+        ("store.key_prefix", KEY_PREFIX),
+        ("leader_election.mode", "on"),
+        # A standby's read-only view is read by nothing here; its reload costs a load_all a second.
+        ("leader_election.standby_refresh_interval_sec", 5.0),
     ])
 
 
@@ -94,7 +73,8 @@ def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int) -> 
 
 class World:
     def __init__(self, rng: random.Random, dialect: str, loop, bounds: NetworkBounds, trace: list[str],
-                 ids: random.Random | None = None, jitter: random.Random | None = None) -> None:
+                 ids: random.Random | None = None, jitter: random.Random | None = None,
+                 replicas: int = REPLICAS) -> None:
         """`ids`: the source of the Controller's request ids; `jitter`: of the NodeManagers' retry
         jitter (seeded, so that both repeat)."""
         self.rng, self.dialect, self.trace = rng, dialect, trace
@@ -109,8 +89,9 @@ class World:
             self.knobs.diagnosing_sec = 0.0
         ranks = [r for pod in PODS for r in pod]
         self.group = SimGroup(ranks, dialect, self.knobs)
-        self.store = DurableMemoryStore()
+        self.store = SimEtcd(loop, KEY_PREFIX)
         self.table = RoutingTable()
+        self.coordinator_fence = TermFence("coordinator")
         self.nm_configs = {f"10.0.0.{i + 1}:50051": nodemanager_config(i, pod, len(ranks))
                            for i, pod in enumerate(PODS)}
         self.pods: dict[str, NodeManagerAgent | None] = {}
@@ -120,15 +101,28 @@ class World:
         self._pod_exits: dict[str, asyncio.Task[None]] = {}
         self._pod_ends: set[asyncio.Task[None]] = set()
         self._stop_records = {address: MemoryStopStorage(address) for address in self.nm_configs}
-        self.core: ControllerCore | None = None
-        self._peers: ControllerPeers | None = None
-        self.incarnation = 0
+        self.controllers = ControllerReplicas(self, replicas)
         # Observations the invariants read.
-        self.applies: dict[str, set[int]] = {}  # request_id → Controller incarnations that sent it
+        self.applies: dict[str, set[int]] = {}  # request_id → Controller lives that sent it
         self.relaunches = 0
         self.inflight: dict[str, int] = {}  # strategy request_id → calls in flight
         self.max_concurrent_strategies = 0
         self.pod_addresses = list(self.nm_configs)
+
+    @property
+    def core(self) -> ControllerCore | None:
+        """The core of the replica that acts as leader now (None: none does)."""
+        proc = self.controllers.acting()
+        return None if proc is None else proc.core
+
+    @property
+    def incarnation(self) -> int:
+        """The latest Controller life (one replica process in one term) that acted."""
+        return self.controllers.incarnation
+
+    @property
+    def fence_breaches(self) -> list[str]:
+        return self.controllers.breaches
 
     def note(self, text: str) -> None:
         self.trace.append(f"t={self.clock.monotonic():8.3f} {text}")
@@ -137,7 +131,7 @@ class World:
     async def start(self) -> None:
         for address in self.nm_configs:
             self._start_pod(address)
-        await self._start_controller()
+        await self.controllers.start_all()
 
     def new_id(self) -> str:
         """The unique part of a Controller request id, as `random_id` makes it (12 hex digits)."""
@@ -149,7 +143,8 @@ class World:
             config, exit_hook=lambda code, reason: self._pod_exited(address, agent, code, reason), clock=self.clock,
             supervisor=lambda **callbacks: SimSupervisor(config, self.group, **callbacks),
             http=SimEngineHttp(self.group, self.clock.wall),  # type: ignore[arg-type]
-            controller=lambda on_term: SimControllerClient(self.net, lambda: self.core, 5.0, on_term),  # type: ignore
+            controller=lambda on_term: SimControllerClient(  # type: ignore[arg-type]
+                self.net, lambda: self.core, 5.0, on_term, self.controllers.standing_by),
             stop_storage=self._stop_records[address], rng=random.Random(self._jitter.getrandbits(64)))
         self.pods[address] = agent
         # As nodemanager/main.py: the gRPC server already answers while the agent starts.
@@ -183,21 +178,8 @@ class World:
         del self._pod_exits[address]
         self._start_pod(address)
 
-    async def _start_controller(self) -> None:
-        self.incarnation += 1
-        incarnation = self.incarnation
-        timeout = self.config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
-        nms = _ObservedNodeManagers(self, incarnation, SimNodeManagerClients(self.net, self.pods, timeout))
-        coordinator = SimCoordinatorClient(self.net, lambda: self.table, timeout, self.group.request)
-        peers = ControllerPeers(nms, coordinator)  # type: ignore[arg-type]
-        core = ControllerCore(self.config, self.store, peers, self.clock, new_id=self.new_id)
-        self._peers = peers
-        self.core = core
-        await core.start()
-
     async def stop(self) -> None:
-        if self.core is not None:
-            await self._crash_controller()
+        await self.controllers.crash_all()
         for task in self._pod_exits.values():
             task.cancel()
         await asyncio.gather(*self._pod_exits.values(), return_exceptions=True)
@@ -208,14 +190,6 @@ class World:
         for task in self._pod_ends:
             await task  # a crash of the agent's own stop is a finding
         self.group.close()
-
-    async def _crash_controller(self) -> None:
-        core, self.core = self.core, None
-        if core is None:
-            return
-        nms = self._peers.nodemanagers  # type: ignore[union-attr]
-        nms.dead = True  # a dead process sends nothing more
-        await core.stop()
 
     # -- faults --------------------------------------------------------------------------------
     def pod_of(self, rank: int) -> str:
@@ -246,16 +220,22 @@ class World:
             self._start_pod(address)
 
     async def controller_restart(self, down_sec: float) -> None:
-        """Crash, stay down `down_sec`, start a new one; a crash while down changes nothing (one
-        Controller process at most: the world has no election)."""
-        if self.core is None:
-            return
-        await self._crash_controller()
-        await asyncio.sleep(down_sec)
-        await self._start_controller()
+        """Every Controller replica crashes, the Controller stays down `down_sec`, then they all
+        start again over the same store."""
+        await self.controllers.restart_all(down_sec)
+
+    async def leader_crash(self, down_sec: float) -> None:
+        await self.controllers.leader_crash(down_sec)
+
+    async def leader_partition(self, sec: float) -> None:
+        await self.controllers.leader_partition(sec)
+
+    async def replica_restart(self, down_sec: float) -> None:
+        await self.controllers.replica_restart(down_sec)
 
     def coordinator_restart(self) -> None:
         self.table = RoutingTable()
+        self.coordinator_fence = TermFence("coordinator")
 
     # -- observations --------------------------------------------------------------------------
     def runtime(self):
@@ -281,52 +261,3 @@ class World:
     def phase(self) -> FtPhase | None:
         rt = self.runtime()
         return None if rt is None else rt.phase
-
-
-class _ObservedNodeManagers:
-    """The Controller's NodeManager clients, seen by the invariants: who sent which apply, which
-    strategies have calls in flight, which calls a crashed Controller would still make."""
-
-    def __init__(self, world: World, incarnation: int, clients: SimNodeManagerClients) -> None:
-        self._world, self._incarnation, self._clients = world, incarnation, clients
-        self.dead = False
-
-    def get(self, address: str):
-        return _ObservedClient(self, self._clients.get(address))
-
-    async def close(self) -> None:
-        pass
-
-
-class _ObservedClient:
-    def __init__(self, owner: _ObservedNodeManagers, client) -> None:
-        self._owner, self._client = owner, client
-
-    def __getattr__(self, name: str):
-        target = getattr(self._client, name)
-        if name not in ("guard", "status", "apply", "finalize", "stop_engines", "start_engines", "stop_pod"):
-            return target
-
-        async def call(*args, **kwargs):
-            owner, world = self._owner, self._owner._world
-            request_id = args[1] if name not in ("stop_pod",) else args[0]
-            if owner.dead:
-                raise PeerCallError(name, self._client.address, grpc.StatusCode.CANCELLED, "controller process gone")
-            if name == "apply":
-                world.applies.setdefault(request_id, set()).add(owner._incarnation)
-            if name == "start_engines":
-                world.relaunches += 1
-                world.note(f"start_engines {self._client.address} {request_id}")
-            strategy = request_id.split("-")[0] in ("sd", "reconf")
-            if strategy:
-                world.inflight[request_id] = world.inflight.get(request_id, 0) + 1
-                live = sorted(rid for rid, n in world.inflight.items() if n > 0)
-                if len(live) > 1 and len(live) > world.max_concurrent_strategies:
-                    world.note(f"strategies in flight at once: {live} ({name} {self._client.address})")
-                world.max_concurrent_strategies = max(world.max_concurrent_strategies, len(live))
-            try:
-                return await target(*args, **kwargs)
-            finally:
-                if strategy:
-                    world.inflight[request_id] -= 1
-        return call

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from motor.common.term_fence import TermFence
 from motor.controller.model.runtime import FtPhase
 from motor.simulation.invariants import SafetyChecker, final_checks
+from motor.simulation.replicas import ControllerReplicas
 from motor.simulation.runner import run
 from motor.simulation.schedule import Event
 from motor.simulation.world import World
@@ -32,6 +34,30 @@ def test_liveness_fires_when_relaunched_engines_never_form_a_group() -> None:
 
     result = run(1, events=[Event(10.0, "nm_crash", pod=0, duration_sec=2.0)], tamper=never_ready)
     assert "liveness" in _invariants(result), result.violations
+
+
+# A round in flight when its leader loses etcd: the leader is deposed at its lease deadline while
+# its calls are still held on the wire, and a standby takes over and resumes the instance.
+_DEPOSED_MID_ROUND = [Event(10.0, "executor_death", rank=1), Event(13.0, "leader_partition", duration_sec=10.0)]
+
+
+def test_the_receivers_fences_refuse_a_deposed_leaders_calls_that_arrive_after_the_new_term() -> None:
+    agents: list = []  # the pods' NodeManagers once the instance serves (the world's stop drops them)
+    result = run(28, events=_DEPOSED_MID_ROUND, tamper=lambda world: agents.extend(world.pods.values()))
+    assert result.violations == [], result.trace
+    refused = sum(nm.term_fence.refused for nm in agents)
+    assert refused > 0, result.trace
+
+
+def test_two_leaders_act_fires_when_the_fences_accept_every_term() -> None:
+    def open_fences(world: World) -> None:
+        for nm in world.pods.values():
+            nm.term_fence.refusal = lambda term, method: None  # type: ignore[union-attr]
+        world.coordinator_fence.refusal = lambda term, method: None  # type: ignore[method-assign]
+
+    result = run(28, events=_DEPOSED_MID_ROUND, tamper=open_fences)
+    assert "two_leaders_act" in _invariants(result), result.violations
+    assert "after term" in next(v.message for v in result.violations if v.invariant == "two_leaders_act")
 
 
 def test_a_clean_fault_keeps_every_invariant() -> None:
@@ -95,6 +121,7 @@ class _World:
         self.relaunches = 0
         self.max_concurrent_strategies = 0
         self.applies: dict = {}
+        self.fence_breaches: list = []
         self.inflight: dict = {}
         self.running = False
         self.store = _Store(self)
@@ -172,6 +199,27 @@ def test_apply_replayed_fires_on_an_apply_sent_by_two_controller_lives() -> None
     w.applies = {"sd-7-a": {1}, "sd-7-b": {1, 2}}
     out = SafetyChecker(w).check(1.0)  # type: ignore[arg-type]
     assert [v.invariant for v in out] == ["apply_replayed"] and "sd-7-b" in out[0].message
+
+
+def test_two_leaders_act_reports_each_breach_a_receiver_saw_once() -> None:
+    w = _World()
+    w.fence_breaches.append("nodemanager pod=10.0.0.1 accepted status of term 2 (life 1) after term 5")
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    out = checker.check(1.0)
+    assert [v.invariant for v in out] == ["two_leaders_act"] and "term 2" in out[0].message
+    assert checker.check(2.0) == []
+
+
+def test_a_receiver_accepting_two_lives_in_one_term_or_an_older_term_is_a_breach() -> None:
+    replicas = ControllerReplicas(None, 2)  # type: ignore[arg-type]
+    fence = TermFence("nodemanager pod=10.0.0.1")
+    replicas.accepted(fence, "guard", 5, life=1)
+    replicas.accepted(fence, "status", 5, life=1)
+    assert replicas.breaches == []
+    replicas.accepted(fence, "apply", 5, life=2)
+    replicas.accepted(fence, "finalize", 3, life=3)
+    assert len(replicas.breaches) == 2
+    assert "life 2 in term 5" in replicas.breaches[0] and "of term 3 (life 3) after term 5" in replicas.breaches[1]
 
 
 def test_published_equals_alive_fires_when_the_coordinator_routes_to_a_retired_rank() -> None:

@@ -54,3 +54,15 @@ def test_a_controller_restart_during_an_idle_deaths_collection_window_gets_a_who
     events = [Event(17.055, "slow_rebuild", duration_sec=13.8), Event(21.688, "executor_death", rank=0),
               Event(33.283, "controller_restart", duration_sec=10.4)]
     assert _violations(820, events) == []
+
+
+@pytest.mark.parametrize(("seed", "events"), [
+    (289, [Event(17.99, "leader_partition", duration_sec=6.706), Event(20.482, "executor_death", rank=0)]),
+    (192, [Event(23.987, "leader_partition", duration_sec=12.387), Event(29.441, "executor_death", rank=2)]),
+])
+def test_a_deposed_leaders_canary_or_publication_is_refused_once_the_coordinator_saw_the_new_term(
+        seed: int, events: list[Event]) -> None:
+    # The leader loses etcd while it probes an idle death: its SendCanary and its SET, held on the
+    # wire, reach the Coordinator after the new leader's canary. The Coordinator fences SendCanary
+    # as it fences Refresh, so it learns the new term from a canary too and refuses the old ones.
+    assert _violations(seed, events) == []

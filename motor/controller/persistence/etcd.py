@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aetcd
@@ -67,7 +67,9 @@ class EtcdRuntimeStore:
         request_timeout_sec: float = 5.0,
         tls: ClientTlsConfig | None = None,
         leadership: Leadership | None = None,
+        client_factory: Callable[[str, int], aetcd.Client] | None = None,
     ) -> None:
+        """`client_factory`: makes the etcd clients of this store's connections (`EtcdConnection`)."""
         self._leadership = leadership
         if isinstance(endpoints, str):
             raise ValueError(f"endpoints must be a list of host:port, got the string {endpoints!r}")
@@ -83,7 +85,9 @@ class EtcdRuntimeStore:
         self.description = (f"etcd {','.join(ep for ep, _, _ in self._endpoints)} prefix {key_prefix}"
                             f"{' over TLS' if tls else ''}")
         self._tls = tls
-        self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec), tls=tls)
+        self._client_factory = client_factory
+        self._conn = EtcdConnection(self._endpoints, prefix=key_prefix, timeout_sec=float(request_timeout_sec), tls=tls,
+                                    client_factory=client_factory)
 
     @classmethod
     def from_config(cls, config: StoreConfig, tls: ClientTlsConfig | None = None,
@@ -95,7 +99,8 @@ class EtcdRuntimeStore:
 
     def connection(self) -> EtcdConnection:
         """A connection of its own to the same etcd (endpoints, TLS, timeout): the leader election's."""
-        return EtcdConnection(self._endpoints, prefix=self._prefix, timeout_sec=self._conn.timeout_sec, tls=self._tls)
+        return EtcdConnection(self._endpoints, prefix=self._prefix, timeout_sec=self._conn.timeout_sec, tls=self._tls,
+                              client_factory=self._client_factory)
 
     @property
     def leader_key(self) -> str:

@@ -71,12 +71,16 @@ class EtcdConnection:
     """The connection of one EtcdRuntimeStore; `prefix` is the key the probe reads and logs name."""
 
     def __init__(self, endpoints: Sequence[tuple[str, str, int]], *, prefix: str, timeout_sec: float,
-                 tls: ClientTlsConfig | None = None) -> None:
+                 tls: ClientTlsConfig | None = None,
+                 client_factory: Callable[[str, int], aetcd.Client] | None = None) -> None:
+        """`client_factory(host, port)`: makes the etcd clients (default: aetcd's, over TLS when
+        `tls` is set); the simulation passes clients of an in-memory etcd."""
         # (endpoint as configured, host, port), in the order to try them.
         self._endpoints = list(endpoints)
         self._prefix = prefix
         self._timeout_sec = timeout_sec
         self._tls = tls
+        self._client_factory = client_factory
         self._client: aetcd.Client | None = None
         self._endpoint: str | None = None
         self._connect_lock = asyncio.Lock()
@@ -92,6 +96,8 @@ class EtcdConnection:
         return self._timeout_sec
 
     def _new_client(self, host: str, port: int) -> aetcd.Client:
+        if self._client_factory is not None:
+            return self._client_factory(host, port)
         options = {"grpc.max_receive_message_length": _MAX_RECEIVE_BYTES}
         if self._tls is not None:
             return TlsEtcdClient(host=host, port=port, timeout=self._timeout_sec,  # type: ignore[arg-type]
