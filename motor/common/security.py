@@ -52,8 +52,9 @@ def _roles_of(cert: x509.Certificate) -> list[str]:
         san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
     except x509.ExtensionNotFound:
         return []
+    # A pod URI of the "motor" trust domain is an identity, not a role.
     return [uri.removeprefix(ROLE_URI_PREFIX) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
-            if uri.startswith(ROLE_URI_PREFIX)]
+            if uri.startswith(ROLE_URI_PREFIX) and not POD_URI_RE.match(uri)]
 
 
 def role_of_certificate(cert: x509.Certificate) -> str:
