@@ -95,6 +95,11 @@ class NodeManagerConfig(ConfigModel):
     server: ServerConfig = Field(default=ServerConfig(), description="The gRPC server the Controller calls.")
     pod_ip: str = Field(
         default="127.0.0.1", description="This pod's IP address (engines' endpoints are reported on it).")
+    advertise_host: str | None = Field(
+        default=None, max_length=253,
+        description="Host the Controller dials this NodeManager at (registered in node_manager_address); unset: "
+                    "server.host, or pod_ip when that is a wildcard. With per-pod certificates that carry no IP "
+                    "SAN: the pod's DNS name, which its certificate covers.")
     node_name: str = Field(
         default_factory=socket.gethostname,
         description="The Kubernetes node hosting the pod (hardware faults are matched on it); default: the host name.")

@@ -8,7 +8,9 @@ import grpc
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from nodemanager.agent import NodeManagerAgent
+from nodemanager.errors import FailedPrecondition
 from nodemanager.ft_service import engine_timeout
+from nodemanager.pod_stop import stop_target_mismatch
 from nodemanager.rpc import rpc_method
 
 
@@ -47,6 +49,12 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("StopPod")
     async def StopPod(self, request: node_manager_pb2.StopPodRequest, context: grpc.aio.ServicerContext
                       ) -> node_manager_pb2.StopPodResponse:
+        config = self._agent.config
+        why = stop_target_mismatch(request.instance_id, request.pod_ip, config.instance_id, config.pod_ip)
+        if why is not None:
+            self._agent.metrics.stop_pod_refusals.labels("instance" if "instance" in why.split(";")[0]
+                                                         else "pod").inc()
+            raise FailedPrecondition(f"StopPod {why}: not obeyed (pod {config.pod_ip})")
         self._agent.exit_policy.stop_pod(request.request_id, request.reason)
         return node_manager_pb2.StopPodResponse(accepted=True)
 

@@ -95,7 +95,7 @@ class NodeManagerService:
     async def start(self) -> dict[str, Any]:
         log_transport(f"nodemanager pod={self.config.pod_ip}", self.config.security, self.config.server)
         port = await self._grpc.start()
-        host = self.config.server.host
+        host = self.config.advertise_host or self.config.server.host
         if host in ("0.0.0.0", "::", ""):
             host = self.config.pod_ip
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

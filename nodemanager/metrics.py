@@ -60,6 +60,9 @@ class NodeManagerMetrics:
         self.report_queue = Gauge("motor_nodemanager_fault_report_queue", "Fault reports waiting for delivery",
                                   registry=r)
         self.watched = Gauge("motor_nodemanager_polled_engines", "Local engines whose FT status is polled", registry=r)
+        self.stop_pod_refusals = Counter("motor_nodemanager_stop_pod_refusals_total",
+                                         "StopPod calls refused because they name another instance or pod",
+                                         ["reason"], registry=r)
         self.stopped_ranks = Gauge("motor_nodemanager_stopped_ranks",
                                    "Local ranks kept stopped by a StopPod this pod obeyed (its stop record)",
                                    registry=r)

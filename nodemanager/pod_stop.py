@@ -92,6 +92,16 @@ class FileStopStorage:
         self.path.unlink(missing_ok=True)
 
 
+def stop_target_mismatch(instance_id: int, pod_ip: str, my_instance_id: int, my_pod_ip: str) -> str | None:
+    """Why a StopPod naming (`instance_id`, `pod_ip`) is not for this pod, None when it is. A stop
+    that names no pod is refused too: a stop is only obeyed when it names this one."""
+    if instance_id != my_instance_id:
+        return f"names instance {instance_id}; this pod is instance {my_instance_id}'s"
+    if pod_ip != my_pod_ip:
+        return f"names pod {pod_ip or '(none)'}; this pod is {my_pod_ip}"
+    return None
+
+
 class PodStopRecord:
     def __init__(self, storage: StopStorage, *, instance_id: int, local_ids: Iterable[int],
                  wall: Callable[[], float] = time.time) -> None:

@@ -10,7 +10,7 @@
                                       a mounted-ConfigMap file with --configmap-dir [--via SOURCE]
   motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S]
                                       does an engine's FT API conform to Motor's contract (engine_check)
-  motorctl certs init DIR             a development CA and one certificate per role (and etcd's)
+  motorctl certs init DIR             a development CA, a certificate per role (per pod: --pod NAME=IP)
 
 Synchronous gRPC; addresses from --controller / --coordinator or MOTOR_CONTROLLER /
 MOTOR_COORDINATOR. mTLS with --ca/--cert/--key (MOTOR_TLS_CA / MOTOR_TLS_CERT / MOTOR_TLS_KEY), or
@@ -187,14 +187,15 @@ def hardware_fault(args: argparse.Namespace, channel_factory: ChannelFactory) ->
 
 
 def certs(args: argparse.Namespace) -> str:
-    from motor.common.pki import PkiError, create_dev_pki
+    from motor.common.pki import PkiError, create_dev_pki, parse_pod
 
     try:
+        pods = [parse_pod(p) for p in args.pod]
         pki = create_dev_pki(args.directory, args.host or ["localhost", "127.0.0.1"], days=args.days,
-                             force=args.force)
+                             force=args.force, pods=pods, trust_domain=args.trust_domain, namespace=args.namespace)
     except (PkiError, OSError) as exc:
         raise SystemExit(f"motorctl certs init: {exc}") from None
-    return "\n".join(str(p) for p in pki.files())
+    return "\n".join(str(p) for p in pki.files([name for name, _ in pods]))
 
 
 def client_tls_from_args(args: argparse.Namespace) -> ClientTlsConfig | None:
@@ -262,7 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("directory", help="where to write ca.crt, <role>.crt/.key, etcd.crt/.key")
     init.add_argument("--host", action="append", default=[],
                       help="DNS name or IP in every certificate's SANs (repeatable; default localhost, 127.0.0.1)")
-    init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    init.add_argument("--pod", action="append", default=[], metavar="NAME=IP",
+                      help="a NodeManager certificate of its own for this pod (repeatable): its pod URI and IP "
+                           "only; with any --pod there is no shared nodemanager.crt")
+    init.add_argument("--trust-domain", default="motor", help="SPIFFE trust domain of the pod URIs (default motor)")
+    init.add_argument("--namespace", default="motor", help="namespace in the pod URIs (default motor)")
+    init.add_argument("--days", type=int, default=7, help="validity in days (default 7, at most 90)")
     init.add_argument("--force", action="store_true", help="overwrite existing files")
     return parser
 

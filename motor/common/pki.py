@@ -7,8 +7,14 @@ EC P-256, PKCS#8 PEM, mode 0600; the directory is 0700. Files::
 
     ca.crt ca.key  controller.crt controller.key  nodemanager.crt ...  operator.key  etcd.crt etcd.key
 
+With `pods` (``name=ip`` pairs) every NodeManager gets a certificate of its own instead of the
+shared ``nodemanager.crt``: ``nodemanager-<name>.{crt,key}`` with the role URI, the pod's identity
+``spiffe://<trust_domain>/ns/<namespace>/pod/<name>`` and the pod IP as its only IP SAN, so it can
+speak for its own pod and no other (`motor.controller.identity`).
+
 This is for development and tests: in production a real CA issues the same shape of certificates
-(one per pod or service, same role URIs).
+(one per pod or service, same role URIs). Validity is days (default 7, at most 90): a development
+certificate that leaks does not stay good for long.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +33,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from motor.common.security import Role, role_uri
+from motor.common.security import Role, pod_uri, role_uri
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
-DEFAULT_DAYS = 365
+DEFAULT_DAYS = 7
+MAX_DAYS = 90
+DEFAULT_NAMESPACE = "motor"
 ETCD = "etcd"
 
 
@@ -56,9 +65,34 @@ class DevPki:
         return {"ca_file": str(self.ca_file), "cert_file": str(self.cert_file(role)),
                 "key_file": str(self.key_file(role))}
 
-    def files(self) -> list[Path]:
-        names = ["ca", *[r.value for r in Role], ETCD]
+    def pod_name(self, pod: str) -> str:
+        """The file stem of a pod's own NodeManager certificate."""
+        return f"{Role.NODEMANAGER.value}-{pod}"
+
+    def pod_security(self, pod: str) -> dict[str, Any]:
+        """The `security` block of the NodeManager of `pod` (its own certificate)."""
+        name = self.pod_name(pod)
+        return {"ca_file": str(self.ca_file), "cert_file": str(self.cert_file(name)),
+                "key_file": str(self.key_file(name))}
+
+    def files(self, pods: Sequence[str] = ()) -> list[Path]:
+        roles = [r.value for r in Role if not (pods and r is Role.NODEMANAGER)]
+        names = ["ca", *roles, *(self.pod_name(p) for p in pods), ETCD]
         return [self.directory / f"{n}.{ext}" for n in names for ext in ("crt", "key")]
+
+
+def parse_pod(text: str) -> tuple[str, str]:
+    """'NAME=IP' → (name, ip); PkiError naming the value otherwise."""
+    name, sep, ip = text.partition("=")
+    if not sep or not _POD_NAME_RE.match(name):
+        raise PkiError(f"pod {text!r} is not NAME=IP with NAME a DNS label (a-z, 0-9, -)")
+    try:
+        return name, str(ipaddress.ip_address(ip))
+    except ValueError:
+        raise PkiError(f"pod {text!r}: {ip!r} is not an IP address") from None
+
+
+_POD_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def _name(name: Role | str) -> str:
@@ -124,15 +158,21 @@ def _leaf(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, common_
 
 
 def create_dev_pki(directory: str | os.PathLike[str], hosts: Sequence[str] = DEFAULT_HOSTS, *,
-                   days: int = DEFAULT_DAYS, force: bool = False, ca_name: str = "motor development CA") -> DevPki:
-    """Writes a CA and one certificate per role (and etcd's) into `directory`; refuses to overwrite
-    an existing file unless `force`."""
-    if not 1 <= days <= 3650:
-        raise PkiError(f"days={days} is not in [1, 3650]")
+                   days: int = DEFAULT_DAYS, force: bool = False, ca_name: str = "motor development CA",
+                   pods: Sequence[tuple[str, str]] = (), trust_domain: str = "motor",
+                   namespace: str = DEFAULT_NAMESPACE) -> DevPki:
+    """Writes a CA and one certificate per role (and etcd's) into `directory`, with `pods` one
+    NodeManager certificate per pod instead of the shared one; refuses to overwrite an existing
+    file unless `force`."""
+    if not 1 <= days <= MAX_DAYS:
+        raise PkiError(f"days={days} is not in [1, {MAX_DAYS}]")
+    names = [name for name, _ in pods]
+    if len(set(names)) != len(names):
+        raise PkiError(f"pod names {names} repeat")
     pki = DevPki(Path(directory))
     sans = _san_entries(list(hosts))
     if not force:
-        existing = [str(p) for p in pki.files() if p.exists()]
+        existing = [str(p) for p in pki.files(names) if p.exists()]
         if existing:
             raise PkiError(f"{existing[0]} exists (and {len(existing) - 1} more): pass --force to overwrite")
     pki.directory.mkdir(parents=True, exist_ok=True)
@@ -160,10 +200,19 @@ def create_dev_pki(directory: str | os.PathLike[str], hosts: Sequence[str] = DEF
     _write_key(pki.directory / "ca.key", ca_key)
     _write_cert(pki.ca_file, ca_cert)
     for role in Role:
+        if pods and role is Role.NODEMANAGER:
+            continue
         cert, key = _leaf(ca_cert, ca_key, f"motor-{role.value}",
                           [x509.UniformResourceIdentifier(role_uri(role)), *sans], days)
         _write_key(pki.key_file(role), key)
         _write_cert(pki.cert_file(role), cert)
+    for name, ip in pods:
+        cert, key = _leaf(ca_cert, ca_key, f"motor-nodemanager-{name}",
+                          [x509.UniformResourceIdentifier(role_uri(Role.NODEMANAGER)),
+                           x509.UniformResourceIdentifier(pod_uri(trust_domain, namespace, name)),
+                           x509.IPAddress(ipaddress.ip_address(ip))], days)
+        _write_key(pki.key_file(pki.pod_name(name)), key)
+        _write_cert(pki.cert_file(pki.pod_name(name)), cert)
     cert, key = _leaf(ca_cert, ca_key, "motor-etcd", sans, days)
     _write_key(pki.key_file(ETCD), key)
     _write_cert(pki.cert_file(ETCD), cert)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import re
 import ssl
+from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
@@ -50,8 +52,9 @@ def _roles_of(cert: x509.Certificate) -> list[str]:
         san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
     except x509.ExtensionNotFound:
         return []
+    # A pod URI of the "motor" trust domain is an identity, not a role.
     return [uri.removeprefix(ROLE_URI_PREFIX) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
-            if uri.startswith(ROLE_URI_PREFIX)]
+            if uri.startswith(ROLE_URI_PREFIX) and not POD_URI_RE.match(uri)]
 
 
 def role_of_certificate(cert: x509.Certificate) -> str:
@@ -130,3 +133,52 @@ def log_transport(label: str, security: SecurityConfig | None, server: ServerCon
     else:
         log.info("%s security: TLS from server.tls (client certificates %s)", label,
                  "required, roles enforced" if server.tls.require_client_auth else "not required, no roles")
+
+
+# -- workload identity -------------------------------------------------------------------------
+# A NodeManager's certificate says which pod it is: a SPIFFE URI per pod and the pod's IP as IP SAN
+# (the role URI above says what it may call; these say for whom it may speak).
+POD_URI_RE = re.compile(r"^spiffe://(?P<domain>[a-z0-9._-]+)/ns/(?P<ns>[^/]+)/pod/(?P<pod>[^/]+)$")
+
+
+def pod_uri(trust_domain: str, namespace: str, pod: str) -> str:
+    return f"spiffe://{trust_domain}/ns/{namespace}/pod/{pod}"
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """Who a caller's certificate says it is: its role, its pod URIs (any trust domain), its IP and
+    DNS SANs. `pod_uri_in(domain)` is the one identity the Controller binds a pod to."""
+
+    role: str
+    pod_uris: tuple[str, ...] = ()
+    ips: frozenset[str] = frozenset()
+    dns_names: frozenset[str] = frozenset()
+
+    def pod_uri_in(self, trust_domain: str) -> str | None:
+        """The certificate's pod URI in `trust_domain`; None when it has none or several (no
+        benefit of the doubt)."""
+        mine = [u for u in self.pod_uris if (m := POD_URI_RE.match(u)) and m["domain"] == trust_domain]
+        return mine[0] if len(mine) == 1 else None
+
+
+def identity_of_certificate(cert: x509.Certificate) -> PeerIdentity:
+    try:
+        san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+    except x509.ExtensionNotFound:
+        return PeerIdentity(NO_ROLE)
+    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+    return PeerIdentity(
+        role=role_of_certificate(cert),
+        pod_uris=tuple(u for u in uris if POD_URI_RE.match(u)),
+        ips=frozenset(str(ip) for ip in san.get_values_for_type(x509.IPAddress)),
+        dns_names=frozenset(n.lower() for n in san.get_values_for_type(x509.DNSName)),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def identity_of_pem(pem: bytes) -> PeerIdentity:
+    try:
+        return identity_of_certificate(x509.load_pem_x509_certificate(pem))
+    except ValueError:
+        return PeerIdentity(NO_ROLE)

@@ -12,6 +12,7 @@ Modules:
   fencing          Fence (one leadership term, its lease deadline) and Leadership (the shared
                    holder every write, peer call and servicer checks)
   servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
+  identity         IdentityGate: a NodeManager's claims (pod IP, address, ranks) against its certificate
   clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
   instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability
   serving          the serving projection (Instance view of the survivors) and EventPusher (ADD/DEL/SET)
@@ -29,7 +30,12 @@ Packages:
 Layers, each importing only the ones below it (siblings on one line import each other neither; the
 `layers` contract in pyproject.toml checks this):
   main
+<<<<<<< HEAD
   servicer | replica
+=======
+  servicer
+  identity                              which pod a NodeManager may speak for
+>>>>>>> sec-identity
   core                                  the composition root
   election | metrics | status
   fault_tolerance

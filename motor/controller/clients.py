@@ -132,8 +132,11 @@ class NodeManagerClient:
         return await _invoke("start_engines", self.address, self._life.StartEngines, req, timeout_sec,
                              leadership=self._leadership)
 
-    async def stop_pod(self, request_id: str, reason: str) -> node_manager_pb2.StopPodResponse:
-        req = node_manager_pb2.StopPodRequest(request_id=request_id, reason=reason)
+    async def stop_pod(self, request_id: str, reason: str, instance_id: int, pod_ip: str
+                       ) -> node_manager_pb2.StopPodResponse:
+        """`instance_id` and `pod_ip` name the pod meant: the NodeManager refuses a stop of another."""
+        req = node_manager_pb2.StopPodRequest(request_id=request_id, reason=reason, instance_id=instance_id,
+                                              pod_ip=pod_ip)
         return await _invoke("stop_pod", self.address, self._life.StopPod, req, self._timeout, leadership=self._leadership)
 
     async def close(self) -> None:

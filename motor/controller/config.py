@@ -128,6 +128,9 @@ class ControllerConfig(ConfigModel):
         default=None, description="TLS of calls to NodeManagers and the Coordinator; unset: plaintext.")
     security: SecurityConfig | None = Field(
         default=None, description="mTLS everywhere with role checks; excludes server.tls and client_tls.")
+    max_instances: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=256, description="Instances this Controller holds at most; a Register of one more is refused "
+                                 "RESOURCE_EXHAUSTED naming the value.")
     heartbeat_interval_sec: PositiveSec = Field(
         default=2.0, description="Seconds between NodeManager heartbeats (told to them at registration).")
     heartbeat_timeout_sec: PositiveSec = Field(

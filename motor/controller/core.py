@@ -65,7 +65,7 @@ class ControllerCore:
         ft = config.fault_tolerance_config
         self.scale_down_enabled = ft.enable_fault_tolerance and ft.enable_dp_scale_down
         self.runtimes = FtRuntimeStore(self.scale_down_enabled)
-        self.registry = InstanceRegistry()
+        self.registry = InstanceRegistry(config.max_instances)
         self.metrics = metrics or ControllerMetrics()
         self.timelines = TimelineBook(observer=self.metrics)
         self.broadcaster = RuntimeBroadcaster(
@@ -254,8 +254,8 @@ class ControllerCore:
 
     # ---- registration and heartbeats ---------------------------------------------------------
 
-    async def register(self, req: controller_pb2.RegisterRequest) -> controller_pb2.RegisterResponse:
-        record, newly = self.registry.register(req, self.clock.monotonic())
+    async def register(self, req: controller_pb2.RegisterRequest, identity: str = "") -> controller_pb2.RegisterResponse:
+        record, newly = self.registry.register(req, self.clock.monotonic(), identity)
         iid = req.instance_id
         log.info("instance=%d pod=%s registered ranks=%s nodemanager=%s retired=%s assembled=%s",
                  iid, req.pod.pod_ip, sorted(e.id for e in req.endpoints), req.pod.node_manager_address,

@@ -38,6 +38,9 @@ class PodRecord:
     # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
     retired: frozenset[int] = frozenset()
     dp_store_port_base: int = 0
+    # The pod URI of the certificate that registered the pod ("" when unknown: plaintext, a
+    # certificate without one, or restored from the store until the pod registers again).
+    identity: str = ""
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -153,9 +156,15 @@ def _validate(req: controller_pb2.RegisterRequest) -> None:
         raise RegistrationError(f"pod {pod.pod_ip}: pod.endpoint_ids {list(pod.endpoint_ids)} != endpoints {ids}")
 
 
+class InstanceCapError(RegistrationError):
+    """A registration of a new instance beyond `max_instances`."""
+
+
 class InstanceRegistry:
-    def __init__(self) -> None:
+    def __init__(self, max_instances: int | None = None) -> None:
         self._instances: dict[int, InstanceRecord] = {}
+        # Bounds what one NodeManager certificate can make the Controller hold and publish.
+        self.max_instances = max_instances
 
     def get(self, instance_id: int) -> InstanceRecord | None:
         return self._instances.get(instance_id)
@@ -180,11 +189,19 @@ class InstanceRegistry:
         self._instances[topology.id] = record
         return record
 
-    def register(self, req: controller_pb2.RegisterRequest, now_sec: float) -> tuple[InstanceRecord, bool]:
-        """Records a pod; returns the instance and whether this call completed its assembly."""
+    def register(self, req: controller_pb2.RegisterRequest, now_sec: float,
+                 identity: str = "") -> tuple[InstanceRecord, bool]:
+        """Records a pod (bound to `identity`, the caller's pod URI); returns the instance and whether
+        this call completed its assembly."""
         _validate(req)
         pod_ip = req.pod.pod_ip
         record = self._instances.get(req.instance_id)
+        if record is None and self.max_instances is not None and len(self._instances) >= self.max_instances:
+            raise InstanceCapError(
+                f"instance {req.instance_id}: pod {pod_ip} would register instance number "
+                f"{len(self._instances) + 1}; this Controller holds at most max_instances={self.max_instances}",
+                precondition=True,
+            )
         if record is None:
             record = InstanceRecord(req.instance_id, req.role, req.model, req.dp_size)
         elif (record.dp_size, record.model, record.role) != (req.dp_size, req.model, req.role):
@@ -232,6 +249,7 @@ class InstanceRegistry:
             last_heartbeat_sec=now_sec,
             retired=frozenset(req.retired_ids),
             dp_store_port_base=req.pod.dp_store_port_base,
+            identity=identity or (known.identity if known is not None else ""),
         )
         self._instances[req.instance_id] = record
         newly = False

@@ -22,7 +22,8 @@ from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
-from motor.controller.instances import RegistrationError
+from motor.controller.identity import IdentityGate, IdentityRefusal, caller_of
+from motor.controller.instances import InstanceCapError, RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
 from motor.controller.status import runtime_proto
 
@@ -40,6 +41,24 @@ _KINDS = {
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def __init__(self, core: ControllerCore) -> None:
         self.core = core
+        security = core.config.security
+        self.identity = IdentityGate(core.registry, core.metrics.registry,
+                                     security.trust_domain if security is not None else "motor")
+
+    async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str) -> str:
+        """The caller's pod URI once its claims are covered by its certificate (see
+        `motor.controller.identity`); PERMISSION_DENIED otherwise."""
+        caller = caller_of(context, self.identity.trust_domain)
+        if caller is None:
+            return ""
+        check = {"Register": self.identity.check_register, "Heartbeat": self.identity.check_heartbeat,
+                 "ReportSoftwareFault": self.identity.check_report}[method]
+        try:
+            check(caller, request)
+        except IdentityRefusal as exc:
+            self.identity.refused(method, instance_id, pod_ip, exc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        return caller.pod_uri
 
     async def _require_leader(self, context, method: str) -> None:
         """UNAVAILABLE naming the leader unless this replica acts; the leader's term otherwise."""
@@ -85,8 +104,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     async def Register(self, request, context):
         await check_request(request, context)
         await self._require_leader(context, "Register")
+        identity = await self._check_identity(context, "Register", request, request.instance_id, request.pod.pod_ip)
         try:
-            return await self.core.register(request)
+            return await self.core.register(request, identity)
+        except InstanceCapError as exc:
+            self.identity.refused("Register", request.instance_id, request.pod.pod_ip,
+                                  IdentityRefusal("instance_cap", str(exc)))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except RegistrationError as exc:
             code = grpc.StatusCode.FAILED_PRECONDITION if exc.precondition else grpc.StatusCode.INVALID_ARGUMENT
             await context.abort(code, str(exc))
@@ -94,11 +118,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     async def Heartbeat(self, request, context):
         await check_request(request, context)
         await self._require_leader(context, "Heartbeat")
+        await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip)
         return self.core.heartbeat(request)
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)
         await self._require_leader(context, "ReportSoftwareFault")
+        await self._check_identity(context, "ReportSoftwareFault", request, request.instance_id, request.pod_ip)
         kind = _KINDS.get(request.kind)
         if kind is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind} is not a software fault kind")

@@ -9,7 +9,8 @@ in a holder inside `motor.launch.shutdown.exit_on_sigterm()`, when the holder ge
 cluster starts once.
 
 With `ClusterSpec(tls=True)` a development PKI is written to <run dir>/pki (one certificate per
-role, pod IPs in the SANs) and every process gets its `security` block: mTLS and roles on every
+role, pod IPs in the SANs, and every NodeManager one of its own: its pod URI and IP, see
+`pod_cert_name`) and every process gets its `security` block: mTLS and roles on every
 gRPC contract, HTTPS on the controller's status page (operator certificate) and the coordinator's
 OpenAI front, TLS with client certificates to the cluster's etcd (`start_etcd=True`). The launcher
 itself observes and injects as the operator role.
@@ -57,6 +58,11 @@ log = logging.getLogger(__name__)
 _NM_READY_KEYS = ["grpc_port", "metrics_port"]
 
 
+def pod_cert_name(pod: PodPlan) -> str:
+    """The pod's name in its NodeManager certificate (and its pod URI): a DNS label."""
+    return f"i{pod.instance_id}-p{pod.index}"
+
+
 class LocalCluster(ClusterObservation):
     def __init__(self, spec: ClusterSpec, run_dir: Path, engines: EngineBackend | None = None) -> None:
         self.spec = spec
@@ -79,7 +85,9 @@ class LocalCluster(ClusterObservation):
         self._http_ctx: ssl.SSLContext | None = None
         if spec.tls:
             hosts = ["localhost", "127.0.0.1", *(pod.ip for pod in spec.all_pods())]
-            self.pki = create_dev_pki(self.run_dir / "pki", hosts, force=True)
+            # Every NodeManager its own certificate: it may speak for its own pod only.
+            self.pki = create_dev_pki(self.run_dir / "pki", hosts, force=True,
+                                      pods=[(pod_cert_name(pod), pod.ip) for pod in spec.all_pods()])
 
     @property
     def dp_master_port(self) -> int:
@@ -184,7 +192,8 @@ class LocalCluster(ClusterObservation):
         return render.nodemanager_config(
             self.spec, pod, controller_addresses=self.controller_addresses, ports=self.ports,
             engine_keys=self.engines.nodemanager_keys(self.spec, pod, self.run_dir),
-            log_dir=str(self.run_dir / f"engines-{pod.ip}"), security=self._security(Role.NODEMANAGER))
+            log_dir=str(self.run_dir / f"engines-{pod.ip}"),
+            security=self.pki.pod_security(pod_cert_name(pod)) if self.pki is not None else None)
 
     def _start_nodemanagers(self, timeout_sec: float) -> None:
         """Every pod's NodeManager at once (each its own process, or many per host process)."""

@@ -38,7 +38,8 @@ from motor.controller.servicer import _KINDS
 from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import instance_from_proto, instance_to_proto
 from motor.coordinator.serving_view import RefreshError, RefreshErrorCode, RefreshEvent
-from nodemanager.errors import NodeManagerError
+from nodemanager.errors import FailedPrecondition, NodeManagerError
+from nodemanager.pod_stop import stop_target_mismatch
 from nodemanager.rpc import status_code_of
 
 from motor.simulation.fences import COORDINATOR_FENCED, NODEMANAGER_FENCED, FenceRefused, Sender, through_fence
@@ -233,8 +234,11 @@ class SimNodeManagerClient:
             return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in eps])
         return await self._call("start_engines", fn, timeout_sec, request_id)
 
-    async def stop_pod(self, request_id, reason):
+    async def stop_pod(self, request_id, reason, instance_id, pod_ip):
         async def fn(nm):
+            why = stop_target_mismatch(instance_id, pod_ip, nm.config.instance_id, nm.config.pod_ip)
+            if why:
+                raise FailedPrecondition(f"StopPod {why}: not obeyed")
             nm.exit_policy.stop_pod(request_id, reason)
             return node_manager_pb2.StopPodResponse(accepted=True)
         return await self._call("stop_pod", fn, request_id=request_id)

@@ -221,10 +221,21 @@ def test_prometheus_scrapes_each_service_where_it_serves_metrics(kustomization: 
 
 def test_production_references_certificate_secrets_and_dev_needs_none() -> None:
     prod = render("overlays/production")
-    wanted = {"motor-controller-tls", "motor-coordinator-tls", "motor-nodemanager-tls", "motor-etcd-tls"}
+    wanted = {"motor-controller-tls", "motor-coordinator-tls", "motor-etcd-tls"}
     referenced = {v["secret"]["secretName"] for d in prod if d["kind"] in ("Deployment", "StatefulSet")
                   for v in _pod_spec(d).get("volumes", []) if "secret" in v}
     assert referenced == wanted
+    # No Secret shared by every NodeManager: each pod its own certificate (cert-manager's csi-driver),
+    # naming the pod (a pod URI, the pod's DNS name that it advertises to the Controller).
+    engine = _pod_spec(find(prod, "StatefulSet", "motor-engine"))
+    tls = next(v for v in engine["volumes"] if v["name"] == "tls")
+    attributes = tls["csi"]["volumeAttributes"]
+    assert tls["csi"]["driver"] == "csi.cert-manager.io" and "secret" not in tls
+    assert attributes["csi.cert-manager.io/uri-sans"].split(",") == [
+        "spiffe://motor/nodemanager", "spiffe://motor/ns/${POD_NAMESPACE}/pod/${POD_NAME}"]
+    assert attributes["csi.cert-manager.io/dns-names"].startswith("${POD_NAME}.motor-engine.")
+    render_env = {e["name"]: e for e in engine["initContainers"][0]["env"]}
+    assert render_env["MOTOR_ADVERTISE_HOST"]["value"].startswith("$(MOTOR_POD_NAME).motor-engine.")
     for workload, (kind, configmap, key, _) in SERVICES.items():
         security = _config(prod, configmap, key)["security"]
         mounts = {m["mountPath"]: m["name"] for m in _pod_spec(find(prod, kind, workload))["containers"][0]["volumeMounts"]}

@@ -194,12 +194,16 @@ class RelaunchEnginesResponse(_message.Message):
     def __init__(self, endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ...) -> None: ...
 
 class StopPodRequest(_message.Message):
-    __slots__ = ("request_id", "reason")
+    __slots__ = ("request_id", "reason", "instance_id", "pod_ip")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_IP_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    instance_id: int
+    pod_ip: str
+    def __init__(self, request_id: _Optional[str] = ..., reason: _Optional[str] = ..., instance_id: _Optional[int] = ..., pod_ip: _Optional[str] = ...) -> None: ...
 
 class StopPodResponse(_message.Message):
     __slots__ = ("accepted",)

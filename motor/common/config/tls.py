@@ -62,6 +62,10 @@ class SecurityConfig(ConfigModel):
     require_client_cert_on_inference: bool = Field(
         default=False,
         description="Coordinator only: the OpenAI front also asks inference clients for a certificate of ca_file.")
+    trust_domain: str = Field(
+        default="motor", pattern=r"^[a-z0-9._-]{1,255}$",
+        description="SPIFFE trust domain of the pods' identities (spiffe://<trust_domain>/ns/<ns>/pod/<name>); "
+                    "the Controller takes a NodeManager's pod URI only from this domain.")
 
 
 def security_exclusive(config: Any) -> Any:

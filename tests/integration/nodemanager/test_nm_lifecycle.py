@@ -108,7 +108,8 @@ async def test_all_engines_dead_exit_is_frozen_while_guarded(controller: FakeCon
 
 async def test_stop_pod_answers_then_exits(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(nm_config(controller.address, tmp_path)) as n:
-        resp = await n.lifecycle.StopPod(nm.StopPodRequest(request_id="recycle-1", reason="all ranks retired"),
+        resp = await n.lifecycle.StopPod(nm.StopPodRequest(request_id="recycle-1", reason="all ranks retired",
+                                                            instance_id=INSTANCE, pod_ip=POD_IP),
                                          timeout=5)
         assert resp.accepted
         await async_wait_for(lambda: n.exits, 2, "exit request")

@@ -18,7 +18,7 @@ from motor.sim.client import SimClient
 from motor.testing.fake_controller import FakeController
 from motor.testing.waits import wait_for
 
-from .nm_helpers import POD_IP, nm_config
+from .nm_helpers import INSTANCE, POD_IP, nm_config
 
 
 pytestmark = pytest.mark.timeout(60)
@@ -60,7 +60,8 @@ def test_stop_pod_answers_stops_engines_and_exits_zero(launch) -> None:  # noqa:
     engine_pids = [e.pid for e in node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(
         nm.DescribePodRequest(), timeout=5).engines]
     resp = node_manager_pb2_grpc.NodeManagerStub(channel).StopPod(
-        nm.StopPodRequest(request_id="recycle-7", reason="every local rank retired"), timeout=5)
+        nm.StopPodRequest(request_id="recycle-7", reason="every local rank retired", instance_id=INSTANCE,
+                          pod_ip=POD_IP), timeout=5)
     assert resp.accepted
     channel.close()
     assert proc.wait_exit(20) == 0, proc.log_tail()

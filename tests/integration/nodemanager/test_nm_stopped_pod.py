@@ -12,7 +12,7 @@ import pytest
 from gen.motor.v1 import node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController
 from motor.testing.waits import async_wait_for
-from .nm_helpers import INSTANCE, nm_config, running_nm
+from .nm_helpers import INSTANCE, POD_IP, nm_config, running_nm
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -23,7 +23,7 @@ async def test_a_stopped_pod_restarted_in_place_stays_stopped_until_started_agai
     async with running_nm(config) as n:
         await async_wait_for(lambda: controller.registers, 10, "the first registration")
         await n.lifecycle.StopPod(nm.StopPodRequest(request_id="sd-9", reason="every DP rank of the pod is "
-                                                    "committed dead"), timeout=5)
+                                                    "committed dead", instance_id=INSTANCE, pod_ip=POD_IP), timeout=5)
         await async_wait_for(lambda: n.exits, 2, "exit request")
         assert n.exits[0][0] == 0
     registered_before = len(controller.registers)

@@ -99,7 +99,7 @@ def as_role(pki: DevPki, role: Role | None, ca: DevPki | None = None) -> list[st
 # (target attribute, method, request, wrong role, right role)
 CASES = [
     ("controller", "motor.v1.Controller/GetFaultToleranceStatus", {}, Role.NODEMANAGER, Role.OPERATOR),
-    ("controller", "motor.v1.Controller/Heartbeat", {"pod_ip": "127.0.0.9", "instance_id": 9}, Role.OPERATOR,
+    ("controller", "motor.v1.Controller/Heartbeat", {"pod_ip": POD_IP, "instance_id": 9}, Role.OPERATOR,
      Role.NODEMANAGER),
     ("coordinator", "motor.v1.Coordinator/Refresh", {"event": "REFRESH_EVENT_SET", "revision": 1},
      Role.OPERATOR, Role.CONTROLLER),

@@ -380,7 +380,7 @@ def _seeds() -> dict[str, Message]:
                                              endpoint_ids=[1]),
         "RelaunchEngines": nm.RelaunchEnginesRequest(instance_id=NM_INSTANCE, request_id="fuzz-r",
                                                      dp_master_ip=POD_IP, grace_sec=0.5),
-        "StopPod": nm.StopPodRequest(request_id="fuzz-stop", reason="fuzz"),
+        "StopPod": nm.StopPodRequest(request_id="fuzz-stop", reason="fuzz", instance_id=NM_INSTANCE, pod_ip=POD_IP),
         "DescribePod": nm.DescribePodRequest(),
     }
 

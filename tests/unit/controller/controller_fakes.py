@@ -194,7 +194,7 @@ class FakeNodeManagerClient:
         c.retired.pop(self.address, None)
         return node_manager_pb2.StartEnginesResponse()
 
-    async def stop_pod(self, request_id, reason):
+    async def stop_pod(self, request_id, reason, instance_id, pod_ip):
         self.cluster.calls.append(("stop_pod", self.address))
         self.cluster._maybe_fail("stop_pod", self.address)
         return node_manager_pb2.StopPodResponse(accepted=True)

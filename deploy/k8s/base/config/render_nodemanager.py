@@ -7,6 +7,7 @@ only the pod knows, from its environment (downward API):
                            LeaderWorkerSet): the pod hosts DP ranks index*R .. index*R + R-1
   MOTOR_RANKS_PER_POD      R, the DP ranks (engine processes) of one pod
   MOTOR_POD_IP             pod_ip (status.podIP); the engines bind it
+  MOTOR_ADVERTISE_HOST     advertise_host, optional: the pod's DNS name the Controller dials
   MOTOR_NODE_NAME          node_name (spec.nodeName): MindCluster's faults are per node
   MOTOR_DP_MASTER_HOST     the pod of rank 0 (DNS name or IP); pod 0 uses its own IP
   MOTOR_ENGINE_BASE_PORT   engine i of the pod listens on base + i (0: a free port each)
@@ -135,6 +136,9 @@ def render(template: dict[str, Any], env: dict[str, str], devices: list[str],
         engines.append(engine)
     out = dict(template)
     out["pod_ip"] = pod_ip
+    if env.get("MOTOR_ADVERTISE_HOST", "").strip():
+        # The pod's DNS name: what its own certificate covers when it has no IP SAN.
+        out["advertise_host"] = env["MOTOR_ADVERTISE_HOST"].strip()
     if env.get("MOTOR_NODE_NAME", "").strip():
         out["node_name"] = env["MOTOR_NODE_NAME"].strip()
     out["engines"] = engines

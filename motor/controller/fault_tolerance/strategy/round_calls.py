@@ -184,7 +184,9 @@ class RoundCalls:
             try:
                 # Best effort and sent once: recycling and replacing the pod is the cluster's job.
                 await self._timed("stop_pod", pod.node_manager_address,
-                                  lambda c=client: c.stop_pod(self._request_id, "every DP rank of the pod is committed dead"),
+                                  lambda c=client, p=pod: c.stop_pod(
+                                      self._request_id, "every DP rank of the pod is committed dead",
+                                      self._instance_id, p.pod_ip),
                                   {"endpoint_ids": list(pod.ranks)})
             except PeerCallError as exc:
                 log.warning("instance=%d request_id=%s stop_pod %s failed (not retried): %s", self._instance_id,
