@@ -20,7 +20,7 @@ from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.leader_client import LeaderFollowingClient
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
-from motor.common.term_fence import TermFence, TermFenceInterceptor
+from motor.common.term_fence import FileTermStorage, TermFence, TermFenceInterceptor
 from motor.coordinator.canary import Canary
 from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
@@ -50,8 +50,9 @@ class CoordinatorService:
         self.servicer = CoordinatorServicer(self.table, config.management_key, ledger=ledger,
                                             canary=Canary(self.table, self.engine_client, self.metrics))
         servicer = self.servicer
-        # A deposed Controller leader's Refresh is refused (motor.common.term_fence).
-        self.term_fence = TermFence("coordinator")
+        # A deposed Controller leader's Refresh is refused (motor.common.term_fence); the highest
+        # term seen outlives a restart in state_dir.
+        self.term_fence = TermFence("coordinator", FileTermStorage(config.state_dir) if config.state_dir else None)
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
             [

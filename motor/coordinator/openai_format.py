@@ -58,6 +58,9 @@ def parse_inference_doc(body: bytes) -> dict[str, Any]:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # A body nested thousands deep exhausts the parser's stack: the client's error, not ours.
+        raise BadRequest("request body is not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(doc).__name__}")
     model = doc.get("model")
@@ -111,7 +114,7 @@ async def error_detail(resp: aiohttp.ClientResponse) -> str:
     try:
         doc: Any = json.loads(raw)
         text = doc["error"]["message"] if isinstance(doc.get("error"), dict) else doc.get("detail", raw)
-    except (ValueError, AttributeError, KeyError, TypeError):
+    except (ValueError, AttributeError, KeyError, TypeError, RecursionError):
         text = raw.decode("utf-8", "replace")
     text = " ".join(str(text).split())[:300]
     return f" ({text})" if text else ""
