@@ -130,3 +130,19 @@ def log_transport(label: str, security: SecurityConfig | None, server: ServerCon
     else:
         log.info("%s security: TLS from server.tls (client certificates %s)", label,
                  "required, roles enforced" if server.tls.require_client_auth else "not required, no roles")
+
+
+def read_key_file(path, what: str) -> str:  # noqa: ANN001 - a str or Path
+    """A secret kept in a file (one line, surrounding whitespace dropped), so it need not sit in a
+    config; ConfigError (start refused, exit 2) naming the file."""
+    from pathlib import Path
+
+    from motor.common.config.loader import ConfigError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {path} unreadable: {exc}") from exc
+    if not text or "\n" in text:
+        raise ConfigError(f"{what} {path} must hold exactly one non-blank line")
+    return text

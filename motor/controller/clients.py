@@ -18,7 +18,7 @@ from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
-from motor.common.security import client_tls
+from motor.common.security import client_tls, read_key_file
 from motor.controller.config import ControllerConfig
 from motor.controller.fencing import Leadership, NotLeaderError
 
@@ -208,8 +208,11 @@ class ControllerPeers:
         """`leadership`: every call checked against this replica's fence and carrying its term."""
         timeout = config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         tls = client_tls(config.client_tls, config.security)
+        key = config.coordinator_management_key or (
+            read_key_file(config.coordinator_management_key_file, "coordinator_management_key_file")
+            if config.coordinator_management_key_file else None)
         coordinator = (
-            CoordinatorClient(config.coordinator_address, tls, timeout, config.coordinator_management_key, leadership)
+            CoordinatorClient(config.coordinator_address, tls, timeout, key, leadership)
             if config.coordinator_address
             else None
         )

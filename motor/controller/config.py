@@ -128,6 +128,8 @@ class ControllerConfig(ConfigModel):
         default=None, description="host:port of the Coordinator's gRPC server; unset: nothing is published.")
     coordinator_management_key: str | None = Field(
         default=None, description="Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.")
+    coordinator_management_key_file: str | None = Field(
+        default=None, description="File holding that key (instead of coordinator_management_key).")
     client_tls: ClientTlsConfig | None = Field(
         default=None, description="TLS of calls to NodeManagers and the Coordinator; unset: plaintext.")
     security: SecurityConfig | None = Field(
@@ -159,6 +161,8 @@ class ControllerConfig(ConfigModel):
     def _check_election(self) -> ControllerConfig:
         if self.leader_election.mode == "on" and not self.store.etcd_endpoints:
             raise ValueError("leader_election.mode='on' needs store.etcd_endpoints (the lease lives in etcd)")
+        if self.coordinator_management_key is not None and self.coordinator_management_key_file is not None:
+            raise ValueError("coordinator_management_key and coordinator_management_key_file exclude each other")
         replicas = self.leader_election.expected_replicas
         if replicas > 1 and not self.election_enabled:
             why = ("no store.etcd_endpoints" if self.leader_election.mode != "off"

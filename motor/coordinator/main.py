@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,9 +19,10 @@ from gen.motor.v1 import coordinator_pb2_grpc
 from motor.coordinator.config import CoordinatorConfig
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.leader_client import LeaderFollowingClient
-from motor.common.security import client_tls, http_server_context, log_transport, server_config
+from motor.common.security import client_tls, http_server_context, log_transport, read_key_file, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.common.term_fence import FileTermStorage, TermFence, TermFenceInterceptor
+from motor.coordinator.admission import ApiKeys, ConcurrencyLimit
 from motor.coordinator.canary import Canary
 from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
@@ -45,9 +47,11 @@ class CoordinatorService:
         self.proxy = InferenceProxy(
             self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
             hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics, migration=config.migration,
-            ledger=ledger,
+            ledger=ledger, max_answer_bytes=config.max_engine_answer_bytes,
         )
-        self.servicer = CoordinatorServicer(self.table, config.management_key, ledger=ledger,
+        management_key = config.management_key or (
+            read_key_file(config.management_key_file, "management_key_file") if config.management_key_file else None)
+        self.servicer = CoordinatorServicer(self.table, management_key, ledger=ledger,
                                             canary=Canary(self.table, self.engine_client, self.metrics))
         servicer = self.servicer
         # A deposed Controller leader's Refresh is refused (motor.common.term_fence); the highest
@@ -71,8 +75,14 @@ class CoordinatorService:
         if config.security is not None:
             ssl_context = http_server_context(config.security,
                                               require_client_cert=config.security.require_client_cert_on_inference)
-        self._http = HttpFront(config.http, build_app(self.table, self.proxy), config.server.shutdown_grace_sec,
-                               ssl_context=ssl_context)
+            if not config.security.require_client_cert_on_inference:
+                # Asked for, not required: the admin pages check the role of the one presented.
+                ssl_context.verify_mode = ssl.CERT_OPTIONAL
+        api_keys = ApiKeys(config.api_key_file) if config.api_key_file else None
+        app = build_app(self.table, self.proxy, limit=ConcurrencyLimit(config.max_concurrent_requests,
+                                                                       config.retry_after_sec),
+                        api_keys=api_keys, admin_roles=config.security is not None)
+        self._http = HttpFront(config.http, app, config.server.shutdown_grace_sec, ssl_context=ssl_context)
         self.grpc_port: int | None = None
         self.http_port: int | None = None
 
@@ -91,7 +101,8 @@ class CoordinatorService:
                 log.warning("no serving view from the Controller leader within %gs; ready anyway, still asking",
                             self.config.controller_sync_timeout_sec)
         log.info("coordinator management key %s; max_retries=%d retry_after_sec=%d endpoint_cooldown_sec=%g",
-                 "required" if self.config.management_key else "off", self.config.max_retries,
+                 "required" if self.config.management_key or self.config.management_key_file else "off",
+                 self.config.max_retries,
                  self.config.retry_after_sec, self.config.endpoint_cooldown_sec)
         m = self.config.migration
         log.info("coordinator re-inference %s (max_migrations_per_request=%d max_carried_length=%d "

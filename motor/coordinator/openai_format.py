@@ -120,9 +120,15 @@ async def error_detail(resp: aiohttp.ClientResponse) -> str:
     return f" ({text})" if text else ""
 
 
+# Set on a request whose Authorization carried the Coordinator's own API key (motor.coordinator.admission).
+KEY_CHECKED = web.RequestKey("motor_api_key_checked", bool)
+
+
 def upstream_headers(request: web.Request, request_id: str) -> dict[str, str]:
-    """What the engine gets of the client's headers, with the request id."""
+    """What the engine gets of the client's headers, with the request id (not the Coordinator's API key)."""
     headers = {name: request.headers[name] for name in _FORWARDED_REQUEST_HEADERS if name in request.headers}
+    if request.get(KEY_CHECKED):
+        headers.pop("Authorization", None)
     headers.setdefault("Content-Type", "application/json")
     headers[REQUEST_ID_HEADER] = request_id
     return headers
