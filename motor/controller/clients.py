@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
+from motor.common.cert_reload import client_files, close_later
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
@@ -149,10 +150,19 @@ class NodeManagerClients:
         self._timeout = request_timeout_sec
         self._leadership = leadership
         self._clients: dict[str, NodeManagerClient] = {}
+        # Rotated certificate files reopen the channels (their credentials are fixed when opened).
+        self._files = client_files(tls)
+        self._stamps: dict[str, tuple] = {}
 
     def get(self, address: str) -> NodeManagerClient:
         client = self._clients.get(address)
+        if client is not None and self._files is not None and self._files.changed_since(self._stamps[address]):
+            log.warning("certificate files changed; channel to NodeManager %s reopened", address)
+            close_later(self._clients.pop(address)._channel)
+            client = None
         if client is None:
+            if self._files is not None:
+                self._stamps[address] = self._files.stamp()
             client = self._clients[address] = NodeManagerClient(address, self._tls, self._timeout, self._leadership)
         return client
 

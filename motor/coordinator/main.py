@@ -17,6 +17,7 @@ from typing import Any
 
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.coordinator.config import CoordinatorConfig
+from motor.common.cert_reload import stop_reloaders, watch_security
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.leader_client import LeaderFollowingClient
 from motor.common.security import client_tls, http_server_context, log_transport, read_key_file, server_config
@@ -83,12 +84,17 @@ class CoordinatorService:
                                                                        config.retry_after_sec),
                         api_keys=api_keys, admin_roles=config.security is not None)
         self._http = HttpFront(config.http, app, config.server.shutdown_grace_sec, ssl_context=ssl_context)
+        self._ssl_context = ssl_context
+        self._reloaders: list = []
         self.grpc_port: int | None = None
         self.http_port: int | None = None
 
     async def start(self) -> dict[str, Any]:
         log_transport("coordinator", self.config.security, self.config.server)
         await self.engine_client.start()
+        # The expiry gauge of its certificates, and its HTTPS front following rotated files.
+        self._reloaders = watch_security(self.config.security, self.metrics.registry, "coordinator HTTP",
+                                         [self._ssl_context])
         self.http_port = await self._http.start()
         self.grpc_port = await self._grpc.start()
         if self.controller_sync is not None:
@@ -114,6 +120,8 @@ class CoordinatorService:
         """Idempotent, and safe after a partial start."""
         if self.controller_sync is not None:
             await self.controller_sync.close()
+        await stop_reloaders(self._reloaders)
+        self._reloaders = []
         try:
             await self._grpc.stop()
         finally:
