@@ -45,13 +45,29 @@ def role_uri(role: Role) -> str:
     return ROLE_URI_PREFIX + role.value
 
 
+# The trust domain roles are read in: `security.trust_domain`, set once by the process (server_config).
+_role_prefix = ROLE_URI_PREFIX
+
+
+def set_trust_domain(trust_domain: str) -> None:
+    """Roles are read from spiffe://<trust_domain>/<role> from now on (one domain per process)."""
+    global _role_prefix
+    prefix = f"spiffe://{trust_domain}/"
+    if prefix != _role_prefix:
+        _role_prefix = prefix
+        role_of_pem.cache_clear()
+        role_of_der.cache_clear()
+        log.info("roles are read from %s<role>", prefix)
+
+
 def _roles_of(cert: x509.Certificate) -> list[str]:
     try:
         san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
     except x509.ExtensionNotFound:
         return []
-    return [uri.removeprefix(ROLE_URI_PREFIX) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
-            if uri.startswith(ROLE_URI_PREFIX)]
+    prefix = _role_prefix
+    return [uri.removeprefix(prefix) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
+            if uri.startswith(prefix)]
 
 
 def role_of_certificate(cert: x509.Certificate) -> str:
@@ -84,6 +100,7 @@ def server_config(server: ServerConfig, security: SecurityConfig | None) -> Serv
     """The gRPC server config with mTLS from `security` (client certificates of its CA required)."""
     if security is None:
         return server
+    set_trust_domain(security.trust_domain)
     tls = TlsConfig(cert_file=security.cert_file, key_file=security.key_file, client_ca_file=security.ca_file,
                     require_client_auth=True)
     return server.model_copy(update={"tls": tls})

@@ -62,6 +62,10 @@ class SecurityConfig(ConfigModel):
     require_client_cert_on_inference: bool = Field(
         default=False,
         description="Coordinator only: the OpenAI front also asks inference clients for a certificate of ca_file.")
+    # The same on every Motor process of a deployment: roles are read from spiffe://<trust_domain>/<role>.
+    trust_domain: str = Field(
+        default="motor", pattern=r"^[a-z0-9]([a-z0-9.-]{0,253}[a-z0-9])?$",
+        description="SPIFFE trust domain of the role URIs (spiffe://<trust_domain>/<role>).")
 
 
 def security_exclusive(config: Any) -> Any:
