@@ -28,7 +28,7 @@ from typing import Protocol
 from gen.motor.v1 import common_pb2, controller_pb2
 from nodemanager.config import NodeManagerConfig
 from motor.common.security import client_tls
-from motor.common.term_fence import TermFence
+from motor.common.term_fence import FileTermStorage, TermFence, TermStorage
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
@@ -65,10 +65,11 @@ class NodeManagerAgent:
     def __init__(self, config: NodeManagerConfig, *, exit_hook: ExitHook, clock: Clock = SYSTEM_CLOCK,
                  supervisor: SupervisorFactory | None = None, http: EngineHttpClient | None = None,
                  controller: ControllerFactory | None = None, stop_storage: StopStorage | None = None,
-                 rng: random.Random | None = None) -> None:
+                 term_storage: TermStorage | None = None, rng: random.Random | None = None) -> None:
         """Left out, `supervisor` runs engine processes with their logs in `log_dir`, `http` is an
         aiohttp client, `controller` the gRPC client of the configured replicas, `stop_storage`
-        the file in `log_dir` (a fresh temporary directory when none is configured) and `rng`, the
+        the file in `log_dir` (a fresh temporary directory when none is configured), `term_storage`
+        (the highest leader term seen) the file in `log_dir` (kept in memory only without one) and `rng`, the
         jitter of the retries towards the Controller, the process's random generator."""
         self.config = config
         self._instance = config.instance_id
@@ -78,6 +79,11 @@ class NodeManagerAgent:
         self.state = PodState(config.instance_id, config.fault_tolerance_config.enable_dp_scale_down_proxy)
         self.polling_enabled = config.fault_tolerance_config.enable_fault_tolerance and config.ft_capability.engine_ft_enabled
         self.guard = GuardState(clock.monotonic)
+        # The highest Controller leader term seen, kept across restarts beside the stop record: FT and
+        # lifecycle calls of an older (deposed) leader, or of none once a term was seen, are refused.
+        if term_storage is None and self.log_dir is not None:
+            term_storage = FileTermStorage(self.log_dir)
+        self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}", term_storage)
         self.metrics = NodeManagerMetrics()
         self.http = http or EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec, clock)
         build_supervisor = supervisor or (
@@ -97,8 +103,6 @@ class NodeManagerAgent:
                         list(stopped.ranks))
         self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record)
         self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
-        # The highest Controller leader term seen: FT and lifecycle calls of an older (deposed) one are refused.
-        self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}")
         build_controller = controller or (lambda on_term: ControllerClient(
             config.controller_targets, timeout_sec=config.controller_request_timeout_sec,
             tls=client_tls(config.client_tls, config.security), on_term=on_term))
@@ -126,7 +130,8 @@ class NodeManagerAgent:
             defer_recovered=self.guard.is_live, metrics=self.metrics, clock=clock,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
-                             on_taken=self.poller.taken, metrics=self.metrics, clock=clock)
+                             on_taken=self.poller.taken, metrics=self.metrics, clock=clock,
+                             current_term=lambda: self.term_fence.term)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
                                     report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched),
                                     stopped_ranks=lambda: len(self.stop_record.stopped))

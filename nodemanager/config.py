@@ -76,7 +76,11 @@ class FtCapabilityConfig(ConfigModel):
 
 
 class NodeManagerFaultInjection(ConfigModel):
-    """Test-only faults of the NodeManager itself (all off by default; never set in production)."""
+    """Test-only faults of the NodeManager itself (all off by default; never set in production). A
+    delay is refused unless `enabled` says fault injection is wanted, so a stray key in a production
+    config cannot hold the pod's answers."""
+
+    enabled: bool = Field(default=False, description="Allow the delays below (test clusters only).")
 
     # Keep it below the Controller's request_timeout_sec, or the guard fails.
     guard_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = Field(
@@ -85,6 +89,15 @@ class NodeManagerFaultInjection(ConfigModel):
         default=0.0, description="Seconds every apply is held before it reaches the engines (survivors check in late).")
     finalize_delay_sec: Annotated[float, Field(ge=0.0, le=120.0)] = Field(
         default=0.0, description="Seconds every finalize(commit) is held (the RFC §5 commit window stays open).")
+
+    @model_validator(mode="after")
+    def _check_enabled(self) -> NodeManagerFaultInjection:
+        set_delays = [name for name in ("guard_delay_sec", "apply_delay_sec", "finalize_delay_sec")
+                      if getattr(self, name)]
+        if set_delays and not self.enabled:
+            raise ValueError(f"fault_injection {', '.join(set_delays)} set without fault_injection.enabled=true; "
+                             "delays are for test clusters only")
+        return self
 
 
 class NodeManagerConfig(ConfigModel):

@@ -196,6 +196,10 @@ def parse_status(endpoint_id: int, http_status: int, body: bytes,
         doc = json.loads(text)
     except ValueError:
         raise EngineStatusMalformed(endpoint_id, f"status body is not JSON: received {shorten(text)!r}") from None
+    except RecursionError:
+        # Nested deeper than the parser's stack: a bad answer like any other, not a crash of the poll.
+        raise EngineStatusMalformed(endpoint_id, f"status body is nested too deeply: received "
+                                                 f"{shorten(text)!r}") from None
     try:
         document = _StatusDocument.model_validate(doc)
     except ValidationError as exc:

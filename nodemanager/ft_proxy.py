@@ -98,7 +98,9 @@ class FtProxy:
         on_taken: Callable[[list[EngineStatusEntry]], object] = lambda _: None,
         metrics: NodeManagerMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        current_term: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`current_term`: the highest Controller leader term this pod has seen (the term fence)."""
         self._config = config
         self._clock = clock
         self._state = state
@@ -110,6 +112,7 @@ class FtProxy:
         self._on_taken = on_taken
         self._instance = config.instance_id
         self._metrics = metrics or NodeManagerMetrics()
+        self._current_term = current_term
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -122,11 +125,15 @@ class FtProxy:
         )
 
     # -- guard ------------------------------------------------------------------------------
-    def guard(self, request_id: str, lease_sec: float, instance_id: int) -> GuardGrant:
+    def guard(self, request_id: str, lease_sec: float, instance_id: int, term: int = 0) -> GuardGrant:
         self._require_enabled()
         check_request_id(request_id)
         check_instance(instance_id, self._instance)
-        grant = self.guard_state.acquire(request_id, lease_sec)
+        previous_term = self.guard_state.term
+        grant = self.guard_state.acquire(request_id, lease_sec, term)
+        if grant.replaced_live:
+            log.warning("instance=%d request_id=%s guard of leader term %d taken over from request_id=%s of "
+                        "deposed term %d", self._instance, request_id, term, grant.replaced_live, previous_term)
         if grant.replaced_expired:
             log.warning("instance=%d request_id=%s guard taken over from expired request_id=%s", self._instance,
                         request_id, grant.replaced_expired)
@@ -243,7 +250,7 @@ class FtProxy:
 
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
-                    timeout_sec: float | None = None, dp_store_port: int = 0) -> ApplyResult:
+                    timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0) -> ApplyResult:
         self._require_enabled()
         try:
             ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
@@ -266,6 +273,16 @@ class FtProxy:
             log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,
                         request_id, delay)
             await asyncio.sleep(delay)
+        # Checked again after every wait: a newer leader may have taken the guard meanwhile, and a
+        # deposed leader's apply must stop here, before any engine sees it.
+        try:
+            self.guard_state.require_live(request_id, "apply")
+            if term < self._current_term():
+                raise FailedPrecondition(f"stale apply: request_id {request_id!r} of leader term {term} is older "
+                                         f"than term {self._current_term()} seen since it arrived")
+        except NodeManagerError:
+            self._metrics.apply_call("refused")
+            raise
 
         async def send(i: int) -> ApplyOutcome:
             addr = self._supervisor.address(i)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
+from motor.common.term_fence import term_of
 from nodemanager.ft_proxy import FtProxy
 from nodemanager.rpc import rpc_method
 
@@ -32,7 +33,8 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     @rpc_method("Guard")
     async def Guard(self, request: node_manager_pb2.GuardRequest, context: grpc.aio.ServicerContext
                     ) -> node_manager_pb2.GuardResponse:
-        grant = self._proxy.guard(request.request_id, request.lease_sec, request.instance_id)
+        grant = self._proxy.guard(request.request_id, request.lease_sec, request.instance_id,
+                                  term_of(context.invocation_metadata()) or 0)
         await self._proxy.injected_guard_delay(request.request_id)
         return node_manager_pb2.GuardResponse(
             request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed
@@ -56,6 +58,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             removed_dp_ranks=list(request.removed_dp_ranks), dp_master_ip=request.dp_master_ip,
             dp_master_rank=request.dp_master_rank, endpoint_ids=list(request.endpoint_ids),
             timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
+            term=term_of(context.invocation_metadata()) or 0,
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,

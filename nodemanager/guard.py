@@ -4,6 +4,11 @@
   to the *later* deadline (a shorter renewal never shortens it); another request_id while the lease
   is live is refused (FAILED_PRECONDITION naming both ids and the remaining lease); once the lease
   has expired anyone may take the guard.
+* Each grant records the leader term of the Guard call (0 without election). A call of a *newer*
+  term takes a live guard over from an older one: the older term's Controller was deposed, and its
+  guard must not block its successor for the rest of the lease. A same-or-older term is refused as
+  above. The holder's apply then fails ``require_live`` at the NodeManager, even one already in
+  flight (the proxy checks again just before it sends to the engines).
 * While the lease is live the NodeManager freezes its own self-restart/"suicide" paths.
 * Apply and finalize(commit) need the *live* lease of their request_id (RFC §6: an expired lease or
   a wrong id is refused). finalize(abort) needs the recorded holder: an expired lease that nobody
@@ -48,6 +53,9 @@ class GuardGrant:
     renewed: bool
     # The request_id whose expired lease this grant replaced, if any.
     replaced_expired: str | None = None
+    # The request_id of an older leader term whose live lease this grant took over, if any.
+    replaced_live: str | None = None
+    term: int = 0
 
 
 class GuardState:
@@ -55,12 +63,19 @@ class GuardState:
         self._clock = clock
         self._holder: str | None = None
         self._deadline = 0.0
+        # The leader term of the call that took the guard (0: no election).
+        self._term = 0
 
     # -- queries ----------------------------------------------------------------------------
     @property
     def holder(self) -> str | None:
         """The recorded holder, live or expired (None once released)."""
         return self._holder
+
+    @property
+    def term(self) -> int:
+        """The leader term that took the recorded holder's guard."""
+        return self._term
 
     def remaining_sec(self) -> float:
         if self._holder is None:
@@ -74,23 +89,30 @@ class GuardState:
         return self._holder if self.is_live() else None
 
     # -- transitions ------------------------------------------------------------------------
-    def acquire(self, request_id: str, lease_sec: float) -> GuardGrant:
+    def acquire(self, request_id: str, lease_sec: float, term: int = 0) -> GuardGrant:
         check_request_id(request_id)
         lease = check_lease(lease_sec)
         now = self._clock()
         new_deadline = now + lease
-        if self._holder == request_id and now < self._deadline:
+        live = self._holder is not None and now < self._deadline
+        if self._holder == request_id and live:
             self._deadline = max(self._deadline, new_deadline)
-            return GuardGrant(request_id, self._deadline - now, renewed=True)
-        if self._holder is not None and self._holder != request_id and now < self._deadline:
-            raise FailedPrecondition(
-                f"guard is held by request_id {self._holder!r} for another {self._deadline - now:.1f}s; "
-                f"request_id {request_id!r} refused"
-            )
-        replaced = self._holder if self._holder is not None and self._holder != request_id else None
+            self._term = max(self._term, term)
+            return GuardGrant(request_id, self._deadline - now, renewed=True, term=self._term)
+        taken_live = None
+        if self._holder is not None and self._holder != request_id and live:
+            if term <= self._term:
+                raise FailedPrecondition(
+                    f"guard is held by request_id {self._holder!r} (leader term {self._term}) for another "
+                    f"{self._deadline - now:.1f}s; request_id {request_id!r} of term {term} refused"
+                )
+            taken_live = self._holder
+        replaced = self._holder if self._holder is not None and self._holder != request_id and not live else None
         self._holder = request_id
         self._deadline = new_deadline
-        return GuardGrant(request_id, lease, renewed=False, replaced_expired=replaced)
+        self._term = term
+        return GuardGrant(request_id, lease, renewed=False, replaced_expired=replaced, replaced_live=taken_live,
+                          term=term)
 
     def require_live(self, request_id: str, action: str) -> None:
         """Apply: the request_id must hold a live lease, else the call is stale."""
@@ -120,11 +142,12 @@ class GuardState:
             return False
         self._holder = None
         self._deadline = 0.0
+        self._term = 0
         return True
 
     def clear(self) -> str | None:
         """Drops any guard (the proxy was switched off, or every engine restarts); returns the holder."""
-        holder, self._holder, self._deadline = self._holder, None, 0.0
+        holder, self._holder, self._deadline, self._term = self._holder, None, 0.0, 0
         return holder
 
 

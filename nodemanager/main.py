@@ -19,6 +19,7 @@ from typing import Any
 
 from gen.motor.v1 import node_manager_pb2_grpc
 from motor.common.authz import METRICS_ROLES, http_role_middleware
+from motor.common.cert_reload import stop_reloaders, watch_security
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.metrics_http import MetricsListener
 from motor.common.security import http_server_context, log_transport, server_config
@@ -57,10 +58,12 @@ class NodeManagerService:
         self._exit_request = exit_request or _signal_self
         self.agent = NodeManagerAgent(config, exit_hook=self._request_exit)
         security = config.security
+        self._ssl_context = http_server_context(security, require_client_cert=True) if security else None
+        self._reloaders: list = []
         self._metrics = MetricsListener(
             self.agent.metrics.registry, config.metrics_http.host, config.metrics_http.port,
             f"nodemanager pod={config.pod_ip}",
-            ssl_context=http_server_context(security, require_client_cert=True) if security else None,
+            ssl_context=self._ssl_context,
             middlewares=[http_role_middleware(METRICS_ROLES, "nodemanager")] if security else (),
         )
         ft = FtServicer(self.agent.proxy)
@@ -99,6 +102,9 @@ class NodeManagerService:
         if host in ("0.0.0.0", "::", ""):
             host = self.config.pod_ip
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        # The expiry gauge of the pod's certificates, and its HTTPS /metrics following rotated files.
+        self._reloaders = watch_security(self.config.security, self.agent.metrics.registry,
+                                         f"nodemanager pod={self.config.pod_ip} HTTP", [self._ssl_context])
         metrics_port = await self._metrics.start()
         await self.agent.start(address)
         return {"grpc_port": port, "log_dir": str(self.agent.log_dir), "metrics_port": metrics_port}
@@ -107,6 +113,7 @@ class NodeManagerService:
         await self._grpc.stop()
         await self.agent.stop()
         await self._metrics.stop()
+        await stop_reloaders(self._reloaders)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from motor.common.authz import AuthorizationInterceptor
+from motor.common.cert_reload import reloading_server_credentials
 from motor.common.config.listeners import ServerConfig
 from motor.common.config.tls import ClientTlsConfig, TlsConfig
 from motor.common.security import roles_enforced
@@ -33,13 +34,10 @@ class ServiceBinding:
     register: Callable[[grpc.aio.Server], None]
 
 
-def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
-    client_ca = tls.client_ca_file.read_bytes() if tls.client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
-        root_certificates=client_ca,
-        require_client_auth=tls.require_client_auth,
-    )
+def server_credentials(tls: TlsConfig, label: str = "gRPC server") -> grpc.ServerCredentials:
+    """The server's TLS, re-read from the files when they change (checked on each handshake)."""
+    return reloading_server_credentials(tls.cert_file, tls.key_file, tls.client_ca_file, tls.require_client_auth,
+                                        label)
 
 
 def channel_credentials(tls: ClientTlsConfig) -> grpc.ChannelCredentials:
@@ -113,7 +111,7 @@ class GrpcServer:
             if self._config.tls is None:
                 port = server.add_insecure_port(address)
             else:
-                port = server.add_secure_port(address, server_credentials(self._config.tls))
+                port = server.add_secure_port(address, server_credentials(self._config.tls, self._label))
         except RuntimeError as exc:
             await server.stop(None)
             raise OSError(f"{self._label}: cannot bind gRPC server to {address}: {exc}") from None

@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from gen.motor.v1 import controller_pb2_grpc
+from motor.common.cert_reload import client_files, close_later
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import LEADER_ADDRESS_METADATA
@@ -69,13 +70,22 @@ class LeaderFollowingClient:
         self.switches = 0
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        # Rotated certificate files reopen the channels (their credentials are fixed when opened).
+        self._files = client_files(tls)
+        self._stamps: dict[str, tuple] = {}
         # Replicas that did not answer, until when they are left out (monotonic time).
         self._down_until: dict[str, float] = {}
 
     def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
         # Opened lazily inside the running event loop.
         stub = self._stubs.get(address)
+        if stub is not None and self._files is not None and self._files.changed_since(self._stamps[address]):
+            log.warning("%s: certificate files changed; channel to %s reopened", self._label, address)
+            close_later(self._channels.pop(address))
+            stub = None
         if stub is None:
+            if self._files is not None:
+                self._stamps[address] = self._files.stamp()
             self._channels[address] = open_channel(address, self._tls)
             stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(self._channels[address])
         return stub

@@ -47,14 +47,30 @@ def role_uri(role: Role) -> str:
     return ROLE_URI_PREFIX + role.value
 
 
+# The trust domain roles are read in: `security.trust_domain`, set once by the process (server_config).
+_role_prefix = ROLE_URI_PREFIX
+
+
+def set_trust_domain(trust_domain: str) -> None:
+    """Roles are read from spiffe://<trust_domain>/<role> from now on (one domain per process)."""
+    global _role_prefix
+    prefix = f"spiffe://{trust_domain}/"
+    if prefix != _role_prefix:
+        _role_prefix = prefix
+        role_of_pem.cache_clear()
+        role_of_der.cache_clear()
+        log.info("roles are read from %s<role>", prefix)
+
+
 def _roles_of(cert: x509.Certificate) -> list[str]:
     try:
         san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
     except x509.ExtensionNotFound:
         return []
-    # A pod URI of the "motor" trust domain is an identity, not a role.
-    return [uri.removeprefix(ROLE_URI_PREFIX) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
-            if uri.startswith(ROLE_URI_PREFIX) and not POD_URI_RE.match(uri)]
+    # A pod URI is an identity, not a role.
+    prefix = _role_prefix
+    return [uri.removeprefix(prefix) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
+            if uri.startswith(prefix) and not POD_URI_RE.match(uri)]
 
 
 def role_of_certificate(cert: x509.Certificate) -> str:
@@ -87,6 +103,7 @@ def server_config(server: ServerConfig, security: SecurityConfig | None) -> Serv
     """The gRPC server config with mTLS from `security` (client certificates of its CA required)."""
     if security is None:
         return server
+    set_trust_domain(security.trust_domain)
     tls = TlsConfig(cert_file=security.cert_file, key_file=security.key_file, client_ca_file=security.ca_file,
                     require_client_auth=True)
     return server.model_copy(update={"tls": tls})
@@ -182,3 +199,19 @@ def identity_of_pem(pem: bytes) -> PeerIdentity:
         return identity_of_certificate(x509.load_pem_x509_certificate(pem))
     except ValueError:
         return PeerIdentity(NO_ROLE)
+
+
+def read_key_file(path, what: str) -> str:  # noqa: ANN001 - a str or Path
+    """A secret kept in a file (one line, surrounding whitespace dropped), so it need not sit in a
+    config; ConfigError (start refused, exit 2) naming the file."""
+    from pathlib import Path
+
+    from motor.common.config.loader import ConfigError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {path} unreadable: {exc}") from exc
+    if not text or "\n" in text:
+        raise ConfigError(f"{what} {path} must hold exactly one non-blank line")
+    return text

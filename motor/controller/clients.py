@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import grpc
 
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc
+from motor.common.cert_reload import client_files, close_later
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.metadata import MANAGEMENT_KEY_METADATA
-from motor.common.security import client_tls
+from motor.common.security import client_tls, read_key_file
 from motor.controller.config import ControllerConfig
 from motor.controller.fencing import Leadership, NotLeaderError
 
@@ -152,10 +153,19 @@ class NodeManagerClients:
         self._timeout = request_timeout_sec
         self._leadership = leadership
         self._clients: dict[str, NodeManagerClient] = {}
+        # Rotated certificate files reopen the channels (their credentials are fixed when opened).
+        self._files = client_files(tls)
+        self._stamps: dict[str, tuple] = {}
 
     def get(self, address: str) -> NodeManagerClient:
         client = self._clients.get(address)
+        if client is not None and self._files is not None and self._files.changed_since(self._stamps[address]):
+            log.warning("certificate files changed; channel to NodeManager %s reopened", address)
+            close_later(self._clients.pop(address)._channel)
+            client = None
         if client is None:
+            if self._files is not None:
+                self._stamps[address] = self._files.stamp()
             client = self._clients[address] = NodeManagerClient(address, self._tls, self._timeout, self._leadership)
         return client
 
@@ -211,8 +221,11 @@ class ControllerPeers:
         """`leadership`: every call checked against this replica's fence and carrying its term."""
         timeout = config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         tls = client_tls(config.client_tls, config.security)
+        key = config.coordinator_management_key or (
+            read_key_file(config.coordinator_management_key_file, "coordinator_management_key_file")
+            if config.coordinator_management_key_file else None)
         coordinator = (
-            CoordinatorClient(config.coordinator_address, tls, timeout, config.coordinator_management_key, leadership)
+            CoordinatorClient(config.coordinator_address, tls, timeout, key, leadership)
             if config.coordinator_address
             else None
         )

@@ -93,6 +93,10 @@ class LeaderElectionConfig(ConfigModel):
         default=None, description="This replica's name in the leader key and on the status page; unset: hostname-pid.")
     standby_refresh_interval_sec: PositiveSec = Field(
         default=1.0, description="Seconds between a standby's reloads of the persisted runtime (its read-only view).")
+    # Replicas cannot find one another without etcd, so the count is declared (the manifests' replicas).
+    expected_replicas: Annotated[int, Field(ge=1, le=16)] = Field(
+        default=1, description="How many Controller replicas run; above 1, start is refused unless they elect "
+                    "(store.etcd_endpoints set, mode not off).")
 
     _check_advertise = field_validator("advertise_address")(check_host_ports)
 
@@ -124,6 +128,8 @@ class ControllerConfig(ConfigModel):
         default=None, description="host:port of the Coordinator's gRPC server; unset: nothing is published.")
     coordinator_management_key: str | None = Field(
         default=None, description="Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.")
+    coordinator_management_key_file: str | None = Field(
+        default=None, description="File holding that key (instead of coordinator_management_key).")
     client_tls: ClientTlsConfig | None = Field(
         default=None, description="TLS of calls to NodeManagers and the Coordinator; unset: plaintext.")
     security: SecurityConfig | None = Field(
@@ -158,6 +164,14 @@ class ControllerConfig(ConfigModel):
     def _check_election(self) -> ControllerConfig:
         if self.leader_election.mode == "on" and not self.store.etcd_endpoints:
             raise ValueError("leader_election.mode='on' needs store.etcd_endpoints (the lease lives in etcd)")
+        if self.coordinator_management_key is not None and self.coordinator_management_key_file is not None:
+            raise ValueError("coordinator_management_key and coordinator_management_key_file exclude each other")
+        replicas = self.leader_election.expected_replicas
+        if replicas > 1 and not self.election_enabled:
+            why = ("no store.etcd_endpoints" if self.leader_election.mode != "off"
+                   else "leader_election.mode='off'")
+            raise ValueError(f"leader_election.expected_replicas={replicas} with {why}: the replicas would all act "
+                             "unfenced; configure etcd (they then elect one leader) or run one replica")
         return self
 
     @property

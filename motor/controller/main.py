@@ -15,6 +15,7 @@ from aiohttp import web
 from gen.motor.v1 import controller_pb2_grpc
 from motor.common.authz import STATUS_PAGE_ROLES, http_role_middleware
 from motor.common.grpc_server import GrpcServer, ServiceBinding
+from motor.common.cert_reload import stop_reloaders, watch_security
 from motor.common.security import client_tls, http_server_context, log_transport, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
@@ -37,6 +38,7 @@ class ControllerService:
         self._replica: ControllerReplica | None = None
         self._grpc: GrpcServer | None = None
         self._http: web.AppRunner | None = None
+        self._reloaders: list = []
 
     async def start(self) -> dict[str, Any]:
         security = self.config.security
@@ -74,6 +76,8 @@ class ControllerService:
             # HTTPS with a client certificate of an allowed role on every page of this port.
             app.middlewares.append(http_role_middleware(STATUS_PAGE_ROLES, "controller"))
             ssl_context = http_server_context(security, require_client_cert=True)
+        # The expiry gauge of this replica's certificates, and its HTTPS pages following rotated files.
+        self._reloaders = watch_security(security, core.metrics.registry, "controller status HTTP", [ssl_context])
         self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
         site = web.TCPSite(self._http, self.config.status_http.host, self.config.status_http.port,
@@ -92,6 +96,7 @@ class ControllerService:
             await self._grpc.stop()
         if self._http is not None:
             await self._http.cleanup()
+        await stop_reloaders(self._reloaders)
         if self._replica is not None:
             await self._replica.stop()
 

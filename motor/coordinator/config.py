@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from motor.common.config.addresses import check_host_ports
 from motor.common.config.base import ConfigModel, PositiveSec
@@ -72,6 +72,22 @@ class CoordinatorConfig(ConfigModel):
         default=30.0,
         description="Seconds a request nothing can take (a drain, every endpoint failing) waits before its "
                     "503; 0: at once.")
+    # The highest Controller leader term seen is kept here so a restarted Coordinator refuses a
+    # deposed leader's first Refresh (motor.common.term_fence); the Coordinator has no etcd access.
+    state_dir: str | None = Field(
+        default=None, description="Directory of the Coordinator's own state (the highest leader term seen); "
+                    "unset: kept in memory only.")
+    # A request beyond it is answered at once, before its body is read.
+    max_concurrent_requests: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=1024, description="Inference requests served at once; one more gets 429 with Retry-After.")
+    max_engine_answer_bytes: Annotated[int, Field(ge=1024, le=1024 * 1024 * 1024)] = Field(
+        default=64 * 1024 * 1024,
+        description="Bound of a non-streamed engine answer, in bytes; a larger one is answered 502.")
+    api_key_file: str | None = Field(
+        default=None, description="File of inference API keys, one per line (`Authorization: Bearer <key>`); "
+                    "unset: inference is open.")
+    management_key_file: str | None = Field(
+        default=None, description="File holding the management key (instead of management_key).")
     # A migrated request is held again, from its fault, while nothing can serve.
     migration: MigrationConfig = Field(
         default=MigrationConfig(), description="Re-inference of requests whose engine faulted mid-flight.")
@@ -82,6 +98,19 @@ class CoordinatorConfig(ConfigModel):
         if value is not None and not value.strip():
             raise ValueError("management_key is blank; omit it to leave management open")
         return value
+
+    @field_validator("state_dir", "api_key_file", "management_key_file")
+    @classmethod
+    def _check_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and (not value.strip() or "\0" in value):
+            raise ValueError(f"{info.field_name} {value!r} is blank or holds a NUL byte; omit it instead")
+        return value
+
+    @model_validator(mode="after")
+    def _check_key_sources(self) -> CoordinatorConfig:
+        if self.management_key is not None and self.management_key_file is not None:
+            raise ValueError("management_key and management_key_file exclude each other; set one")
+        return self
 
     _check_controllers = field_validator("controller_addresses")(check_host_ports)
     _check_security = model_validator(mode="after")(security_exclusive)

@@ -86,6 +86,8 @@ class Inbound:
     trace: RequestTrace
     started_sec: float
     upstream_headers: dict[str, str]
+    # Bound of a non-streamed engine answer (max_engine_answer_bytes).
+    max_answer_bytes: int = 64 * 1024 * 1024
 
     @property
     def request_id(self) -> str:
@@ -112,20 +114,38 @@ class Relay(Protocol):
         """Nothing can serve (``answer`` says why): the final response."""
 
 
-async def read_answer(resp: aiohttp.ClientResponse) -> bytes | AttemptFailure:
-    """The whole body of an engine's answer, or why it could not be read."""
+class AnswerTooLarge(Exception):
+    """A non-streamed engine answer exceeded its bound; the message says how far it got."""
+
+
+async def read_answer(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | AttemptFailure:
+    """The whole body of an engine's answer, at most `max_bytes` (else AnswerTooLarge, before more is
+    read), or why it could not be read."""
+    declared = resp.content_length
+    if declared is not None and declared > max_bytes:
+        raise AnswerTooLarge(f"the engine's answer declares {declared} bytes, above max_engine_answer_bytes "
+                             f"{max_bytes}")
+    pieces: list[bytes] = []
+    size = 0
     try:
-        return await resp.read()
+        while chunk := await resp.content.read(min(1024 * 1024, max_bytes + 1 - size) or 1):
+            size += len(chunk)
+            if size > max_bytes:
+                raise AnswerTooLarge(f"the engine's answer exceeds max_engine_answer_bytes {max_bytes}")
+            pieces.append(chunk)
     except (aiohttp.ClientError, TimeoutError) as exc:
         return AttemptFailure(f"reading the engine's {resp.status} response failed: {describe_client_error(exc)}",
                               kind="connection")
+    return b"".join(pieces)
 
 
 class AttemptLoop:
     def __init__(
         self, table: RoutingTable, client: EngineClient, *, max_retries: int, retry_after_sec: int,
         hold_poll_sec: float = 0.05, clock: Callable[[], float] = time.monotonic,
+        on_oversized: Callable[[], None] = lambda: None,
     ) -> None:
+        self.on_oversized = on_oversized
         self.table = table
         self.client = client
         self.max_retries = max_retries
@@ -176,6 +196,12 @@ class AttemptLoop:
         except UpstreamError as exc:
             reached = not isinstance(exc.__cause__, aiohttp.ClientConnectorError)
             return AttemptFailure(exc.reason, reached=reached, kind="connection")
+        except AnswerTooLarge as exc:
+            # Not tried elsewhere: another engine would answer the same request as largely.
+            self.on_oversized()
+            rlog.error("%s: %s; answered 502", inbound.path, exc)
+            return openai_error(502, f"endpoint {route.label}: {exc}", "upstream_error", "answer_too_large",
+                                headers={REQUEST_ID_HEADER: inbound.request_id})
 
     async def _pick(self, st: Attempts, inbound: Inbound) -> Route | web.Response:
         """The next endpoint to try, holding while nothing can serve; or the final error answer."""

@@ -7,6 +7,9 @@ Routes:
   GET  /health                                     200 while the process serves
   GET  /coordinator/instances                      JSON view of what is published, for humans
   GET  /metrics                                    Prometheus metrics (the proxy's registry)
+
+The last two list engine addresses: with `security` they need a client certificate of an allowed
+role. The inference routes pass `motor.coordinator.admission` (API keys, the concurrency limit).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Any
 
 from aiohttp import web
 
+from motor.common.authz import METRICS_ROLES, http_role_middleware
 from motor.common.config.listeners import HttpListenConfig
 from motor.common.http_site import start_site
 from motor.common.metrics_http import add_metrics_route
+from motor.coordinator.admission import ADMIN_PATHS, ApiKeys, ConcurrencyLimit, admission_middleware
 from motor.coordinator.openai_format import openai_error
 from motor.coordinator.proxy import InferenceProxy
 from motor.coordinator.routing import RoutingTable, TableSnapshot
@@ -61,8 +66,28 @@ def snapshot_json(snapshot: TableSnapshot) -> dict[str, Any]:
     }
 
 
-def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], float] = time.monotonic) -> web.Application:
-    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES)
+def admin_role_middleware():
+    """The role check of the admin pages only (inference and /health stay as they are)."""
+    role_check = http_role_middleware(METRICS_ROLES, "coordinator")
+
+    @web.middleware
+    async def admin_only(request: web.Request, handler):
+        if request.path in ADMIN_PATHS:
+            return await role_check(request, handler)
+        return await handler(request)
+
+    return admin_only
+
+
+def build_app(table: RoutingTable, proxy: InferenceProxy, clock: Callable[[], float] = time.monotonic, *,
+              limit: ConcurrencyLimit | None = None, api_keys: ApiKeys | None = None,
+              admin_roles: bool = False) -> web.Application:
+    """`admin_roles`: the admin pages need a client certificate of an allowed role (with `security`)."""
+    middlewares = [admin_role_middleware()] if admin_roles else []
+    limit = limit or ConcurrencyLimit(1024, 1)
+    middlewares.append(admission_middleware(
+        limit, api_keys, lambda reason: proxy.metrics.admission_refusals.labels(reason).inc()))
+    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=middlewares)
     started = int(time.time())
 
     async def completions(request: web.Request) -> web.StreamResponse:

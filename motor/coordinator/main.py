@@ -10,17 +10,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from gen.motor.v1 import coordinator_pb2_grpc
 from motor.coordinator.config import CoordinatorConfig
+from motor.common.cert_reload import stop_reloaders, watch_security
 from motor.common.grpc_server import GrpcServer, ServiceBinding
 from motor.common.leader_client import LeaderFollowingClient
-from motor.common.security import client_tls, http_server_context, log_transport, server_config
+from motor.common.security import client_tls, http_server_context, log_transport, read_key_file, server_config
 from motor.common.service import base_arg_parser, config_from_args, run_service
-from motor.common.term_fence import TermFence, TermFenceInterceptor
+from motor.common.term_fence import FileTermStorage, TermFence, TermFenceInterceptor
+from motor.coordinator.admission import ApiKeys, ConcurrencyLimit
 from motor.coordinator.canary import Canary
 from motor.coordinator.controller_sync import CONTROLLER_CALL_TIMEOUT_SEC, ControllerSync
 from motor.coordinator.engine_client import EngineClient
@@ -49,13 +52,16 @@ class CoordinatorService:
         self.proxy = InferenceProxy(
             self.table, self.engine_client, max_retries=config.max_retries, retry_after_sec=config.retry_after_sec,
             hold_sec=config.hold_when_unavailable_sec, metrics=self.metrics, migration=config.migration,
-            ledger=ledger,
+            ledger=ledger, max_answer_bytes=config.max_engine_answer_bytes,
         )
-        self.servicer = CoordinatorServicer(self.table, config.management_key, ledger=ledger,
+        management_key = config.management_key or (
+            read_key_file(config.management_key_file, "management_key_file") if config.management_key_file else None)
+        self.servicer = CoordinatorServicer(self.table, management_key, ledger=ledger,
                                             canary=Canary(self.table, self.engine_client, self.metrics))
         servicer = self.servicer
-        # A deposed Controller leader's Refresh and SendCanary are refused (motor.common.term_fence).
-        self.term_fence = TermFence("coordinator")
+        # A deposed Controller leader's Refresh and SendCanary are refused (motor.common.term_fence);
+        # the highest term seen outlives a restart in state_dir.
+        self.term_fence = TermFence("coordinator", FileTermStorage(config.state_dir) if config.state_dir else None)
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
             [
@@ -74,14 +80,25 @@ class CoordinatorService:
         if config.security is not None:
             ssl_context = http_server_context(config.security,
                                               require_client_cert=config.security.require_client_cert_on_inference)
-        self._http = HttpFront(config.http, build_app(self.table, self.proxy), config.server.shutdown_grace_sec,
-                               ssl_context=ssl_context)
+            if not config.security.require_client_cert_on_inference:
+                # Asked for, not required: the admin pages check the role of the one presented.
+                ssl_context.verify_mode = ssl.CERT_OPTIONAL
+        api_keys = ApiKeys(config.api_key_file) if config.api_key_file else None
+        app = build_app(self.table, self.proxy, limit=ConcurrencyLimit(config.max_concurrent_requests,
+                                                                       config.retry_after_sec),
+                        api_keys=api_keys, admin_roles=config.security is not None)
+        self._http = HttpFront(config.http, app, config.server.shutdown_grace_sec, ssl_context=ssl_context)
+        self._ssl_context = ssl_context
+        self._reloaders: list = []
         self.grpc_port: int | None = None
         self.http_port: int | None = None
 
     async def start(self) -> dict[str, Any]:
         log_transport("coordinator", self.config.security, self.config.server)
         await self.engine_client.start()
+        # The expiry gauge of its certificates, and its HTTPS front following rotated files.
+        self._reloaders = watch_security(self.config.security, self.metrics.registry, "coordinator HTTP",
+                                         [self._ssl_context])
         self.http_port = await self._http.start()
         self.grpc_port = await self._grpc.start()
         if self.controller_sync is not None:
@@ -94,7 +111,8 @@ class CoordinatorService:
                 log.warning("no serving view from the Controller leader within %gs; ready anyway, still asking",
                             self.config.controller_sync_timeout_sec)
         log.info("coordinator management key %s; max_retries=%d retry_after_sec=%d endpoint_cooldown_sec=%g",
-                 "required" if self.config.management_key else "off", self.config.max_retries,
+                 "required" if self.config.management_key or self.config.management_key_file else "off",
+                 self.config.max_retries,
                  self.config.retry_after_sec, self.config.endpoint_cooldown_sec)
         m = self.config.migration
         log.info("coordinator re-inference %s (max_migrations_per_request=%d max_carried_length=%d "
@@ -106,6 +124,8 @@ class CoordinatorService:
         """Idempotent, and safe after a partial start."""
         if self.controller_sync is not None:
             await self.controller_sync.close()
+        await stop_reloaders(self._reloaders)
+        self._reloaders = []
         try:
             await self._grpc.stop()
         finally:

@@ -68,6 +68,13 @@ class CoordinatorMetrics:
                                 "Canary requests sent for the Controller's idle-fault probe, by outcome (served, "
                                 "failed: the engine answered an error or the connection broke, timeout)",
                                 ["outcome"], registry=r)
+        self.admission_refusals = Counter("motor_coordinator_admission_refusals_total",
+                                          "Inference requests refused before they were read, by reason (api_key: "
+                                          "no valid key; concurrency: max_concurrent_requests reached, 429)",
+                                          ["reason"], registry=r)
+        self.oversized_answers = Counter("motor_coordinator_oversized_answers_total",
+                                         "Non-streamed engine answers larger than max_engine_answer_bytes (502)",
+                                         registry=r)
 
     def watch_table(self, table: RoutingTable, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry.register(TableCollector(table, clock))

@@ -58,6 +58,9 @@ def parse_inference_doc(body: bytes) -> dict[str, Any]:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # A body nested thousands deep exhausts the parser's stack: the client's error, not ours.
+        raise BadRequest("request body is not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(doc).__name__}")
     model = doc.get("model")
@@ -111,15 +114,21 @@ async def error_detail(resp: aiohttp.ClientResponse) -> str:
     try:
         doc: Any = json.loads(raw)
         text = doc["error"]["message"] if isinstance(doc.get("error"), dict) else doc.get("detail", raw)
-    except (ValueError, AttributeError, KeyError, TypeError):
+    except (ValueError, AttributeError, KeyError, TypeError, RecursionError):
         text = raw.decode("utf-8", "replace")
     text = " ".join(str(text).split())[:300]
     return f" ({text})" if text else ""
 
 
+# Set on a request whose Authorization carried the Coordinator's own API key (motor.coordinator.admission).
+KEY_CHECKED = web.RequestKey("motor_api_key_checked", bool)
+
+
 def upstream_headers(request: web.Request, request_id: str) -> dict[str, str]:
-    """What the engine gets of the client's headers, with the request id."""
+    """What the engine gets of the client's headers, with the request id (not the Coordinator's API key)."""
     headers = {name: request.headers[name] for name in _FORWARDED_REQUEST_HEADERS if name in request.headers}
+    if request.get(KEY_CHECKED):
+        headers.pop("Authorization", None)
     headers.setdefault("Content-Type", "application/json")
     headers[REQUEST_ID_HEADER] = request_id
     return headers

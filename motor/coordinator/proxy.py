@@ -59,14 +59,17 @@ class InferenceProxy:
         metrics: CoordinatorMetrics | None = None,
         migration: MigrationConfig | None = None,
         ledger: MigrationLedger | None = None,
+        max_answer_bytes: int = 64 * 1024 * 1024,
     ) -> None:
+        self.max_answer_bytes = max_answer_bytes
         self.hold_sec = hold_sec
         self.clock = clock
         self.metrics = metrics or CoordinatorMetrics()
         self.migration = migration if migration is not None else MigrationConfig()
         self.ledger = ledger or MigrationLedger()
         self.attempts = AttemptLoop(table, client, max_retries=max_retries, retry_after_sec=retry_after_sec,
-                                    hold_poll_sec=hold_poll_sec, clock=clock)
+                                    hold_poll_sec=hold_poll_sec, clock=clock,
+                                    on_oversized=self.metrics.oversized_answers.inc)
         self.stall_watch = StallWatch(self.migration.withdrawn_stall_sec)
         table.add_withdrawal_listener(self.stall_watch.on_withdrawn)
 
@@ -96,7 +99,8 @@ class InferenceProxy:
             return openai_error(400, str(exc), "invalid_request_error", "invalid_request",
                                 headers={REQUEST_ID_HEADER: request_id})
         model, stream = (doc.get("model") or None), doc.get("stream") is True
-        inbound = Inbound(request, path, rlog, trace, started, upstream_headers(request, request_id))
+        inbound = Inbound(request, path, rlog, trace, started, upstream_headers(request, request_id),
+                          self.max_answer_bytes)
         attempts = Attempts(model, started + self.hold_sec, self.hold_sec)
         migrate = self.migration.enabled
         if stream and migrate:

@@ -132,7 +132,7 @@ def _parse_event(raw: bytes) -> SseEvent:
     if text.startswith("{"):
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a nesting too deep is as unreadable as bad JSON
             doc = None
     return SseEvent(raw, text, doc if isinstance(doc, dict) else None)
 
@@ -149,7 +149,10 @@ class StreamTracker:
 
     plan: ResumePlan
     max_carried_length: int
-    text: str = ""
+    # The text received so far, as the pieces it came in: appending to one string would copy all of
+    # it on every piece (quadratic in a long answer); `text` joins them when a continuation needs it.
+    pieces: list[str] = field(default_factory=list)
+    text_length: int = 0
     generated_ids: list[int] | None = field(default_factory=list)
     tokens: int = 0
     finished: bool = False
@@ -262,18 +265,26 @@ class StreamTracker:
             elif piece:
                 self.generated_ids = None
                 self.tokens += 1
-            if self.unresumable is None:  # nothing is kept once it cannot be carried anyway
-                self.text += piece
+            if self.unresumable is None and piece:  # nothing is kept once it cannot be carried anyway
+                self.pieces.append(piece)
+                self.text_length += len(piece)
             if choice.get("finish_reason") is not None:
                 self.finished = True
         usage = doc.get("usage")
         if isinstance(usage, dict) and choices and isinstance(usage.get("completion_tokens"), int):
             # vLLM's continuous usage stats: the engine's own count beats counting chunks.
             self.tokens = self.carried_tokens + usage["completion_tokens"]
-        if self.unresumable is None and len(self.text) + self._prompt_length() > self.max_carried_length:
+        if self.unresumable is None and self.text_length + self._prompt_length() > self.max_carried_length:
             self._stop(f"the carried sequence exceeds max_carried_length {self.max_carried_length}")
-            self.text, self.generated_ids = "", None
+            self.pieces, self.text_length, self.generated_ids = [], 0, None
         return False
+
+    @property
+    def text(self) -> str:
+        """Everything received so far, joined (and kept joined: later pieces append to one)."""
+        if len(self.pieces) > 1:
+            self.pieces[:] = ["".join(self.pieces)]
+        return self.pieces[0] if self.pieces else ""
 
     def _prompt_length(self) -> int:
         if self.plan.prompt_text is not None:

@@ -116,7 +116,7 @@ class ResumableStreamRelay:
         the client's stream is complete. Stops at [DONE], an error event or a broken stream."""
         tracker = self.tracker
         if not (resp.status == 200 and resp.content_type == "text/event-stream"):
-            payload = await read_answer(resp)
+            payload = await read_answer(resp, self.inbound.max_answer_bytes)
             if isinstance(payload, AttemptFailure):
                 return payload
             if self.out is None:  # the engine's own answer (a 400, say) is the client's

@@ -56,7 +56,7 @@ class WholeRequestRelay:
         if resp.status == 200 and resp.content_type == "text/event-stream":
             answer: web.StreamResponse | AttemptFailure = await self._pass_stream(route, resp, rlog)
         else:
-            payload = await read_answer(resp)
+            payload = await read_answer(resp, self.inbound.max_answer_bytes)
             answer = payload if isinstance(payload, AttemptFailure) else web.Response(
                 status=resp.status, body=payload, headers=response_headers(resp, route, self.inbound.request_id))
         if isinstance(answer, AttemptFailure):

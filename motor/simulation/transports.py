@@ -151,7 +151,7 @@ class SimNodeManagerClient:
                 async def handle():
                     if sender is not None and fence is not None:
                         sender.accepted(fence, name, term)
-                    return await fn(nm)
+                    return await fn(nm, term)
 
                 try:
                     return await through_fence(fence, NODEMANAGER_FENCED, name, metadata, handle)
@@ -178,8 +178,8 @@ class SimNodeManagerClient:
         return max(0.01, (timeout_sec or self._timeout) - 0.1)
 
     async def guard(self, instance_id, request_id, lease_sec):
-        async def fn(nm):
-            g = nm.proxy.guard(request_id, lease_sec, instance_id)
+        async def fn(nm, term):
+            g = nm.proxy.guard(request_id, lease_sec, instance_id, term)
             await nm.proxy.injected_guard_delay(request_id)
             return node_manager_pb2.GuardResponse(request_id=g.request_id, lease_remaining_sec=g.lease_remaining_sec,
                                                   renewed=g.renewed)
@@ -187,7 +187,7 @@ class SimNodeManagerClient:
 
     async def status(self, instance_id, request_id, endpoint_ids, wait_while=(), settle_sec=0.0,
                      taken_as_evidence=False):
-        async def fn(nm):
+        async def fn(nm, term):
             entries = await nm.proxy.status(instance_id, list(endpoint_ids), request_id,
                                             self._engine_timeout(self._timeout + settle_sec),
                                             wait_while=sorted(wait_while), settle_sec=settle_sec,
@@ -197,11 +197,12 @@ class SimNodeManagerClient:
 
     async def apply(self, instance_id, request_id, removed_dp_ranks, dp_master_ip, dp_master_rank, endpoint_ids,
                     dp_store_port=0):
-        async def fn(nm):
+        async def fn(nm, term):
             result = await nm.proxy.apply(
                 instance_id=instance_id, request_id=request_id, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
-                endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port)
+                endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port,
+                term=term)
             return node_manager_pb2.ApplyResponse(
                 accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
                 node_manager_pb2.EngineApplyResult(
@@ -211,7 +212,7 @@ class SimNodeManagerClient:
         return await self._call("apply", fn, request_id=request_id)
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
-        async def fn(nm):
+        async def fn(nm, term):
             if commit:
                 await nm.proxy.injected_finalize_delay(request_id)
             r = nm.proxy.finalize(instance_id=instance_id, request_id=request_id, commit=commit,
@@ -220,14 +221,14 @@ class SimNodeManagerClient:
         return await self._call("finalize", fn, request_id=request_id)
 
     async def stop_engines(self, instance_id, request_id, timeout_sec):
-        async def fn(nm):
+        async def fn(nm, term):
             stopped = await nm.engines.stop_engines(instance_id=instance_id, request_id=request_id, grace_sec=0.0,
                                                     endpoint_ids=[])
             return node_manager_pb2.StopEnginesResponse(stopped_ids=stopped)
         return await self._call("stop_engines", fn, timeout_sec, request_id)
 
     async def start_engines(self, instance_id, request_id, dp_master_ip, dp_master_port, timeout_sec):
-        async def fn(nm):
+        async def fn(nm, term):
             eps = await nm.engines.start_engines(instance_id=instance_id, request_id=request_id,
                                                  dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
                                                  endpoint_ids=[], timeout_sec=self._engine_timeout(timeout_sec))
@@ -235,7 +236,7 @@ class SimNodeManagerClient:
         return await self._call("start_engines", fn, timeout_sec, request_id)
 
     async def stop_pod(self, request_id, reason, instance_id, pod_ip):
-        async def fn(nm):
+        async def fn(nm, term):
             why = stop_target_mismatch(instance_id, pod_ip, nm.config.instance_id, nm.config.pod_ip)
             if why:
                 raise FailedPrecondition(f"StopPod {why}: not obeyed")

@@ -46,7 +46,7 @@ def _normal(rt) -> bool:
 def test_nodemanager_killed_while_holding_a_guard(ha_cluster, artifacts) -> None:
     cluster = ha_cluster(
         # POD_1 holds every guard's answer 3 s: it holds the round's guard while the round waits.
-        pod_overrides={POD_1: {"fault_injection.guard_delay_sec": 3.0}},
+        pod_overrides={POD_1: {"fault_injection.enabled": True, "fault_injection.guard_delay_sec": 3.0}},
         controller_overrides={"fault_tolerance_config.strategy_center_check_interval": 2.0},
     )
     cluster.inject(1, "executor_death")

@@ -86,7 +86,7 @@ ROWS: list[tuple[str, Callable[[Any], None], Callable[[Any, dict[str, Any]], boo
 def test_leader_killed_mid_round_takes_the_fallback_and_never_applies_again(ha_cluster, artifacts) -> None:
     cluster = ha_cluster(
         engine_args=["--ft-dialect", "rfc", "--diagnosing-sec", "0"],
-        pod_overrides={POD_1: {"fault_injection.guard_delay_sec": 3.0,
+        pod_overrides={POD_1: {"fault_injection.enabled": True, "fault_injection.guard_delay_sec": 3.0,
                                      "fault_injection.finalize_delay_sec": 4.0}},
         controller_overrides={"fault_tolerance_config.dp_scale_down_config.execution_deadline_sec": 60.0},
     )

@@ -102,7 +102,7 @@ def test_controller_killed_between_nodemanager_and_controller_commit_never_repla
     """RFC §8 "Controller 中断": restart in POST_SCALE_CLEANUP, after one NodeManager committed
     and while the other holds its commit. One scale_down per survivor in all; none after the restart."""
     cluster = start_cluster(engines="light", start_etcd=True,
-                            pod_overrides={"127.0.0.3": {"fault_injection.finalize_delay_sec": 30.0}})
+                            pod_overrides={"127.0.0.3": {"fault_injection.enabled": True, "fault_injection.finalize_delay_sec": 30.0}})
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
     cluster.wait_until(lambda rt: rt["phase"] == "POST_SCALE_CLEANUP", 60.0, "POST_SCALE_CLEANUP")

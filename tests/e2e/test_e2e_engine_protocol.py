@@ -122,7 +122,7 @@ def test_apply_skew_is_recorded_and_an_apply_past_the_checkin_window_falls_back_
     cluster = start_cluster(
         engines="light",
         controller_overrides={**FAST, "fault_tolerance_config.dp_scale_down_config.request_timeout_sec": 20.0},
-        pod_overrides={"127.0.0.3": {"fault_injection.apply_delay_sec": 11.0}},
+        pod_overrides={"127.0.0.3": {"fault_injection.enabled": True, "fault_injection.apply_delay_sec": 11.0}},
     )
     _kill(cluster, artifacts, 1)
     rt = _wait_reconfigured(cluster)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from motor.common.cert_reload import CertificateExpiryCollector
 from motor.controller.metrics import ControllerMetrics
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.routing import RoutingTable
@@ -38,6 +39,8 @@ def exported() -> tuple[set[str], set[str]]:
     table.refresh(RefreshEvent.ADD, [InstanceSpec(1, "m", (EndpointSpec(0, "127.0.0.1", 8000),))], 1)
     coordinator = CoordinatorMetrics()
     coordinator.watch_table(table)
+    # Every process with `security` adds its certificates' expiry gauge (motor.common.cert_reload).
+    coordinator.registry.register(CertificateExpiryCollector([]))
     names: set[str] = set()
     labels = set(TARGET_LABELS)
     for owner in (ControllerMetrics(), NodeManagerMetrics(), coordinator):

@@ -62,10 +62,13 @@ class SecurityConfig(ConfigModel):
     require_client_cert_on_inference: bool = Field(
         default=False,
         description="Coordinator only: the OpenAI front also asks inference clients for a certificate of ca_file.")
+    # The same on every Motor process of a deployment: roles are read from spiffe://<trust_domain>/<role>,
+    # pods' identities from spiffe://<trust_domain>/ns/<ns>/pod/<name>.
     trust_domain: str = Field(
-        default="motor", pattern=r"^[a-z0-9._-]{1,255}$",
-        description="SPIFFE trust domain of the pods' identities (spiffe://<trust_domain>/ns/<ns>/pod/<name>); "
-                    "the Controller takes a NodeManager's pod URI only from this domain.")
+        default="motor", pattern=r"^[a-z0-9]([a-z0-9.-]{0,253}[a-z0-9])?$",
+        description="SPIFFE trust domain of the role URIs (spiffe://<trust_domain>/<role>) and of the pods' "
+                    "identities (spiffe://<trust_domain>/ns/<ns>/pod/<name>); the Controller takes a "
+                    "NodeManager's pod URI only from this domain.")
 
 
 def security_exclusive(config: Any) -> Any:

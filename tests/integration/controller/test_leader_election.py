@@ -192,10 +192,11 @@ async def test_no_leader_at_all_is_leader_unavailable(replicas) -> None:
         await client.close()
 
 
-async def test_the_coordinator_refuses_a_refresh_of_an_older_leader_term() -> None:
-    service = CoordinatorService(CoordinatorConfig.model_validate({
+async def test_the_coordinator_refuses_a_refresh_of_an_older_leader_term(tmp_path) -> None:
+    config = CoordinatorConfig.model_validate({
         "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "http": {"host": "127.0.0.1", "port": 0}}))
+        "http": {"host": "127.0.0.1", "port": 0}, "state_dir": str(tmp_path)})
+    service = CoordinatorService(config)
     info = await service.start()
     try:
         view = common_pb2.Instance(id=1, model="m", dp_size=1)
@@ -214,8 +215,13 @@ async def test_the_coordinator_refuses_a_refresh_of_an_older_leader_term() -> No
                 await refresh(20, 5)  # a deposed leader, even with a newer revision
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert "leader term 5 is older than term 7" in refused.value.details()
-            assert (await refresh(30, None)).revision == 30  # no term: not a leader's call, not fenced
+            with pytest.raises(grpc.aio.AioRpcError) as unfenced:
+                await refresh(30, None)  # no term once a term was seen: not the elected leader's call
+            assert unfenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "carries no leader term" in unfenced.value.details()
             assert (await refresh(40, 8)).revision == 40
-        assert service.term_fence.term == 8 and service.term_fence.refused == 1
+        assert service.term_fence.term == 8 and service.term_fence.refused == 2
     finally:
         await service.stop()
+    # Restarted, it still knows term 8: a deposed leader's first Refresh is refused.
+    assert CoordinatorService(config).term_fence.term == 8

@@ -17,6 +17,7 @@ from gen.motor.v1 import controller_pb2, coordinator_pb2, node_manager_pb2
 from motor.cli.motorctl import run as motorctl
 from motor.common.authz import METHOD_ROLES, OPEN_SERVICES, denial
 from motor.common.config.listeners import ServerConfig
+from motor.common.config.tls import SecurityConfig
 from motor.common.config.loader import ConfigError, build_config
 from motor.common.pki import ETCD, PkiError, create_dev_pki
 from motor.common.security import (
@@ -27,6 +28,7 @@ from motor.common.security import (
     role_of_pem,
     roles_enforced,
     server_config,
+    set_trust_domain,
 )
 from motor.controller.config import ControllerConfig
 
@@ -180,3 +182,33 @@ def test_security_block_refusals_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="security and server.tls are exclusive"):
         build_config(ControllerConfig, {"security": pki.security(Role.CONTROLLER), "server": {"tls": {
             "cert_file": str(pki.cert_file(Role.CONTROLLER)), "key_file": str(pki.key_file(Role.CONTROLLER))}}})
+
+
+def test_the_trust_domain_is_configurable_and_only_its_role_uris_count() -> None:
+    theirs = _cert(["spiffe://prod.example.org/operator"])
+    assert role_of_certificate(theirs) == "none"
+    try:
+        set_trust_domain("prod.example.org")
+        assert role_of_certificate(theirs) == "operator"
+        assert role_of_certificate(_cert(["spiffe://motor/operator"])) == "none"
+    finally:
+        set_trust_domain("motor")
+    with pytest.raises(ValueError, match="trust_domain"):
+        SecurityConfig.model_validate({"ca_file": __file__, "cert_file": __file__, "key_file": __file__,
+                                       "trust_domain": "Bad/Domain"})
+
+
+def test_the_documented_role_table_is_the_enforced_one() -> None:
+    """docs/security.md's table names every method of METHOD_ROLES with exactly its roles."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text(encoding="utf-8")
+    documented: dict[str, frozenset[str]] = {}
+    roles_section = text.split("\n## Roles\n", 1)[1].split("\n## ", 1)[0]
+    for line in roles_section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not line.startswith("| ") or cells[0] in ("method", "---", "health, reflection"):
+            continue
+        service, _, methods = cells[0].partition(" ")
+        for method in methods.split(","):
+            documented[f"/motor.v1.{service}/{method.strip()}"] = frozenset(r.strip() for r in cells[1].split(","))
+    enforced = {m: frozenset(r.value for r in roles) for m, roles in METHOD_ROLES.items()}
+    assert documented == enforced

@@ -10,7 +10,7 @@ import pytest
 
 from motor.common.leader_client import leader_hint
 from motor.common.metadata import LEADER_ADDRESS_METADATA, LEADER_TERM_METADATA
-from motor.common.term_fence import TermFence, term_of
+from motor.common.term_fence import FileTermStorage, MalformedTerm, TermFence, parse_term, term_of
 from motor.controller.clients import NodeManagerClient, NotLeaderCallError, PeerCallError
 from motor.controller.fencing import Fence, Leadership, NotLeaderError
 
@@ -81,7 +81,7 @@ async def test_a_peer_call_of_a_replica_that_does_not_lead_is_not_sent() -> None
     assert str(info.value).startswith("apply to 127.0.0.1:9 not sent: not the leader")
 
 
-def test_receivers_refuse_older_terms_and_accept_calls_without_one() -> None:
+def test_receivers_refuse_older_terms() -> None:
     fence = TermFence("test")
     assert fence.refusal(5, "/x/Apply") is None and fence.term == 5
     assert fence.refusal(5, "/x/Apply") is None  # the same leader again
@@ -97,6 +97,40 @@ def test_metadata_parsing() -> None:
     assert term_of([(LEADER_TERM_METADATA, "42")]) == 42
     assert term_of([(LEADER_TERM_METADATA, b"42")]) == 42
     assert term_of([(LEADER_TERM_METADATA, "x")]) is None and term_of(None) is None and term_of([("a", "1")]) is None
+    assert isinstance(parse_term([(LEADER_TERM_METADATA, "-3")]), MalformedTerm)
+    assert isinstance(parse_term([(LEADER_TERM_METADATA, "9" * 20)]), MalformedTerm)
+    assert parse_term([(LEADER_TERM_METADATA, "٣")]) == MalformedTerm("٣")  # a digit, not ASCII
+    assert parse_term(None) is None
     assert leader_hint([(LEADER_ADDRESS_METADATA, "127.0.0.1:5")]) == "127.0.0.1:5"
     assert leader_hint([(LEADER_ADDRESS_METADATA, "")]) == ""  # a standby that knows no leader
     assert leader_hint([("other", "v")]) is None and leader_hint(None) is None
+
+
+def test_a_call_without_a_term_runs_only_until_a_term_was_seen() -> None:
+    fence = TermFence("test")
+    assert fence.refusal(None, "/x/Apply") is None  # a lone Controller without election
+    assert fence.refusal(3, "/x/Apply") is None
+    why = fence.refusal(None, "/x/Apply")
+    assert why is not None and "carries no leader term" in why and "term 3 was already seen" in why
+
+
+def test_a_malformed_term_is_refused_naming_it() -> None:
+    fence = TermFence("test")
+    why = fence.refusal(MalformedTerm("12abc"), "/x/Guard")
+    assert why is not None and "'12abc'" in why and fence.refused == 1 and fence.term == 0
+
+
+def test_the_highest_term_survives_a_restart(tmp_path) -> None:
+    first = TermFence("test", FileTermStorage(tmp_path))
+    assert first.term == 0
+    first.observe(8, "heartbeat answer")
+    first.observe(6, "late answer")
+    again = TermFence("test", FileTermStorage(tmp_path))
+    assert again.term == 8
+    assert again.refusal(7, "/x/Apply") is not None
+
+
+def test_an_unreadable_term_record_stops_the_start(tmp_path) -> None:
+    (tmp_path / "leader-term.json").write_text("{not json")
+    with pytest.raises(RuntimeError, match="leader-term.json is unreadable"):
+        TermFence("test", FileTermStorage(tmp_path))

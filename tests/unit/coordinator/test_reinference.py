@@ -226,3 +226,14 @@ def test_continuous_usage_counts_tokens_and_oversized_events_are_refused() -> No
     assert tracker.tokens == 2 and json.loads(continuation_body(tracker))["max_tokens"] == 8  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="exceeds"):
         tracker.feed(b"data: " + b"x" * (5 * 1024 * 1024))
+
+
+def test_the_carried_text_is_kept_as_pieces_and_joined_once_when_asked() -> None:
+    """Appending each piece to one string would copy the whole text every time (quadratic; see
+    benchmarks/reinference_text.py): the tracker keeps the pieces and joins them on demand."""
+    prompt, n = "hello", 40
+    tracker = StreamTracker(plan(COMPLETIONS_PATH, {"prompt": prompt, "max_tokens": n, "stream": True}), 10_000)
+    run(tracker, b"".join(completion_chunks(prompt, n)))
+    assert len(tracker.pieces) == n and tracker.text_length == sum(map(len, tracker.pieces))
+    assert tracker.text == expected_completion(prompt, n)
+    assert len(tracker.pieces) == 1  # joined once; later pieces append beside it

@@ -154,3 +154,19 @@ def test_forwarded_applies_refuse_a_second_forward_and_stay_bounded() -> None:
     assert "a" not in applies and "b" in applies and "c" in applies
     with pytest.raises(ValueError):
         ForwardedApplies(0)
+
+
+def test_a_newer_leader_term_takes_a_live_guard_over(guard: GuardState, clock: FakeClock) -> None:
+    guard.acquire("old-leader", 30, term=5)
+    clock.advance(1)
+    with pytest.raises(FailedPrecondition, match=r"leader term 5.*'same-term' of term 5 refused"):
+        guard.acquire("same-term", 30, term=5)
+    with pytest.raises(FailedPrecondition, match="of term 4 refused"):
+        guard.acquire("older", 30, term=4)
+    grant = guard.acquire("new-leader", 30, term=7)
+    assert grant.replaced_live == "old-leader" and grant.replaced_expired is None and grant.term == 7
+    assert guard.holder == "new-leader" and guard.term == 7
+    with pytest.raises(FailedPrecondition, match="'old-leader' is not the guard holder 'new-leader'"):
+        guard.require_live("old-leader", "apply")
+    guard.require_live("new-leader", "apply")
+    assert guard.release("new-leader") and guard.term == 0
