@@ -15,6 +15,7 @@ from motor.common.config.addresses import check_host_ports
 from motor.common.config.base import ConfigModel, PositiveSec, Port
 from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.common.config.listeners import HttpListenConfig, ServerConfig
+from motor.common.config.posture import PostureConfig, check_posture
 from motor.common.config.tls import ClientTlsConfig, SecurityConfig, security_exclusive
 
 # What a container sees instead of the host's card name: "0", "/dev/davinci0", "davinci0".
@@ -100,7 +101,7 @@ class NodeManagerFaultInjection(ConfigModel):
         return self
 
 
-class NodeManagerConfig(ConfigModel):
+class NodeManagerConfig(PostureConfig):
     """The NodeManager's settings, one per pod. Across keys: engines hold distinct dp_rank values below
     dp_size, dp_store_port_base + dp_size - 1 is a port, dp_master_port 0 needs every rank on this
     pod, and `security` excludes server.tls and client_tls."""
@@ -239,6 +240,7 @@ class NodeManagerConfig(ConfigModel):
         return value
 
     _check_security = model_validator(mode="after")(security_exclusive)
+    _check_posture = model_validator(mode="after")(check_posture)
 
     @model_validator(mode="after")
     def _check_topology(self) -> NodeManagerConfig:

@@ -30,7 +30,7 @@ from motor.common.text import shorten
 
 log = logging.getLogger(__name__)
 
-C, NM, CO, OP = Role.CONTROLLER, Role.NODEMANAGER, Role.COORDINATOR, Role.OPERATOR
+C, NM, CO, OP, MON = Role.CONTROLLER, Role.NODEMANAGER, Role.COORDINATOR, Role.OPERATOR, Role.MONITOR
 
 # Full gRPC method name → roles allowed to call it.
 METHOD_ROLES: Mapping[str, frozenset[Role]] = {
@@ -40,10 +40,10 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/motor.v1.Controller/ReportSoftwareFault": frozenset({NM}),
     # Operators (motorctl hw-fault, MindCluster bridges) and controllers (replicas, monitors).
     "/motor.v1.Controller/ReportHardwareFault": frozenset({OP, C}),
-    # Reads of the RFC §7 runtime and the timelines.
-    "/motor.v1.Controller/GetFaultToleranceStatus": frozenset({OP, C}),
-    "/motor.v1.Controller/WatchFaultToleranceStatus": frozenset({OP, C}),
-    "/motor.v1.Controller/GetTimeline": frozenset({OP, C}),
+    # Reads of the RFC §7 runtime and the timelines: also the read-only monitor role.
+    "/motor.v1.Controller/GetFaultToleranceStatus": frozenset({OP, C, MON}),
+    "/motor.v1.Controller/WatchFaultToleranceStatus": frozenset({OP, C, MON}),
+    "/motor.v1.Controller/GetTimeline": frozenset({OP, C, MON}),
     # A (restarted) Coordinator asks the leader for its whole serving view; operators may too.
     "/motor.v1.Controller/RequestPublication": frozenset({CO, OP}),
     # The FT proxy and engine lifecycle are the Controller's alone.
@@ -71,10 +71,12 @@ OPEN_SERVICES = frozenset({
     "grpc.reflection.v1.ServerReflection",
 })
 
-# The Controller's JSON pages (status, timeline, and /metrics on that port).
-STATUS_PAGE_ROLES = frozenset({OP, C})
-# A /metrics listener of its own (the NodeManager's): Prometheus scrapes with an operator certificate.
-METRICS_ROLES = frozenset({OP, C})
+# The Controller's JSON pages (status, timeline, and /metrics on that port): all reads.
+STATUS_PAGE_ROLES = frozenset({OP, C, MON})
+# A /metrics listener of its own (the NodeManager's): Prometheus scrapes with a monitor certificate.
+METRICS_ROLES = frozenset({OP, C, MON})
+# The roles that only read: no method of theirs changes anything (a unit test holds the table to it).
+READ_ONLY_ROLES = frozenset({MON})
 
 RefusalHook = Callable[[str, str, str], None]  # (surface "grpc" | "http", method or path, role)
 _hooks: list[RefusalHook] = []

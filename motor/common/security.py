@@ -7,7 +7,7 @@ pages over TLS and talks TLS with a client certificate to etcd. Without it every
 which is for the local demo only, and the process says so in one log line.
 
 Roles: each certificate carries exactly one SAN URI ``spiffe://motor/<role>``, role one of
-controller, nodemanager, coordinator, operator. Identity (which pod) stays in the DNS/IP SANs that
+controller, nodemanager, coordinator, operator, monitor. Identity (which pod) stays in the DNS/IP SANs that
 hostname verification checks; the role says what the holder may call.
 """
 
@@ -37,6 +37,8 @@ class Role(str, enum.Enum):
     NODEMANAGER = "nodemanager"
     COORDINATOR = "coordinator"
     OPERATOR = "operator"
+    # Read-only: metrics, status, timeline and its watch (Prometheus, dashboards); no mutation.
+    MONITOR = "monitor"
 
 
 # What a caller without a usable role is called in refusals and logs.

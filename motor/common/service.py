@@ -56,6 +56,8 @@ def base_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override one config key by dotted path, e.g. fault_tolerance_config.enable_dp_scale_down=true",
     )
+    parser.add_argument("--mode", choices=("test", "production"),
+                        help="production refuses plaintext, fault injection and test delays (overrides mode)")
     parser.add_argument("--ready-file", type=Path, help="write JSON {ports, pid} here once serving")
     parser.add_argument("--log-level", default=os.environ.get("MOTOR_LOG_LEVEL", "INFO"))
     parser.add_argument("--event-loop", choices=EVENT_LOOPS, default=os.environ.get("MOTOR_EVENT_LOOP", "asyncio"),
@@ -78,6 +80,8 @@ def config_from_args(model: type[M], args: argparse.Namespace, extra: Sequence[t
         overrides.append(("server.host", args.host))
     if args.port is not None:
         overrides.append(("server.port", args.port))
+    if getattr(args, "mode", None) is not None:
+        overrides.append(("mode", args.mode))
     overrides.extend(extra)
     overrides.extend(parse_override(item) for item in args.overrides)
     return load_config(model, args.config, overrides)

@@ -12,6 +12,7 @@ from motor.common.config.addresses import check_host_ports
 from motor.common.config.base import ConfigModel, PositiveSec
 from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.common.config.listeners import HttpListenConfig, ServerConfig
+from motor.common.config.posture import PostureConfig, check_posture
 from motor.common.config.tls import ClientTlsConfig, SecurityConfig, security_exclusive
 
 # DevicePublicNamePre as the device plugin accepts it (customname.deviceNamePattern).
@@ -108,7 +109,7 @@ class LeaderElectionConfig(ConfigModel):
         return value
 
 
-class ControllerConfig(ConfigModel):
+class ControllerConfig(PostureConfig):
     """The Controller's settings. Across keys: heartbeat_timeout_sec must exceed heartbeat_interval_sec,
     leader_election.mode "on" needs store.etcd_endpoints, and `security` excludes server.tls and
     client_tls."""
@@ -159,6 +160,7 @@ class ControllerConfig(ConfigModel):
 
     _check_coordinator = field_validator("coordinator_address")(check_host_ports)
     _check_security = model_validator(mode="after")(security_exclusive)
+    _check_posture = model_validator(mode="after")(check_posture)
 
     @model_validator(mode="after")
     def _check_election(self) -> ControllerConfig:

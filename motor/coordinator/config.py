@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from motor.common.config.addresses import check_host_ports
 from motor.common.config.base import ConfigModel, PositiveSec
 from motor.common.config.listeners import HttpListenConfig, ServerConfig
+from motor.common.config.posture import PostureConfig, check_posture
 from motor.common.config.tls import SecurityConfig, security_exclusive
 
 
@@ -38,7 +39,7 @@ class MigrationConfig(ConfigModel):
         description="Seconds without output after which a stream of a withdrawn endpoint moves (a wedged engine).")
 
 
-class CoordinatorConfig(ConfigModel):
+class CoordinatorConfig(PostureConfig):
     """The Coordinator's settings. Across keys: upstream_connect_timeout_sec must not exceed
     upstream_timeout_sec, and `security` excludes server.tls."""
 
@@ -114,6 +115,7 @@ class CoordinatorConfig(ConfigModel):
 
     _check_controllers = field_validator("controller_addresses")(check_host_ports)
     _check_security = model_validator(mode="after")(security_exclusive)
+    _check_posture = model_validator(mode="after")(check_posture)
 
     @model_validator(mode="after")
     def _check_upstream_timeouts(self) -> CoordinatorConfig:

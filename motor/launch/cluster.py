@@ -12,8 +12,9 @@ With `ClusterSpec(tls=True)` a development PKI is written to <run dir>/pki (one 
 role, pod IPs in the SANs, and every NodeManager one of its own: its pod URI and IP, see
 `pod_cert_name`) and every process gets its `security` block: mTLS and roles on every
 gRPC contract, HTTPS on the controller's status page (operator certificate) and the coordinator's
-OpenAI front, TLS with client certificates to the cluster's etcd (`start_etcd=True`). The launcher
-itself observes and injects as the operator role.
+OpenAI front, TLS with client certificates to the cluster's etcd (`start_etcd=True`), whose RBAC
+gives only the Controller's certificate a user, on the cluster's key prefix
+(motor.launch.etcd_rbac). The launcher itself observes and injects as the operator role.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from motor.common.security import Role, http_client_context
 from motor.launch import render
 from motor.launch.engines import EngineBackend, ReferenceEngines
 from motor.launch.etcd import EtcdServer, EtcdTls, start_etcd
+from motor.launch.etcd_rbac import enable_rbac
 from motor.launch.load import LoadGenerator
 from motor.launch.observe import ClusterObservation
 from motor.launch.processes import (
@@ -164,6 +166,9 @@ class LocalCluster(ClusterObservation):
                 tls = EtcdTls(self.pki.ca_file, self.pki.cert_file(ETCD), self.pki.key_file(ETCD),
                               self.pki.cert_file(Role.CONTROLLER), self.pki.key_file(Role.CONTROLLER))
             self.etcd = start_etcd(self.run_dir, name="etcd", tls=tls)
+            if self.pki is not None:
+                # Only the Controller's certificate may touch the cluster's keys (etcd RBAC by CN).
+                enable_rbac(self.etcd, self.pki.cert_file(Role.CONTROLLER), prefix=self.store_key_prefix)
         self.coordinator = self._start_service("coordinator", "motor-coordinator",
                                                render.coordinator_config(spec, self._security(Role.COORDINATOR)),
                                                ["grpc_port", "http_port"])
@@ -182,10 +187,15 @@ class LocalCluster(ClusterObservation):
             self.wait_instances_serving(spec.instance_ids(), ready_timeout_sec)
         log.info("cluster serving after %.1fs", time.monotonic() - started)
 
+    @property
+    def store_key_prefix(self) -> str:
+        """Where this cluster's Controllers keep their keys in etcd."""
+        return f"/motor-{self.run_dir.name}"
+
     def controller_config(self, index: int = 0) -> dict[str, Any]:
         endpoints = [self.etcd.endpoint] if self.etcd is not None else self.spec.etcd_endpoints
         return render.controller_config(self.spec, index, coordinator_address=self.coordinator_address,
-                                        store_endpoints=endpoints, store_key_prefix=f"/motor-{self.run_dir.name}",
+                                        store_endpoints=endpoints, store_key_prefix=self.store_key_prefix,
                                         security=self._security(Role.CONTROLLER))
 
     def nodemanager_config(self, pod: PodPlan) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def test_renders_and_validates_strictly(kustomization: str, tmp_path: Path) -> N
     docs = render(kustomization)
     kinds = sorted({d["kind"] for d in docs})
     assert {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
-            "Service", "Deployment", "StatefulSet"} <= set(kinds), kinds
+            "Service", "Deployment", "StatefulSet", "NetworkPolicy"} <= set(kinds), kinds
     assert "Secret" not in kinds  # certificates are referenced, never shipped
     rendered = tmp_path / f"{kustomization.replace('/', '-')}.yaml"
     rendered.write_text(render_text(kustomization))
@@ -108,6 +108,27 @@ def test_external_etcd_component_replaces_the_statefulset(tmp_path: Path) -> Non
     assert len(etcd) == 3
     cfg = build_config(ControllerConfig, {"store": {"etcd_endpoints": etcd}})
     assert cfg.store.etcd_endpoints == etcd
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_overlay_keeps_the_network_policies_of_the_base(kustomization: str) -> None:
+    """test_network_policy.py reads the base file for its intent; every overlay renders the same set."""
+    base = [d for d in yaml.safe_load_all((K8S / "base/network-policy.yaml").read_text()) if d]
+    rendered = {d["metadata"]["name"]: d for d in render(kustomization) if d["kind"] == "NetworkPolicy"}
+    assert set(rendered) == {d["metadata"]["name"] for d in base}
+    for doc in base:
+        assert rendered[doc["metadata"]["name"]]["spec"] == doc["spec"]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_plaintext_is_explicit_and_production_is_production(kustomization: str) -> None:
+    docs = render(kustomization)
+    for _, configmap, key, _ in SERVICES.values():
+        config = _config(docs, configmap, key)
+        if kustomization == "overlays/production":
+            assert config["mode"] == "production" and "security" in config and "insecure_plaintext" not in config
+        else:
+            assert config["insecure_plaintext"] is True and "security" not in config and "mode" not in config
 
 
 # -- RBAC ---------------------------------------------------------------------------------------

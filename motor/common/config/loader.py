@@ -29,7 +29,8 @@ def _format_errors(exc: ValidationError, section: str | None) -> str:
             msg = "unknown key"
         value = err.get("input")
         shown = "" if err["type"] in ("missing",) or isinstance(value, dict) else f"={value!r}"
-        parts.append(f"{loc or '<root>'}{shown}: {msg}")
+        # A model validator's message names its own keys.
+        parts.append(f"{loc}{shown}: {msg}" if loc else msg)
     return "invalid configuration: " + "; ".join(parts)
 
 

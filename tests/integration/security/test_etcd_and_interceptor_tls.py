@@ -101,7 +101,7 @@ async def _watch_by_role(pki: DevPki, controller: str, seen: list[tuple[str, str
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stream.read()
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert info.value.details() == f"{method} is not allowed for role nodemanager (allowed: controller, operator)"
+    assert info.value.details() == f"{method} is not allowed for role nodemanager (allowed: controller, monitor, operator)"
     assert authz.refusal_counts()[("grpc", method, "nodemanager")] == before + 1
     assert ("grpc", method, "nodemanager") in seen
     # The operator is let in: the stream is open and has nothing to say yet (no instance).

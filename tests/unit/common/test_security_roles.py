@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from gen.motor.v1 import controller_pb2, coordinator_pb2, node_manager_pb2
 from motor.cli.motorctl import run as motorctl
-from motor.common.authz import METHOD_ROLES, OPEN_SERVICES, denial
+from motor.common.authz import METHOD_ROLES, METRICS_ROLES, OPEN_SERVICES, READ_ONLY_ROLES, STATUS_PAGE_ROLES, denial
 from motor.common.config.listeners import ServerConfig
 from motor.common.config.tls import SecurityConfig
 from motor.common.config.loader import ConfigError, build_config
@@ -102,8 +102,16 @@ def test_only_nodemanagers_register_heartbeat_and_report_software_faults() -> No
 
 
 def test_operators_read_status_and_report_hardware_faults() -> None:
-    for name in ("GetFaultToleranceStatus", "WatchFaultToleranceStatus", "GetTimeline", "ReportHardwareFault"):
-        assert _allowed(f"/motor.v1.Controller/{name}") == {"operator", "controller"}
+    for name in ("GetFaultToleranceStatus", "WatchFaultToleranceStatus", "GetTimeline"):
+        assert _allowed(f"/motor.v1.Controller/{name}") == {"operator", "controller", "monitor"}
+    assert _allowed("/motor.v1.Controller/ReportHardwareFault") == {"operator", "controller"}
+
+
+def test_the_monitor_only_reads() -> None:
+    reads = {f"/motor.v1.Controller/{n}" for n in ("GetFaultToleranceStatus", "WatchFaultToleranceStatus", "GetTimeline")}
+    assert {m for m in ALL_METHODS if denial(m, "monitor") is None} == reads
+    assert READ_ONLY_ROLES == {Role.MONITOR}
+    assert Role.MONITOR in STATUS_PAGE_ROLES and Role.MONITOR in METRICS_ROLES
 
 
 def test_refusal_names_method_and_role_and_unknown_methods_are_refused_to_all() -> None:
@@ -152,7 +160,7 @@ def test_motorctl_certs_init(tmp_path: Path) -> None:
     out = io.StringIO()
     assert motorctl(["certs", "init", str(tmp_path / "c"), "--host", "127.0.0.9"], out=out) == 0
     written = out.getvalue().split()
-    assert str(tmp_path / "c" / "operator.key") in written and len(written) == 12
+    assert str(tmp_path / "c" / "operator.key") in written and len(written) == 2 * (len(Role) + 2)
     cert = x509.load_pem_x509_certificate((tmp_path / "c" / "operator.crt").read_bytes())
     assert role_of_certificate(cert) == "operator"
     with pytest.raises(SystemExit, match="exists"):
