@@ -115,6 +115,11 @@ class GrpcServer:
         except RuntimeError as exc:
             await server.stop(None)
             raise OSError(f"{self._label}: cannot bind gRPC server to {address}: {exc}") from None
+        except BaseException:
+            # Unusable credentials: a server object left unstopped is shut down by its finaliser on
+            # whatever loop runs then, which breaks grpc.aio for the rest of the process.
+            await server.stop(None)
+            raise
         await server.start()
         for name in ("", *names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
