@@ -28,6 +28,7 @@ from motor.coordinator.routing import RoutingTable
 from nodemanager.config import NodeManagerConfig
 
 from motor.simulation.engines import Knobs, SimGroup
+from motor.simulation.hardware import HardwareModel
 from motor.simulation.pod import SimNodeManager
 from motor.simulation.transports import (
     Network,
@@ -110,6 +111,10 @@ class World:
         self.inflight: dict[str, int] = {}  # strategy request_id → calls in flight
         self.max_concurrent_strategies = 0
         self.pod_addresses = list(self.nm_configs)
+        # MindCluster: hardware faults, their truth and their reports.
+        self.hardware = HardwareModel(self)
+        # Called with (call name, NodeManager address, args) for every Controller→NodeManager call.
+        self.call_listeners: list = []
 
     def note(self, text: str) -> None:
         self.trace.append(f"t={self.clock.monotonic():8.3f} {text}")
@@ -220,6 +225,10 @@ class World:
         rt = self.runtime()
         return None if rt is None else rt.phase
 
+    def observe_call(self, name: str, address: str, args: tuple) -> None:
+        for listener in self.call_listeners:
+            listener(name, address, args)
+
 
 class _ObservedNodeManagers:
     """The Controller's NodeManager clients, seen by the invariants: who sent which apply, which
@@ -250,6 +259,7 @@ class _ObservedClient:
             request_id = args[1] if name not in ("stop_pod",) else args[0]
             if owner.dead:
                 raise PeerCallError(name, self._client.address, grpc.StatusCode.CANCELLED, "controller process gone")
+            world.observe_call(name, self._client.address, args)
             if name == "apply":
                 world.applies.setdefault(request_id, set()).add(owner._incarnation)
             if name == "start_engines":
