@@ -28,7 +28,7 @@ from motor.controller.model.runtime import FtPhase
 # How often an owed report is tried again while no Controller takes it (a source's poll).
 REDELIVER_INTERVAL_SEC = 0.1
 # An owed report is given up after this long (bounds the loop; longer than any run).
-REDELIVER_BOUND_SEC = 3600.0
+REDELIVER_BOUND_SEC = 300.0
 FAULT_CODE = "80E01801"
 
 

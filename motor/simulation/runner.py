@@ -23,6 +23,8 @@ from motor.simulation.virtual_time import VirtualTimeLoop, patched_process_globa
 from motor.simulation.world import PODS, World
 
 STEP_SEC = 0.5
+# Every event ends within this of the last step (the longest is a report owed to a Controller).
+EVENTS_BOUND_SEC = 600.0
 # How often the anchor watcher reads the FT phase (virtual seconds).
 ANCHOR_POLL_SEC = 0.1
 STARTUP_BOUND_SEC = 60.0
@@ -153,13 +155,17 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
             break
         if loop.time() < end:
             continue
-        if not watcher.done():
+        if not anchors.closed:
             # The run is over for anchors: an event whose anchor has not happened never fires.
+            anchors.closed = True
             watcher.cancel()
             for task, event in tasks.items():
                 if event.after and event.after not in anchors.seen_at:
                     task.cancel()
         if not all(t.done() for t in tasks):
+            if loop.time() >= end + EVENTS_BOUND_SEC:
+                result.violations.append(Violation("world_error", loop.time(), "an event of the schedule never ended"))
+                break
             continue
         if deadline is None:
             deadline = loop.time() + settle_bound_sec(world.config)
@@ -184,6 +190,8 @@ class Anchors:
         self._world = world
         self._happened = {name: asyncio.Event() for name in ANCHORS}
         self.seen_at: dict[str, float] = {}
+        # Set at the end of the steps: anchors that happen later fire nothing.
+        self.closed = False
         world.call_listeners.append(self._on_call)
 
     def _on_call(self, name: str, address: str, args: tuple) -> None:
@@ -191,7 +199,7 @@ class Anchors:
             self._hit("apply")
 
     def _hit(self, name: str) -> None:
-        if name not in self.seen_at:
+        if name not in self.seen_at and not self.closed:
             self.seen_at[name] = self._world.clock.monotonic()
             self._happened[name].set()
 
