@@ -34,9 +34,10 @@ FAULT_CODE = "80E01801"
 
 @dataclass(frozen=True)
 class Delivered:
-    """A report the Controller life `incarnation` took at `at_sec`."""
+    """A report the Controller life `incarnation` took at `at_sec`, of a fault at `fault_at_sec`."""
 
     at_sec: float
+    fault_at_sec: float
     incarnation: int
     ranks: frozenset[int]      # the ranks the fault's card or node hosts (empty: none of ours)
     severe: bool
@@ -76,17 +77,18 @@ class HardwareModel:
             fault_type="NodeUnhealthy" if not npu else "CardUnhealthy",
             fault_handling=CANONICAL_NAME[event.level], fault_time_unix_sec=self.world.clock.wall(), source="rpc")
         unmappable = severe and event.target == "unknown_card_format"
+        fault_at = self.world.clock.monotonic()
         if not (severe and ranks):
-            await self._deliver(request, ranks, severe, unmappable)
+            await self._deliver(request, fault_at, ranks, severe, unmappable)
             return
         if event.hardware_first:
-            await self._deliver(request, ranks, severe, unmappable)
+            await self._deliver(request, fault_at, ranks, severe, unmappable)
             await asyncio.sleep(event.duration_sec)
             self._kill(ranks, event.kill)
         else:
             self._kill(ranks, event.kill)
             await asyncio.sleep(event.duration_sec)
-            await self._deliver(request, ranks, severe, unmappable)
+            await self._deliver(request, fault_at, ranks, severe, unmappable)
 
     def _kill(self, ranks: frozenset[int], how: str) -> None:
         w = self.world
@@ -110,7 +112,7 @@ class HardwareModel:
         active = {r for r in rt.original_dp_ranks if r not in rt.dead_committed}
         return rt.phase in (FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING) and active == w.healthy_in_truth()
 
-    async def _deliver(self, request, ranks: frozenset[int], severe: bool, unmappable: bool) -> None:
+    async def _deliver(self, request, fault_at: float, ranks: frozenset[int], severe: bool, unmappable: bool) -> None:
         w = self.world
         started = w.clock.monotonic()
         owed = False
@@ -123,7 +125,7 @@ class HardwareModel:
                 except SourceNotStarted:
                     pass
                 else:
-                    self.delivered.append(Delivered(w.clock.monotonic(), w.incarnation, ranks, severe, unmappable,
+                    self.delivered.append(Delivered(w.clock.monotonic(), fault_at, w.incarnation, ranks, severe, unmappable,
                                                     quiet and not owed))
                     w.note(f"hardware: reported {request.node_name}/{request.npu_name or '<node>'} "
                            f"L{request.level}{' (owed, re-read by a new Controller)' if owed else ''}")

@@ -87,7 +87,7 @@ class SafetyChecker:
     def _commit_against_hardware(self, request_id: str, now: float) -> list[Violation]:
         """RFC §4.2/§4.4/§8: a round does not commit a scale-down when, before its apply, the same
         Controller life received an unmappable fault on the instance's nodes, or a severe fault on
-        a card of a rank it keeps (a relaunch since then handles the fault)."""
+        a card of a rank it keeps (a relaunch after the fault happened handles it)."""
         w, rt = self.world, self.world.runtime()
         if rt is None:
             return []
@@ -97,7 +97,7 @@ class SafetyChecker:
         for d in w.hardware.delivered:
             if not d.severe or d.incarnation != w.incarnation or d.at_sec >= applied_at:
                 continue
-            if any(d.at_sec <= t <= applied_at for t in self._relaunched_at):
+            if any(d.fault_at_sec <= t <= applied_at for t in self._relaunched_at):
                 continue
             if d.unmappable or d.ranks & kept:
                 what = "an unmappable fault" if d.unmappable else f"a fault on kept ranks {sorted(d.ranks & kept)}"
@@ -111,7 +111,7 @@ class SafetyChecker:
         w = self.world
         times = [d.at_sec for d in w.hardware.delivered
                  if d.severe and d.quiet and rank in d.ranks and d.incarnation == w.incarnation
-                 and not any(t >= d.at_sec for t in self._relaunched_at)]
+                 and not any(t >= d.fault_at_sec for t in self._relaunched_at)]
         return min(times) if times else None
 
     def _snapshot_complete(self) -> bool:

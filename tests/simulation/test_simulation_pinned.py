@@ -54,3 +54,14 @@ def test_a_controller_restart_during_an_idle_deaths_collection_window_gets_a_who
     events = [Event(17.055, "slow_rebuild", duration_sec=13.8), Event(21.688, "executor_death", rank=0),
               Event(33.283, "controller_restart", duration_sec=10.4)]
     assert _violations(820, events) == []
+
+
+def test_a_rank_dying_while_the_rebuilt_view_is_published_is_acted_on() -> None:
+    # A card fault kills a rank during a round; the fallback rebuild starts the engines, and a new
+    # engine dies just before the view is published: its DEAD report came after the rebuild's last
+    # look at the engines, so the next decision takes it (it is not superseded by the rebuild).
+    events = [Event(31.639, "kill_process", rank=3),
+              Event(1.625, "hardware_fault", rank=2, duration_sec=3.8, after="DECIDING", level=4, target="card",
+                    kill="kill_process"),
+              Event(5.471, "executor_death", rank=0, after="DECIDING")]
+    assert _violations(755, events, "rfc") == []
