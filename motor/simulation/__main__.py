@@ -41,7 +41,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def report(result: RunResult) -> str:
     lines = [f"VIOLATION seed={result.seed} dialect={result.dialect}"]
     lines += [f"  {v.invariant} at t={v.at_sec:.3f}: {v.message}" for v in result.violations]
-    lines.append("  schedule: " + "; ".join(f"t+{e.at_sec:.3f} {e.describe()}" for e in result.events))
+    lines.append("  schedule: " + "; ".join(e.describe() if e.after else f"t+{e.at_sec:.3f} {e.describe()}"
+                                            for e in result.events))
     lines.append(f"  replay: python -m motor.simulation --seeds 1 --seed {result.seed} --dialect {result.dialect}")
     lines += [f"    {line}" for line in result.trace]
     return "\n".join(lines)

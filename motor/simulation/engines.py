@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from dataclasses import dataclass, field
 
 DIALECTS = ("vllm", "rfc", "vllm-0.33")
@@ -75,6 +76,9 @@ class Knobs:
     checkin_window_sec: float = 10.0
     rebuild_sec: float = 2.0
     load_sec: float = 3.0
+    # After a successful vote each survivor finishes rebuilding at its own pace, up to this much
+    # later than the first (a survivor may serve while another still recovers).
+    recovery_skew_sec: float = 2.0
     fail_next_vote: bool = False
     # No traffic: ranks run no collectives, so a peer's death is seen only with the next request.
     idle: bool = False
@@ -260,6 +264,16 @@ class SimGroup:
             return
         self._end_round(rnd, True, "")
 
+    def _recovered(self, rank: int, eng: SimEngine, request_id: str, rebuilding: tuple) -> None:
+        """A survivor's rebuild done: healthy, unless it died, was replaced or took a new fault meanwhile."""
+        if self.engines.get(rank) is not eng or not eng.process_up or (eng.status, eng.fault_info,
+                                                                         eng.ft_state) != rebuilding:
+            return
+        eng.set("healthy", dialect=self.dialect)
+        if self.dialect == "rfc":
+            eng.last_ft_request_id = request_id
+        self._on_change()
+
     def _end_round(self, rnd: _Round, ok: bool, why: str) -> None:
         if self._round is not rnd:
             return
@@ -269,9 +283,9 @@ class SimGroup:
             if not eng.process_up or eng.status == "dead":
                 continue
             if ok:
-                eng.set("healthy", dialect=self.dialect)
-                if self.dialect == "rfc":
-                    eng.last_ft_request_id = rnd.request_id
+                skew = self.knobs.recovery_skew_sec * (zlib.crc32(f"{rnd.request_id}/{r}".encode()) % 1000) / 1000
+                asyncio.get_running_loop().call_later(skew, self._recovered, r, eng, rnd.request_id,
+                                                      (eng.status, eng.fault_info, eng.ft_state))
             elif self.dialect == "rfc":
                 eng.set("unhealthy", fault_info=why, ft_state="failed", dialect=self.dialect)
                 eng.ft_error, eng.last_ft_request_id = why, rnd.request_id

@@ -6,7 +6,9 @@ without a reconfiguration (`retired_rank_returns`); at most one strategy of the 
 in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives, a life being
 one replica process in one term (`apply_replayed`); no receiver (a NodeManager, the Coordinator)
 accepts calls of two lives in one term, or a call of an older term after a newer one
-(`two_leaders_act`). At the end, once stable: the Coordinator routes to exactly the Controller's
+(`two_leaders_act`); a round does not commit a scale-down against a hardware report it had before
+its apply: an unmappable fault, or a severe fault on a rank it keeps (`scale_down_against_hardware`,
+RFC §4.2/§8). At the end, once stable: the Coordinator routes to exactly the Controller's
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
 SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
 state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
@@ -24,7 +26,8 @@ from motor.controller.model.runtime import FtPhase
 from motor.simulation.world import World
 
 INVARIANTS = ("dead_rank_published", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
-              "two_leaders_act", "published_equals_alive", "store_holds_acted_state", "liveness", "reconfigurations_bounded",
+              "two_leaders_act", "scale_down_against_hardware", "published_equals_alive", "store_holds_acted_state",
+              "liveness", "reconfigurations_bounded",
               "world_error")
 
 
@@ -39,7 +42,9 @@ def decision_bound_sec(config: ControllerConfig, complete: bool) -> float:
     """How long a dead rank may stay published: detection (a poll, or a lost pod's heartbeat
     timeout), the decision's wait, a drain (one call, its deadline twice for a retry). The decision
     waits the hardware window once the snapshot is complete (every active rank dead or unhealthy),
-    else up to the whole software collection timeout (RFC §4.4)."""
+    else up to the whole software collection timeout (RFC §4.4). A severe hardware report on the
+    rank that came first, while the instance was at rest, gets the window too (RFC §4.4: a
+    matching snapshot within it decides, else the instance is reconfigured at its end)."""
     ft = config.fault_tolerance_config
     detect = max(ft.engine_status_poll_interval_sec, config.heartbeat_timeout_sec)
     wait = ft.hardware_ft_correlation_window_sec if complete else ft.software_status_collection_timeout_sec
@@ -67,6 +72,50 @@ class SafetyChecker:
         self._retired: set[int] = set()
         self._relaunches_seen = 0
         self._incarnation_seen = world.incarnation
+        # Rounds seen on the calls: request_id → (first apply sent at, ranks removed); relaunch times.
+        self._applied: dict[str, tuple[float, frozenset[int]]] = {}
+        self._relaunched_at: list[float] = []
+        self._found: list[Violation] = []
+        world.call_listeners.append(self._on_call)
+
+    def _on_call(self, name: str, address: str, args: tuple) -> None:
+        now = self.world.clock.monotonic()
+        if name == "apply":
+            self._applied.setdefault(args[1], (now, frozenset(args[2])))
+        elif name == "start_engines":
+            self._relaunched_at.append(now)
+        elif name == "finalize" and args[2] and args[1] in self._applied:
+            self._found += self._commit_against_hardware(args[1], now)
+
+    def _commit_against_hardware(self, request_id: str, now: float) -> list[Violation]:
+        """RFC §4.2/§4.4/§8: a round does not commit a scale-down when, before its apply, the same
+        Controller life received an unmappable fault on the instance's nodes, or a severe fault on
+        a card of a rank it keeps (a relaunch after the fault happened handles it)."""
+        w, rt = self.world, self.world.runtime()
+        if rt is None:
+            return []
+        applied_at, removed = self._applied[request_id]
+        kept = {r for r in rt.original_dp_ranks if r not in rt.dead_committed and r not in removed}
+        out = []
+        for d in w.hardware.delivered:
+            if not d.severe or d.incarnation != w.incarnation or d.at_sec >= applied_at:
+                continue
+            if any(d.fault_at_sec <= t <= applied_at for t in self._relaunched_at):
+                continue
+            if d.unmappable or d.ranks & kept:
+                what = "an unmappable fault" if d.unmappable else f"a fault on kept ranks {sorted(d.ranks & kept)}"
+                out.append(Violation("scale_down_against_hardware", now,
+                                     f"round {request_id} (applied at t={applied_at:.3f}, removing {sorted(removed)}) "
+                                     f"commits although {what} was reported at t={d.at_sec:.3f}"))
+        return out
+
+    def _reported_at_rest(self, rank: int) -> float | None:
+        """When this Controller life took a severe report on the rank's card while at rest."""
+        w = self.world
+        times = [d.at_sec for d in w.hardware.delivered
+                 if d.severe and d.quiet and rank in d.ranks and d.incarnation == w.incarnation
+                 and not any(t >= d.fault_at_sec for t in self._relaunched_at)]
+        return min(times) if times else None
 
     def _snapshot_complete(self) -> bool:
         """Every active rank is dead or unhealthy in truth: the evidence for a decision exists."""
@@ -92,6 +141,8 @@ class SafetyChecker:
             self._incarnation_seen = w.incarnation
             self._dead_published_since = {r: max(t, now) for r, t in self._dead_published_since.items()}
         dead = w.dead_in_truth()
+        out += self._found
+        self._found = []
         for rank in sorted(w.group.engines):
             if rank in dead and rank in published and w.core is not None:
                 since = self._dead_published_since.setdefault(rank, now)
@@ -99,9 +150,14 @@ class SafetyChecker:
                 rt = w.runtime()
                 if rt is not None and rank in rt.dead_committed:
                     complete_for = now - since  # the Controller decided it dead: nothing is left to wait for
+                reported = self._reported_at_rest(rank)
+                if reported is not None:
+                    # RFC §4.4: hardware first, the instance at rest: within the correlation window a
+                    # matching snapshot decides, or the instance is reconfigured at its end.
+                    complete_for = max(complete_for, now - max(since, reported))
                 if now - since > self.bound_sec or complete_for > self.complete_bound_sec:
                     bound = self.bound_sec if now - since > self.bound_sec else self.complete_bound_sec
-                    what = "" if bound == self.bound_sec else " with a complete snapshot"
+                    what = "" if bound == self.bound_sec else " with a complete snapshot or a hardware report"
                     out.append(Violation("dead_rank_published", now,
                                          f"rank {rank} dead since t={since:.3f} is still published as serving "
                                          f"after {now - since:.1f}s{what} (bound {bound:g}s)"))

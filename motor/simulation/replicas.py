@@ -250,6 +250,9 @@ class _ObservedClient:
         async def call(*args, **kwargs):
             world = self._world
             request_id = args[1] if name != "stop_pod" else args[0]
+            client = self._client
+            if client._sender is None or (client._sender.alive and client._leadership.leading):
+                world.observe_call(name, client.address, args)  # it leaves a live leader
             strategy = request_id.split("-")[0] in ("sd", "reconf")
             if strategy:
                 world.inflight[request_id] = world.inflight.get(request_id, 0) + 1

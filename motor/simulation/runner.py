@@ -1,8 +1,9 @@
 """One schedule run on a fresh virtual-time loop, and shrinking a failing schedule.
 
 A run: start the world, wait for the instance to serve, then step `steps` times (`STEP_SEC` of
-virtual time each), firing the schedule's events when due and checking the safety invariants
-after every step; then let the world settle (bounded by the config) and check the final ones.
+virtual time each), checking the safety invariants after every step, while each of the schedule's
+events fires at its exact virtual time (its own task: at_sec after the start, or after its anchor
+first happens); then let the world settle (bounded by the config) and check the final ones.
 The world's randomness is seeded from the seed alone, separately from the schedule, so a shrunk
 schedule keeps the rest of the world as it was.
 """
@@ -16,12 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
-from motor.simulation.schedule import Event, generate
+from motor.simulation.schedule import ANCHORS, Event, generate
 from motor.simulation.transports import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import PODS, World
 
 STEP_SEC = 0.5
+# Every event ends within this of the last step (the longest is a report owed to a Controller).
+EVENTS_BOUND_SEC = 600.0
+# How often the anchor watcher reads the FT phase (virtual seconds).
+ANCHOR_POLL_SEC = 0.1
 STARTUP_BOUND_SEC = 60.0
 # Stable this long (no strategy, a final phase) before the final checks: publications converge.
 QUIET_SEC = 25.0
@@ -105,6 +110,8 @@ async def _fire(world: World, event: Event) -> None:
         g.traffic()
     elif event.kind == "coordinator_restart":
         world.coordinator_restart()
+    elif event.kind == "hardware_fault":
+        await world.hardware.fire(event)
     elif event.kind == "lossy_network":
         calm = world.net.bounds
         world.net.bounds = LOSSY
@@ -139,23 +146,32 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
     t0 = loop.time()
     world.note(f"serving {sorted(world.published() or ())}; schedule starts")
     checker = SafetyChecker(world)
-    pending = sorted(result.events, key=lambda e: e.at_sec)
-    tasks: list[asyncio.Task[None]] = []
+    anchors = Anchors(world)
+    fired: list[Event] = []
+    tasks = {loop.create_task(_scheduled(world, result, event, t0, anchors, fired)): event for event in result.events}
+    watcher = loop.create_task(anchors.watch({e.after for e in result.events if e.after}))
     last = _observed(world)
     end = t0 + steps * STEP_SEC
     deadline = None
     while True:
-        now = loop.time()
-        while pending and t0 + pending[0].at_sec <= now:
-            event = pending.pop(0)
-            world.note(f"event {event.describe()}")
-            tasks.append(loop.create_task(_fire(world, event)))
         await asyncio.sleep(STEP_SEC)
         last = _note_changes(world, last)
         result.violations += checker.check(loop.time())
         if result.violations:
             break
-        if loop.time() < end or pending or not all(t.done() for t in tasks):
+        if loop.time() < end:
+            continue
+        if not anchors.closed:
+            # The run is over for anchors: an event whose anchor has not happened never fires.
+            anchors.closed = True
+            watcher.cancel()
+            for task, event in tasks.items():
+                if event.after and event.after not in anchors.seen_at:
+                    task.cancel()
+        if not all(t.done() for t in tasks):
+            if loop.time() >= end + EVENTS_BOUND_SEC:
+                result.violations.append(Violation("world_error", loop.time(), "an event of the schedule never ended"))
+                break
             continue
         if deadline is None:
             deadline = loop.time() + settle_bound_sec(world.config)
@@ -163,13 +179,63 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
         quiet_since = (quiet_since or loop.time()) if stable(world) else None
         if quiet_since is not None and loop.time() - quiet_since >= QUIET_SEC or loop.time() >= deadline:
             break
-    for task in tasks:
+    for task in [*tasks, watcher]:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*tasks, watcher, return_exceptions=True)
     if not result.violations:
-        result.violations += final_checks(world, loop.time(), len(result.events))
+        result.violations += final_checks(world, loop.time(), len(fired))
     world.note(f"end: phase={world.phase()} published={sorted(world.published() or ())} "
                f"healthy={sorted(world.healthy_in_truth())}")
+
+
+class Anchors:
+    """When each anchor first happened since the schedule started: an FT phase (seen by a watcher
+    every `ANCHOR_POLL_SEC`) or the first apply a NodeManager receives (seen on the call)."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._happened = {name: asyncio.Event() for name in ANCHORS}
+        self.seen_at: dict[str, float] = {}
+        # Set at the end of the steps: anchors that happen later fire nothing.
+        self.closed = False
+        world.call_listeners.append(self._on_call)
+
+    def _on_call(self, name: str, address: str, args: tuple) -> None:
+        if name == "apply":
+            self._hit("apply")
+
+    def _hit(self, name: str) -> None:
+        if name not in self.seen_at and not self.closed:
+            self.seen_at[name] = self._world.clock.monotonic()
+            self._happened[name].set()
+
+    async def watch(self, wanted: set[str]) -> None:
+        phases = wanted - {"apply"}
+        while phases - set(self.seen_at):
+            phase = self._world.phase()
+            if phase is not None and str(phase) in self._happened:
+                self._hit(str(phase))
+            await asyncio.sleep(ANCHOR_POLL_SEC)
+
+    async def wait(self, name: str) -> float:
+        await self._happened[name].wait()
+        return self.seen_at[name]
+
+
+async def _scheduled(world: World, result: RunResult, event: Event, t0: float, anchors: Anchors,
+                     fired: list[Event]) -> None:
+    """One event at its exact virtual time (its anchor's time, or the schedule's start, plus at_sec)."""
+    start = await anchors.wait(event.after) if event.after else t0
+    await asyncio.sleep(max(0.0, start + event.at_sec - world.clock.monotonic()))
+    fired.append(event)
+    world.note(f"event {event.describe()}")
+    try:
+        await _fire(world, event)
+    except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result.violations.append(Violation("world_error", world.clock.monotonic(),
+                                           f"{event.describe()}: {type(exc).__name__}: {exc} "
+                                           f"({where.filename}:{where.lineno})"))
 
 
 def _observed(world: World) -> tuple:

@@ -1,6 +1,9 @@
 """Seeded fault schedules: which faults happen, to whom, and when.
 
-A schedule is a list of `Event`s at virtual times; the same seed always gives the same schedule.
+A schedule is a list of `Event`s; the same seed always gives the same schedule. An event fires
+`at_sec` after the schedule starts or, when it names an anchor (`after`), `at_sec` after that
+anchor first happens once the schedule started (an FT phase the instance enters, or "apply": the
+first apply a NodeManager receives); an anchor that never happens leaves its event unfired.
 Shrinking drops events and keeps the rest unchanged (each event carries its own parameters).
 """
 
@@ -8,6 +11,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+from motor.controller.hardware.levels import L1, L6, is_severe
 
 # Fault kinds and their weights (how often the generator picks each).
 KINDS = {
@@ -26,7 +31,15 @@ KINDS = {
     "lossy_network": 1,     # for a while, calls are lost, duplicated and delayed
     "store_outage": 1,      # for a while, every store write fails
     "traffic": 2,           # requests resume: an idle group notices its dead peers
+    "hardware_fault": 4,    # MindCluster reports a card or node fault (motor.simulation.hardware)
 }
+
+# What an event may be anchored to: the FT phases a round goes through, and the first apply.
+ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "POST_SCALE_CLEANUP", "RECONFIGURING",
+           "SCALED_DOWN_RUNNING", "apply")
+# Where a hardware fault is: the card of `rank`, the whole node of `pod`, or a card or node no pod
+# hosts (a card name in no known form on our node, a card number no endpoint lists, another node).
+TARGETS = ("card", "node", "unknown_card_format", "foreign_card", "foreign_node")
 
 
 @dataclass(frozen=True)
@@ -36,24 +49,57 @@ class Event:
     rank: int = -1
     pod: int = -1
     duration_sec: float = 0.0
+    # An anchor from ANCHORS: `at_sec` counts from when it first happens ("" counts from the start).
+    after: str = ""
+    # hardware_fault: the FaultLevel (1..6), where (TARGETS), and for a severe fault that kills
+    # its ranks (after `duration_sec`) whether the report comes first and how the engines die.
+    level: int = 0
+    target: str = ""
+    hardware_first: bool = False
+    kill: str = ""  # "executor_death" or "kill_process"
 
     def describe(self) -> str:
         who = f" rank={self.rank}" if self.rank >= 0 else (f" pod={self.pod}" if self.pod >= 0 else "")
+        hw = ""
+        if self.kind == "hardware_fault":
+            hw = f" L{self.level} {self.target}"
+            if self.kill:
+                hw += f" {'hardware' if self.hardware_first else 'software'}-first {self.kill}"
         how = f" for {self.duration_sec:.1f}s" if self.duration_sec else ""
-        return f"{self.kind}{who}{how}"
+        when = f" (at {self.after}+{self.at_sec:.3f}s)" if self.after else ""
+        return f"{self.kind}{who}{hw}{how}{when}"
+
+
+def _hardware(rng: random.Random, ranks: list[int], pods: int) -> dict:
+    target = rng.choices(TARGETS, (6, 1, 1, 1, 1))[0]
+    level = rng.randint(L1, L6)
+    fields = {"level": level, "target": target,
+              "rank": rng.choice(ranks) if target == "card" else -1,
+              "pod": rng.randrange(pods) if target in ("node", "unknown_card_format", "foreign_card") else -1}
+    hardware_first, kill = rng.random() < 0.5, rng.choice(("executor_death", "kill_process"))
+    if is_severe(level) and target in ("card", "node"):
+        fields.update(hardware_first=hardware_first, kill=kill)
+    return fields
 
 
 def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], pods: int) -> list[Event]:
-    """1–3 faults in the first two thirds of the run (the rest lets them end): each at a random
-    moment, or half of the time a few seconds after the previous one, so that it lands inside
-    the detection, the collection window or the round the previous fault started."""
+    """1–3 faults in the first two thirds of the run (the rest lets them end). The first at a random
+    moment; each later one a third of the time at a random moment, a third a few seconds after the
+    previous one (so that it lands inside the detection, the window or the round the previous fault
+    started), a third 0–3 s after a random anchor (inside a round's short phases)."""
     horizon = steps * step_sec * 2 / 3
     kinds, weights = list(KINDS), list(KINDS.values())
     events: list[Event] = []
     for _ in range(rng.choice((1, 1, 2, 2, 3))):
         kind = rng.choices(kinds, weights)[0]
-        if events and rng.random() < 0.5:
+        how = rng.randrange(3) if events else 0
+        after = ""
+        if how == 1:
+            after = events[-1].after
             at = round(min(events[-1].at_sec + rng.uniform(0.1, 8.0), horizon + 8.0), 3)
+        elif how == 2:
+            after = rng.choice(ANCHORS)
+            at = round(rng.uniform(0.0, 3.0), 3)
         else:
             at = round(rng.uniform(5.0, max(6.0, horizon)), 3)
         rank = rng.choice(ranks) if kind in ("kill_process", "executor_death", "unhealthy", "hang_status") else -1
@@ -62,6 +108,8 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
                     "controller_restart": rng.uniform(0.5, 15),
                     "leader_crash": rng.uniform(0.5, 15), "leader_partition": rng.uniform(1, 15),
                     "replica_restart": rng.uniform(0.5, 15), "lossy_network": rng.uniform(2, 20),
-                    "slow_rebuild": rng.uniform(8, 20), "store_outage": rng.uniform(1, 15)}.get(kind, 0.0)
-        events.append(Event(at, kind, rank, pod, round(duration, 3)))
-    return sorted(events, key=lambda e: (e.at_sec, e.kind, e.rank, e.pod))
+                    "slow_rebuild": rng.uniform(8, 20), "store_outage": rng.uniform(1, 15),
+                    "hardware_fault": rng.uniform(0, 8)}.get(kind, 0.0)
+        extra = _hardware(rng, ranks, pods) if kind == "hardware_fault" else {"rank": rank, "pod": pod}
+        events.append(Event(at, kind, duration_sec=round(duration, 3), after=after, **extra))
+    return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))

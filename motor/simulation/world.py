@@ -30,6 +30,7 @@ from nodemanager.config import NodeManagerConfig
 
 from motor.simulation.engines import Knobs, SimGroup
 from motor.simulation.etcd import SimEtcd
+from motor.simulation.hardware import HardwareModel
 from motor.simulation.pod import MemoryStopStorage, SimEngineHttp, SimSupervisor
 from motor.simulation.replicas import ETCD_ENDPOINT, KEY_PREFIX, ControllerReplicas
 from motor.simulation.transports import Network, NetworkBounds, SimControllerClient
@@ -108,6 +109,10 @@ class World:
         self.inflight: dict[str, int] = {}  # strategy request_id → calls in flight
         self.max_concurrent_strategies = 0
         self.pod_addresses = list(self.nm_configs)
+        # MindCluster: hardware faults, their truth and their reports.
+        self.hardware = HardwareModel(self)
+        # Called with (call name, NodeManager address, args) for every Controller→NodeManager call.
+        self.call_listeners: list = []
 
     @property
     def core(self) -> ControllerCore | None:
@@ -261,3 +266,7 @@ class World:
     def phase(self) -> FtPhase | None:
         rt = self.runtime()
         return None if rt is None else rt.phase
+
+    def observe_call(self, name: str, address: str, args: tuple) -> None:
+        for listener in self.call_listeners:
+            listener(name, address, args)

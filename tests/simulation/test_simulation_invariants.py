@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from motor.common.term_fence import TermFence
 from motor.controller.model.runtime import FtPhase
+from motor.simulation.hardware import Delivered
 from motor.simulation.invariants import SafetyChecker, final_checks
 from motor.simulation.replicas import ControllerReplicas
 from motor.simulation.runner import run
@@ -90,6 +91,19 @@ class _Runtime:
 
 
 @dataclass
+class _Hardware:
+    delivered: list = field(default_factory=list)
+
+
+@dataclass
+class _Clock:
+    now: float = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@dataclass
 class _Held:
     phase: str
     dead_committed: tuple
@@ -126,6 +140,13 @@ class _World:
         self.running = False
         self.store = _Store(self)
         self.pods: dict = {"10.0.0.1:50051": object(), "10.0.0.2:50051": object()}
+        self.call_listeners: list = []
+        self.hardware = _Hardware()
+        self.clock = _Clock()
+
+    def call(self, name: str, *args) -> None:
+        for listener in self.call_listeners:
+            listener(name, "10.0.0.1:50051", args)
 
     def published(self):
         return self.view
@@ -270,3 +291,43 @@ def test_store_holds_acted_state_fires_when_the_store_kept_an_older_phase() -> N
     w.store.record = _Held("POST_SCALE_CLEANUP", (3,))
     out = final_checks(w, 1.0, 1)  # type: ignore[arg-type]
     assert [v.invariant for v in out] == ["store_holds_acted_state"] and "POST_SCALE_CLEANUP" in out[0].message
+
+
+def test_scale_down_against_hardware_fires_when_a_round_keeps_a_rank_reported_lost_before_its_apply() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.hardware.delivered.append(Delivered(4.0, 4.0, 1, frozenset({2}), True, False, False))
+    w.clock.now = 5.0
+    w.call("apply", 7, "sd-7-a", [3])
+    w.clock.now = 8.0
+    w.call("finalize", 7, "sd-7-a", True, [3])
+    fired = checker.check(8.0)
+    assert [v.invariant for v in fired] == ["scale_down_against_hardware"]
+    assert "kept ranks [2]" in fired[0].message
+
+
+def test_scale_down_against_hardware_lets_a_round_remove_the_reported_rank_or_follow_a_relaunch() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.hardware.delivered.append(Delivered(4.0, 4.0, 1, frozenset({3}), True, False, False))
+    w.hardware.delivered.append(Delivered(4.5, 1.0, 1, frozenset(), True, True, False))
+    w.clock.now = 2.0
+    w.call("start_engines", 7, "reconf-7-a")
+    w.clock.now = 5.0
+    w.call("apply", 7, "sd-7-a", [3])
+    w.clock.now = 8.0
+    w.call("finalize", 7, "sd-7-a", True, [3])
+    assert checker.check(8.0) == []
+
+
+def test_dead_rank_published_uses_the_short_bound_after_a_hardware_report_at_rest() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.hardware.delivered.append(Delivered(1.0, 1.0, 1, frozenset({3}), True, False, True))
+    w.group.engines[3].status = "dead"
+    fired = []
+    for step in range(200):
+        fired += checker.check(step * 0.5)
+    assert [v.invariant for v in fired] == ["dead_rank_published"]
+    assert fired[0].at_sec <= 1.0 + checker.complete_bound_sec + 1  # counted from the report
+    assert "hardware report" in fired[0].message

@@ -66,3 +66,14 @@ def test_a_deposed_leaders_canary_or_publication_is_refused_once_the_coordinator
     # wire, reach the Coordinator after the new leader's canary. The Coordinator fences SendCanary
     # as it fences Refresh, so it learns the new term from a canary too and refuses the old ones.
     assert _violations(seed, events) == []
+
+
+def test_a_rank_dying_while_the_rebuilt_view_is_published_is_acted_on() -> None:
+    # A card fault kills a rank during a round; the fallback rebuild starts the engines, and a new
+    # engine dies just before the view is published: its DEAD report came after the rebuild's last
+    # look at the engines, so the next decision takes it (it is not superseded by the rebuild).
+    events = [Event(31.639, "kill_process", rank=3),
+              Event(1.625, "hardware_fault", rank=2, duration_sec=3.8, after="DECIDING", level=4, target="card",
+                    kill="kill_process"),
+              Event(5.471, "executor_death", rank=0, after="DECIDING")]
+    assert _violations(755, events, "rfc") == []

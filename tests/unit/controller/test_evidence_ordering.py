@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from .controller_fakes import DEAD, HEALTHY, UNHEALTHY, Engine, assemble, make_core, two_pods
+from .controller_fakes import DEAD, HEALTHY, UNHEALTHY, Engine, FakeCoordinator, assemble, make_core, two_pods
 
+from motor.controller.fault_tolerance.decision import FallbackCause
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
@@ -186,3 +187,31 @@ async def test_a_pull_answer_with_ids_not_asked_for_is_dropped_and_the_puller_ke
     assert {r: ev.health for r, ev in core.faults.evidence(7).items()} == {
         0: Health.UNHEALTHY, 1: Health.DEAD, 2: Health.UNHEALTHY, 3: Health.UNHEALTHY}
     await core.faults.close()
+
+
+async def test_an_engine_dead_received_after_the_rebuild_started_the_engines_survives_the_rebuild() -> None:
+    """The rebuild's last look at the engines is the NodeManagers' start answers: a new engine that
+    dies while the rebuilt view is being published is news for the next decision (its evidence is
+    kept), while what was reported about the old engines is handled by the rebuild."""
+    cluster = two_pods()
+    coordinator = FakeCoordinator()
+    core, clock = make_core(cluster, coordinator=coordinator)
+    await assemble(core, cluster)
+    core.faults.report_software(7, 1, EvidenceKind.ENGINE_DEAD, "old engine exited (code 9)", clock.wall())
+    clock.advance(1.0)
+    reported: list[str] = []
+
+    def rank0_dies_while_published(event: str) -> None:
+        if event == "ADD" and any(c[0] == "start_engines" for c in cluster.calls) and not reported:
+            clock.advance(1.0)
+            cluster.set(0, DEAD)
+            core.faults.report_software(7, 0, EvidenceKind.ENGINE_DEAD, "new engine exited (code 9)", clock.wall())
+            reported.append(event)
+
+    coordinator.on_refresh = rank0_dies_while_published
+    strategy = ReconfigurationStrategy(core.deps, 7, "test", FallbackCause.STRATEGY_FAILED)
+    outcome = await strategy.run()
+    assert outcome.succeeded and reported, "the rebuild published its view after starting the engines"
+    core.faults.intake.settle(7, frozenset(), outcome.observed_mono_sec, True, outcome.last_reads)
+    held = core.faults.evidence(7)
+    assert set(held) == {0} and held[0].health is Health.DEAD

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Iterable
 
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.decision import FallbackCause
+from motor.controller.fault_tolerance.evidence import RankRead
 from motor.controller.fault_tolerance.gate import evaluate_gate
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
 from motor.controller.fault_tolerance.timeline import fallback_cause_proto
@@ -60,6 +61,8 @@ class ReconfigurationStrategy(Strategy):
         timeout = deps.config.reconfiguration_timeout_sec
         await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
+        # The rebuild's last look at each rank: its NodeManager's answer that its engines started.
+        started: dict[int, RankRead] = {}
         try:
             await _all_or_none(
                 self.timed_call("stop_engines", p.node_manager_address,
@@ -70,14 +73,9 @@ class ReconfigurationStrategy(Strategy):
             )
             master_rank = min(record.original_dp_ranks)
             master_ip = record.endpoint_infos()[master_rank].ip
+            starts_sent_mono_sec = deps.clock.monotonic()
             # Port 0: each NodeManager uses its configured initial dp_master_port for the new group.
-            await _all_or_none(
-                self.timed_call("start_engines", p.node_manager_address,
-                                lambda p=p: deps.nodemanagers.get(p.node_manager_address).start_engines(
-                                    self.instance_id, self.request_id, master_ip, 0, timeout),
-                                {"endpoint_ids": sorted(p.ranks), "dp_master_ip": master_ip})
-                for p in pods
-            )
+            await _all_or_none(self._start(p, master_ip, timeout, started) for p in pods)
         except PeerCallError as exc:
             await self.note_reinference()
             return self._fail(str(exc))
@@ -97,7 +95,19 @@ class ReconfigurationStrategy(Strategy):
         await self.note_reinference()
         self.txn.finish("succeeded", deps.clock.wall())
         deps.changed(self.instance_id)
-        return Outcome(True, "instance reconfigured", observed_mono_sec=deps.clock.monotonic())
+        return Outcome(True, "instance reconfigured", observed_mono_sec=starts_sent_mono_sec, last_reads=started)
+
+    async def _start(self, pod, master_ip: str, timeout: float, started: dict[int, RankRead]) -> None:
+        """Starts a pod's engines. Evidence of its ranks received after its answer (a new engine dying
+        while the rebuilt view is published) is news for the next decision, not what the rebuild
+        handled; evidence received before it is about the engines the rebuild replaced."""
+        deps = self.deps
+        await self.timed_call("start_engines", pod.node_manager_address,
+                              lambda: deps.nodemanagers.get(pod.node_manager_address).start_engines(
+                                  self.instance_id, self.request_id, master_ip, 0, timeout),
+                              {"endpoint_ids": sorted(pod.ranks), "dp_master_ip": master_ip})
+        answered = RankRead(deps.clock.monotonic())
+        started.update({rank: answered for rank in pod.ranks})
 
     def _fail(self, reason: str) -> Outcome:
         log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)
