@@ -37,6 +37,8 @@ from motor.controller.persistence.errors import StoreError
 from motor.controller.persistence.etcd_connection import EtcdConnection
 
 log = logging.getLogger(__name__)
+# How many times close() asks the election loop to stop before it gives up waiting for it.
+CANCEL_ATTEMPTS = 5
 
 # A leader's own deadline ends this much before the lease's (at most a tenth of the TTL).
 _MARGIN_SEC = 0.5
@@ -111,9 +113,20 @@ class LeaderElection:
     async def close(self, resign: bool = True) -> None:
         """Stops campaigning; resigns (revokes the lease) when leading, so a standby takes over at once."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            task, self._task = self._task, None
+            for _ in range(CANCEL_ATTEMPTS):
+                task.cancel()
+                # Python 3.11's asyncio.wait_for loses a cancellation that arrives as the call it
+                # waits for ends (an etcd call failing at that moment): then the loop goes on
+                # campaigning, and is asked again.
+                done, _ = await asyncio.wait({task}, timeout=self._conn.timeout_sec)
+                if done:
+                    break
+            else:
+                log.error("replica %s: the election loop did not stop after %d cancellations", self.me.replica_id,
+                          CANCEL_ATTEMPTS)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.warning("replica %s: the election loop had failed: %r", self.me.replica_id, task.exception())
         fence = self._fence
         if fence is not None:
             fence.lose("resigned: the replica is stopping")
@@ -156,6 +169,9 @@ class LeaderElection:
                 return fence
 
     def _campaign_failed(self, state: RetryCallState) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # asked to stop while the failed call ended: no retry
         if state.outcome is not None:
             self._failed("campaign", state.outcome.exception())
 

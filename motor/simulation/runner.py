@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
-from motor.simulation.schedule import ANCHORS, Event, generate
+from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused
 from motor.simulation.transports import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import PODS, World
@@ -46,9 +46,14 @@ class RunResult:
         return bool(self.violations)
 
 
+# Every FOCUSED_EVERY-th seed is a round-focused schedule (faults inside a round's short phases).
+FOCUSED_EVERY = 3
+
+
 def schedule_for(seed: int, steps: int) -> list[Event]:
     ranks = [r for pod in PODS for r in pod]
-    return generate(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
+    make = generate_focused if seed % FOCUSED_EVERY == FOCUSED_EVERY - 1 else generate
+    return make(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
 
 
 def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from motor.controller.hardware.levels import L1, L6, is_severe
+from motor.controller.hardware.levels import L1, L4, L6, is_severe
 
 # Fault kinds and their weights (how often the generator picks each).
 KINDS = {
@@ -34,6 +34,10 @@ KINDS = {
     "hardware_fault": 4,    # MindCluster reports a card or node fault (motor.simulation.hardware)
 }
 
+# The faults of a round-focused schedule (`generate_focused`) and the anchors they land on: a
+# death that starts a round, then faults a few hundred milliseconds into its short phases.
+FOCUSED_KINDS = {"executor_death": 4, "kill_process": 2, "hardware_fault": 4, "unhealthy": 1, "hang_status": 1}
+FOCUSED_ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "apply", "POST_SCALE_CLEANUP")
 # What an event may be anchored to: the FT phases a round goes through, and the first apply.
 ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "POST_SCALE_CLEANUP", "RECONFIGURING",
            "SCALED_DOWN_RUNNING", "apply")
@@ -70,9 +74,9 @@ class Event:
         return f"{self.kind}{who}{hw}{how}{when}"
 
 
-def _hardware(rng: random.Random, ranks: list[int], pods: int) -> dict:
-    target = rng.choices(TARGETS, (6, 1, 1, 1, 1))[0]
-    level = rng.randint(L1, L6)
+def _hardware(rng: random.Random, ranks: list[int], pods: int, severe_or_unmappable: bool = False) -> dict:
+    target = rng.choices(TARGETS, (6, 1, 1, 1, 1) if not severe_or_unmappable else (3, 0, 1, 1, 1))[0]
+    level = rng.randint(L4 if severe_or_unmappable else L1, L6)
     fields = {"level": level, "target": target,
               "rank": rng.choice(ranks) if target == "card" else -1,
               "pod": rng.randrange(pods) if target in ("node", "unknown_card_format", "foreign_card") else -1}
@@ -112,4 +116,24 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
                     "hardware_fault": rng.uniform(0, 8)}.get(kind, 0.0)
         extra = _hardware(rng, ranks, pods) if kind == "hardware_fault" else {"rank": rank, "pod": pod}
         events.append(Event(at, kind, duration_sec=round(duration, 3), after=after, **extra))
+    return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
+
+
+def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: list[int], pods: int) -> list[Event]:
+    """A round and faults inside it: a death at a random moment, then one or two faults 0–2.5 s
+    after an anchor in the round's short phases (a survivor dying after it was read, a hardware
+    report on a rank the round keeps or on nothing the instance hosts, a hung status route)."""
+    horizon = steps * step_sec / 3
+    first = rng.choice(("executor_death", "kill_process"))
+    events = [Event(round(rng.uniform(5.0, max(6.0, horizon)), 3), first, rank=rng.choice(ranks))]
+    kinds, weights = list(FOCUSED_KINDS), list(FOCUSED_KINDS.values())
+    for _ in range(rng.choice((1, 2))):
+        kind = rng.choices(kinds, weights)[0]
+        after, at = rng.choice(FOCUSED_ANCHORS), round(rng.uniform(0.0, 2.5), 3)
+        if kind == "hardware_fault":
+            events.append(Event(at, kind, duration_sec=round(rng.uniform(0, 8), 3), after=after,
+                                **_hardware(rng, ranks, pods, severe_or_unmappable=True)))
+        else:
+            events.append(Event(at, kind, rank=rng.choice(ranks), after=after,
+                                duration_sec=round(rng.uniform(1, 8), 3) if kind == "hang_status" else 0.0))
     return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
