@@ -20,7 +20,7 @@ from motor.simulation.invariants import SafetyChecker, Violation, final_checks, 
 from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused
 from motor.simulation.transports import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
-from motor.simulation.world import PODS, World
+from motor.simulation.world import INSTANCE_ID, PODS, World
 
 STEP_SEC = 0.5
 # Every event ends within this of the last step (the longest is a report owed to a Controller).
@@ -215,11 +215,14 @@ class Anchors:
             self._happened[name].set()
 
     async def watch(self, wanted: set[str]) -> None:
-        phases = wanted - {"apply"}
-        while phases - set(self.seen_at):
+        polled = wanted - {"apply"}
+        while polled - set(self.seen_at):
             phase = self._world.phase()
             if phase is not None and str(phase) in self._happened:
                 self._hit(str(phase))
+            core = self._world.core
+            if "evidence" in polled and core is not None and core.faults.evidence(INSTANCE_ID):
+                self._hit("evidence")
             await asyncio.sleep(ANCHOR_POLL_SEC)
 
     async def wait(self, name: str) -> float:

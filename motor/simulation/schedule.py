@@ -37,10 +37,11 @@ KINDS = {
 # The faults of a round-focused schedule (`generate_focused`) and the anchors they land on: a
 # death that starts a round, then faults a few hundred milliseconds into its short phases.
 FOCUSED_KINDS = {"executor_death": 4, "kill_process": 2, "hardware_fault": 4, "unhealthy": 1, "hang_status": 1}
-FOCUSED_ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "apply", "POST_SCALE_CLEANUP")
-# What an event may be anchored to: the FT phases a round goes through, and the first apply.
+FOCUSED_ANCHORS = ("evidence", "DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "apply", "POST_SCALE_CLEANUP")
+# What an event may be anchored to: the FT phases a round goes through, the first apply, and the
+# first software evidence the acting Controller holds (its collection window is open).
 ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "POST_SCALE_CLEANUP", "RECONFIGURING",
-           "SCALED_DOWN_RUNNING", "apply")
+           "SCALED_DOWN_RUNNING", "apply", "evidence")
 # Where a hardware fault is: the card of `rank`, the whole node of `pod`, or a card or node no pod
 # hosts (a card name in no known form on our node, a card number no endpoint lists, another node).
 TARGETS = ("card", "node", "unknown_card_format", "foreign_card", "foreign_node")
