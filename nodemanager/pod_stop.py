@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
+
+from motor.common.text_file import TextFile
 
 log = logging.getLogger("nodemanager.pod_stop")
 
@@ -65,31 +66,11 @@ class StopStorage(Protocol):
     def remove(self) -> None: ...
 
 
-class FileStopStorage:
-    """``pod-stopped.json`` in a directory (the NodeManager's log_dir), written through a renamed
-    temporary file."""
+class FileStopStorage(TextFile):
+    """``pod-stopped.json`` in a directory (the NodeManager's log_dir)."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
-
-    @property
-    def where(self) -> str:
-        return str(self.path)
-
-    def read(self) -> str | None:
-        try:
-            return self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-
-    def write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        super().__init__(directory, FILE_NAME)
 
 
 def stop_target_mismatch(instance_id: int, pod_ip: str, my_instance_id: int, my_pod_ip: str) -> str | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +31,7 @@ from typing import Protocol
 import grpc
 
 from motor.common.metadata import LEADER_TERM_METADATA
+from motor.common.text_file import TextFile
 
 log = logging.getLogger(__name__)
 
@@ -53,27 +53,11 @@ class TermStorage(Protocol):
         """Replaces the record atomically."""
 
 
-class FileTermStorage:
-    """``leader-term.json`` in a directory, written through a renamed temporary file."""
+class FileTermStorage(TextFile):
+    """``leader-term.json`` in a directory."""
 
     def __init__(self, directory: Path | str) -> None:
-        self.path = Path(directory) / TERM_FILE_NAME
-
-    @property
-    def where(self) -> str:
-        return str(self.path)
-
-    def read(self) -> str | None:
-        try:
-            return self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-
-    def write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path)
+        super().__init__(directory, TERM_FILE_NAME)
 
 
 class MalformedTerm(str):

@@ -1,0 +1,31 @@
+"""A small text record in a directory, replaced whole through a renamed temporary file, so a
+reader (or a process restarted after a crash) never finds half of one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class TextFile:
+    def __init__(self, directory: Path | str, name: str) -> None:
+        self.path = Path(directory) / name
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def read(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
