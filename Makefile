@@ -57,14 +57,16 @@ $(BUF):
 
 deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
 
-# Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows, then the
-# image build (the rows start local clusters, one at a time per run; the two runs' pods have
-# loopback addresses of their own, 127.0.0.2 on and 127.0.0.40 on, and the light engines' fixed
-# ports are bound on those addresses); and the tiers of single components, which need no cluster.
-# Then the TypeScript client and the image test (their clusters are on the e2e rows' addresses).
+# Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows and the
+# simulation's seed range, then the image build; and the tiers of single components. The rows start
+# local clusters, one at a time per run; the two runs' pods have loopback addresses of their own
+# (127.0.0.2 on, 127.0.0.40 on), where the light engines bind their fixed ports. Then the
+# TypeScript client and the image test (their clusters are on the e2e rows' addresses).
 # tests/deploy runs once, in image-test, where its tools are installed.
 E2E_TESTS := tests/e2e
 CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
+# Pure CPU, no cluster: it runs with the chaos rows, whose run has the most time to spare.
+SIMULATION_TESTS := tests/simulation
 CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS)
 
 # Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
@@ -81,13 +83,13 @@ test-e2e: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) $(E2E_TESTS)
 
 test-chaos: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIMULATION_TESTS)
 
 test-chaos-then-image-build: test-chaos
 	$(MAKE) image-build
 
 test-components: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS)) tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS) $(SIMULATION_TESTS)) tests
 
 # The TypeScript client (clients/typescript): npm ci from the committed lockfile only when
 # node_modules is missing or the lockfile changed; type check; generated-code drift check; node --test
