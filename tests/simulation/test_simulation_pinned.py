@@ -83,3 +83,15 @@ def test_a_standby_that_is_stopped_while_its_etcd_calls_fail_stops_campaigning()
     # The crashed standby's etcd calls fail at once; the cancellation of its election loop arrives
     # as one fails and is lost inside asyncio.wait_for (Python 3.11). Its stop must still end.
     assert _violations(298, [Event(38.164, "replica_restart", duration_sec=5.7)]) == []
+
+
+def test_an_unmappable_fault_received_after_the_rebuild_started_the_engines_is_not_handled_by_it() -> None:
+    # A card fault fails the round; its rebuild starts the engines; an unmappable fault arrives
+    # after that, while the rebuild still runs. The rebuild did not restart anything after it, so
+    # the next round must not scale down against it (RFC §8): it is judged again.
+    events = [Event(9.4, "kill_process", rank=3),
+              Event(2.164, "hardware_fault", pod=0, level=6, target="unknown_card_format", duration_sec=4.5,
+                    after="DECIDING"),
+              Event(0.779, "hardware_fault", rank=1, level=4, target="card", hardware_first=True,
+                    kill="executor_death", duration_sec=7.1, after="SCALING_DOWN")]
+    assert _violations(1574, events) == []

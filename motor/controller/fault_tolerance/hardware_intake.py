@@ -63,7 +63,8 @@ class HardwareIntake:
         self._notes: dict[object, str] = {}
         self._forced: dict[int, Forced] = {}
         # Faults that came while a strategy ran on the instance: evaluated again when it ends.
-        self._deferred: dict[int, list[HardwareFault]] = {}
+        # Faults kept while a strategy ran, with when each was received (monotonic seconds).
+        self._deferred: dict[int, list[tuple[HardwareFault, float]]] = {}
 
     def report(self, faults: list[HardwareFault], now_sec: float) -> list[str]:
         """Returns what was done with each fault."""
@@ -81,18 +82,19 @@ class HardwareIntake:
     def take_forced(self, instance_id: int) -> Forced | None:
         return self._forced.pop(instance_id, None)
 
-    def replay(self, instance_id: int, now_sec: float, rebuilt: bool) -> list[str]:
-        """The faults kept while a strategy ran, judged again now that it ended; after a successful
-        whole-instance rebuild they are handled (every rank was restarted since)."""
-        deferred = self._deferred.pop(instance_id, [])
-        if rebuilt:
+    def replay(self, instance_id: int, now_sec: float, rebuilt_since_sec: float | None) -> list[str]:
+        """The faults kept while a strategy ran, judged again now that it ended. A successful
+        whole-instance rebuild that started the engines at `rebuilt_since_sec` handled the ones
+        received before then (every rank was restarted since), not the ones received after."""
+        kept = self._deferred.pop(instance_id, [])
+        notes = []
+        if rebuilt_since_sec is not None:
             # A fallback asked for before the rebuild (while a failed one waited to retry) is done too.
             self._forced.pop(instance_id, None)
-            notes = [f"{f.describe()} (kept during the rebuild): handled by the whole-instance rebuild" for f in deferred]
-            deferred = []
-        else:
-            notes = []
-        for fault in deferred:
+            notes = [f"{f.describe()} (kept during the rebuild): handled by the whole-instance rebuild"
+                     for f, at in kept if at <= rebuilt_since_sec]
+            kept = [(f, at) for f, at in kept if at > rebuilt_since_sec]
+        for fault, _ in kept:
             result = self.resolver.resolve(fault, [self._topology(instance_id)])
             notes += [f"{fault.describe()} (kept during the last strategy): {self._for_instance(fault, m, now_sec)}"
                       for m in result.mappings if m.instance_id == instance_id]
@@ -143,7 +145,7 @@ class HardwareIntake:
                 # RFC §8: no scale-down in a round with an unmappable fault. Any rank may be hit, so the
                 # running strategy takes it on every active rank (a round fails before it commits, its
                 # fallback then runs once); judged again after it ends (a rebuild handles it).
-                self._deferred.setdefault(iid, []).append(fault)
+                self._deferred.setdefault(iid, []).append((fault, now_sec))
                 self._on_busy_fault(iid, runtime.active_ranks,
                                     f"{fault.describe()} (cannot be mapped: {mapping.reason.value})")
                 return (f"instance {iid}: unmappable ({mapping.reason.value}) while a strategy is running: "
@@ -154,7 +156,7 @@ class HardwareIntake:
             return f"instance {iid}: unmappable ({mapping.reason.value}), whole-instance reconfiguration"
         if self._busy(iid):
             # Never dropped: the running round takes it as evidence now, and it is judged again after.
-            self._deferred.setdefault(iid, []).append(fault)
+            self._deferred.setdefault(iid, []).append((fault, now_sec))
             self._on_busy_fault(iid, mapping.ranks - runtime.dead_committed, fault.describe())
             return f"instance {iid}: a strategy is running; ranks {sorted(mapping.ranks)} kept as evidence for it"
         # Only the ranks not yet committed take part (RFC §4.4: committed ranks are already handled).

@@ -271,7 +271,7 @@ class StrategyCenter:
         self._on_outcome(instance_id, strategy, outcome)
         # Hardware faults kept while it ran are judged now, against the state it left.
         rebuilt = outcome.succeeded and isinstance(strategy, ReconfigurationStrategy)
-        self.hardware.replay(instance_id, self.deps.clock.monotonic(), rebuilt)
+        self.hardware.replay(instance_id, self.deps.clock.monotonic(), outcome.observed_mono_sec if rebuilt else None)
         self.notify()
 
     def _schedule_retry(self, instance_id: int, detail: str) -> None:
