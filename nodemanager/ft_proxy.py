@@ -113,6 +113,8 @@ class FtProxy:
         self._instance = config.instance_id
         self._metrics = metrics or NodeManagerMetrics()
         self._current_term = current_term
+        # Applies held by fault injection; a newer leader taking the guard ends their hold early.
+        self._holds: set[asyncio.Event] = set()
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -134,6 +136,8 @@ class FtProxy:
         if grant.replaced_live:
             log.warning("instance=%d request_id=%s guard of leader term %d taken over from request_id=%s of "
                         "deposed term %d", self._instance, request_id, term, grant.replaced_live, previous_term)
+            for hold in self._holds:
+                hold.set()
         if grant.replaced_expired:
             log.warning("instance=%d request_id=%s guard taken over from expired request_id=%s", self._instance,
                         request_id, grant.replaced_expired)
@@ -272,7 +276,16 @@ class FtProxy:
         if delay:
             log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,
                         request_id, delay)
-            await asyncio.sleep(delay)
+            # The hold stands for an apply slow to reach this pod; a takeover overtakes it.
+            taken_over = asyncio.Event()
+            self._holds.add(taken_over)
+            try:
+                async with asyncio.timeout(delay):
+                    await taken_over.wait()
+            except TimeoutError:
+                pass
+            finally:
+                self._holds.discard(taken_over)
         # Checked again after every wait: a newer leader may have taken the guard meanwhile, and a
         # deposed leader's apply must stop here, before any engine sees it.
         try:

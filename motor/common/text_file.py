@@ -29,3 +29,21 @@ class TextFile:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+class MemoryTextFile:
+    """The same record kept in memory (`where` names it in messages): for a process whose record
+    must outlive one component but not the machine, as a simulated pod's emptyDir."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.text: str | None = None
+
+    def read(self) -> str | None:
+        return self.text
+
+    def write(self, text: str) -> None:
+        self.text = text
+
+    def remove(self) -> None:
+        self.text = None

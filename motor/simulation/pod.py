@@ -1,7 +1,7 @@
 """What the simulation puts under the REAL `nodemanager.agent.NodeManagerAgent` of a pod: the
 process supervisor (`SimSupervisor`, over the simulated engines), the engine HTTP client
 (`SimEngineHttp`, answering with the engines' documents, parsed by the real parser) and where the
-StopPod record is kept (`MemoryStopStorage`, the pod's emptyDir: it outlives the NodeManager's
+StopPod record is kept (`motor.common.text_file.MemoryTextFile`, the pod's emptyDir: it outlives the NodeManager's
 container). The agent composes everything else itself; the Controller client is the in-memory
 transport (`motor.simulation.transports`).
 """
@@ -182,20 +182,3 @@ class SimEngineHttp:
         status, raw = self._group.apply(addr.endpoint_id, body)
         accepted, rid, message = parse_apply_answer(status, raw)
         return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, 0.01, sent)
-
-
-class MemoryStopStorage:
-    """The StopPod record of one pod, kept by the world across NodeManager restarts."""
-
-    def __init__(self, pod: str) -> None:
-        self.where = f"memory:{pod}/pod-stopped.json"
-        self.text: str | None = None
-
-    def read(self) -> str | None:
-        return self.text
-
-    def write(self, text: str) -> None:
-        self.text = text
-
-    def remove(self) -> None:
-        self.text = None

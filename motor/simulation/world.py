@@ -21,6 +21,7 @@ import random
 
 from motor.common.config.loader import load_config
 from motor.common.term_fence import TermFence
+from motor.common.text_file import MemoryTextFile
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.model.runtime import FtPhase
@@ -31,7 +32,7 @@ from nodemanager.config import NodeManagerConfig
 from motor.simulation.engines import Knobs, SimGroup
 from motor.simulation.etcd import SimEtcd
 from motor.simulation.hardware import HardwareModel
-from motor.simulation.pod import MemoryStopStorage, SimEngineHttp, SimSupervisor
+from motor.simulation.pod import SimEngineHttp, SimSupervisor
 from motor.simulation.replicas import ETCD_ENDPOINT, KEY_PREFIX, ControllerReplicas
 from motor.simulation.transports import Network, NetworkBounds, SimControllerClient
 from motor.simulation.virtual_time import VirtualClock
@@ -101,7 +102,8 @@ class World:
         # of the schedule leaves them to it: the orchestrator restarts a container once it ended).
         self._pod_exits: dict[str, asyncio.Task[None]] = {}
         self._pod_ends: set[asyncio.Task[None]] = set()
-        self._stop_records = {address: MemoryStopStorage(address) for address in self.nm_configs}
+        self._stop_records = {address: MemoryTextFile(f"memory:{address}/pod-stopped.json")
+                              for address in self.nm_configs}
         self.controllers = ControllerReplicas(self, replicas)
         # Observations the invariants read.
         self.applies: dict[str, set[int]] = {}  # request_id → Controller lives that sent it

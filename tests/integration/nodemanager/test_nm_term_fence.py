@@ -46,7 +46,7 @@ async def test_calls_without_a_term_or_with_a_malformed_one_are_refused_once_a_t
 async def test_a_new_leader_takes_the_deposed_leaders_guard_and_its_in_flight_apply_never_reaches_the_engine(
         controller: FakeController, tmp_path: Path) -> None:
     cfg = nm_config(controller.address, tmp_path, ranks=(1,), dp_size=2,
-                    fault_injection={"enabled": True, "apply_delay_sec": 1.0})
+                    fault_injection={"enabled": True, "apply_delay_sec": 60.0})
     async with running_nm(cfg) as n:
         await n.ft.Guard(guard("deposed"), timeout=5, metadata=term(5))
         apply = asyncio.ensure_future(n.ft.Apply(nm.ApplyRequest(

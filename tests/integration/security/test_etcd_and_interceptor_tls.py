@@ -16,10 +16,11 @@ from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.pki import ETCD, DevPki, create_dev_pki
 from motor.common.security import Role
-from motor.controller.config import ControllerConfig, StoreConfig
-from motor.controller.main import ControllerService
+from motor.controller.config import StoreConfig
 from motor.controller.persistence import EtcdRuntimeStore, PersistedInstance, StoreError
 from motor.launch.etcd import EtcdTls, astart_etcd
+
+from .mtls_controller import mtls_controller
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,17 +67,8 @@ async def test_runtime_store_over_tls_etcd_needs_a_client_certificate(pki: DevPk
 
 @pytest.fixture
 async def controller(pki: DevPki) -> AsyncIterator[str]:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-        "security": pki.security(Role.CONTROLLER),
-    }))
-    info = await service.start()
-    try:
+    async with mtls_controller(pki) as (_, info):
         yield f"127.0.0.1:{info['grpc_port']}"
-    finally:
-        await service.stop()
 
 
 async def test_streaming_method_is_authorized_and_refusals_are_counted_and_hooked(pki: DevPki, controller: str) -> None:

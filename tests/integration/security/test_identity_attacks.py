@@ -18,13 +18,12 @@ from gen.motor.v1 import node_manager_pb2_grpc
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.pki import DevPki, create_dev_pki
-from motor.common.security import Role
-from motor.controller.config import ControllerConfig
 from motor.controller.main import ControllerService
 from motor.testing.waits import async_wait_for
 from nodemanager.main import NodeManagerService
 
 from ..nodemanager.nm_helpers import nm_config, rpc_error
+from .mtls_controller import mtls_controller
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,24 +70,14 @@ class World:
 
 @pytest.fixture
 async def world(pki: DevPki) -> AsyncIterator[World]:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-        "security": pki.security(Role.CONTROLLER),
-        "max_instances": 2,
-    }))
-    info = await service.start()
-    address = f"127.0.0.1:{info['grpc_port']}"
-    try:
+    async with mtls_controller(pki, max_instances=2) as (service, info):
+        address = f"127.0.0.1:{info['grpc_port']}"
         for name, ip, rank, nm_address in (("a", A_IP, 0, A_ADDRESS), ("b", B_IP, 1, B_ADDRESS)):
             async with open_channel(address, _tls(pki, f"nodemanager-{name}")) as channel:
                 resp = await controller_pb2_grpc.ControllerStub(channel).Register(
                     register_request(ip, rank, nm_address), timeout=5)
                 assert resp.accepted
         yield World(pki, address, service)
-    finally:
-        await service.stop()
 
 
 async def _as(world: World, name: str, call: str, request) -> grpc.aio.AioRpcError:  # noqa: ANN001

@@ -17,8 +17,8 @@ from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
 from motor.common.pki import DevPki, create_dev_pki
 from motor.common.security import Role, http_client_context
-from motor.controller.config import ControllerConfig
-from motor.controller.main import ControllerService
+
+from .mtls_controller import mtls_controller
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,17 +30,8 @@ def pki(tmp_path: Path) -> DevPki:
 
 @pytest.fixture
 async def controller(pki: DevPki) -> AsyncIterator[tuple[str, int]]:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-        "security": pki.security(Role.CONTROLLER),
-    }))
-    info = await service.start()
-    try:
+    async with mtls_controller(pki) as (_, info):
         yield f"127.0.0.1:{info['grpc_port']}", info["http_port"]
-    finally:
-        await service.stop()
 
 
 def _tls(pki: DevPki, role: Role) -> ClientTlsConfig:

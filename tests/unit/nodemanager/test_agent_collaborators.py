@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from motor.common.text_file import MemoryTextFile
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.config import NodeManagerConfig
 from nodemanager.engine_http import EngineHttpClient
@@ -18,22 +19,6 @@ class Clock:
 
     def wall(self) -> float:
         return 1_700_000_042.0
-
-
-class Storage:
-    where = "memory:pod-stopped.json"
-
-    def __init__(self) -> None:
-        self.text: str | None = None
-
-    def read(self) -> str | None:
-        return self.text
-
-    def write(self, text: str) -> None:
-        self.text = text
-
-    def remove(self) -> None:
-        self.text = None
 
 
 class Controller:
@@ -53,7 +38,7 @@ def config() -> NodeManagerConfig:
     })
 
 
-def agent(storage: Storage, exits: list[tuple[int, str]], supervisors: list[ProcessSupervisor]) -> NodeManagerAgent:
+def agent(storage: MemoryTextFile, exits: list[tuple[int, str]], supervisors: list[ProcessSupervisor]) -> NodeManagerAgent:
     cfg = config()
 
     def build_supervisor(**callbacks) -> ProcessSupervisor:
@@ -67,7 +52,7 @@ def agent(storage: Storage, exits: list[tuple[int, str]], supervisors: list[Proc
 
 def test_given_collaborators_are_the_ones_the_parts_use_and_no_directory_is_made() -> None:
     supervisors: list[ProcessSupervisor] = []
-    a = agent(Storage(), [], supervisors)
+    a = agent(MemoryTextFile("memory:pod-stopped.json"), [], supervisors)
     assert a.supervisor is supervisors[0] and a.log_dir is None
     assert isinstance(a.controller, Controller)
     a.controller.on_term(5)
@@ -78,7 +63,7 @@ def test_given_collaborators_are_the_ones_the_parts_use_and_no_directory_is_made
 
 
 def test_a_stop_pod_lands_in_the_given_storage_and_the_next_agent_keeps_the_ranks_retired() -> None:
-    storage, exits = Storage(), []
+    storage, exits = MemoryTextFile("memory:pod-stopped.json"), []
     agent(storage, exits, []).exit_policy.stop_pod("sd-7-1", "every DP rank of the pod is committed dead")
     assert exits and exits[0][0] == 0
     assert storage.text is not None and '"stopped_at_unix_sec": 1700000042.0' in storage.text
