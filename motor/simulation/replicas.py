@@ -32,7 +32,8 @@ from motor.controller.metrics import ControllerMetrics
 from motor.controller.persistence import EtcdRuntimeStore
 from motor.controller.replica import ControllerReplica
 
-from motor.simulation.transports import CallFailed, SimCoordinatorClient, SimNodeManagerClients
+from motor.simulation.network import CallFailed
+from motor.simulation.transports import SimCoordinatorClient, SimNodeManagerClients
 
 # The world (motor.simulation.world.World, which composes this module: not imported, no cycle).
 World = Any

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
 from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused
-from motor.simulation.transports import NetworkBounds
+from motor.simulation.network import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import INSTANCE_ID, PODS, World
 

@@ -34,7 +34,8 @@ from motor.simulation.etcd import SimEtcd
 from motor.simulation.hardware import HardwareModel
 from motor.simulation.pod import SimEngineHttp, SimSupervisor
 from motor.simulation.replicas import ETCD_ENDPOINT, KEY_PREFIX, ControllerReplicas
-from motor.simulation.transports import Network, NetworkBounds, SimControllerClient
+from motor.simulation.network import Network, NetworkBounds
+from motor.simulation.transports import SimControllerClient
 from motor.simulation.virtual_time import VirtualClock
 
 log = logging.getLogger("motor.simulation.world")

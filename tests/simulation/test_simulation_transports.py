@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from motor.controller.clients import PeerCallError
-from motor.simulation.transports import Network, NetworkBounds, SimNodeManagerClient
+from motor.simulation.network import Network, NetworkBounds
+from motor.simulation.transports import SimNodeManagerClient
 
 ADDRESS = "10.0.0.2:50051"
 
