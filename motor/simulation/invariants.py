@@ -6,7 +6,9 @@ without a reconfiguration (`retired_rank_returns`); at most one strategy of the 
 in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives, a life being
 one replica process in one term (`apply_replayed`); no receiver (a NodeManager, the Coordinator)
 accepts calls of two lives in one term, or a call of an older term after a newer one
-(`two_leaders_act`); a round does not commit a scale-down against a hardware report it had before
+(`two_leaders_act`); once the acting Controller holds DEAD evidence of a rank's death, it holds
+it until it acts on it (commits the rank dead, or its engine is relaunched), as no newer
+observation of a dead engine can say otherwise (`evidence_lost`); a round does not commit a scale-down against a hardware report it had before
 its apply: an unmappable fault, or a severe fault on a rank it keeps (`scale_down_against_hardware`,
 RFC §4.2/§8). At the end, once stable: the Coordinator routes to exactly the Controller's
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
@@ -21,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from motor.controller.config import ControllerConfig
+from motor.controller.fault_tolerance.evidence import Health, RankEvidence
 from motor.controller.model.runtime import FtPhase
 
-from motor.simulation.world import World
+from motor.simulation.world import INSTANCE_ID, World
 
-INVARIANTS = ("dead_rank_published", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
+INVARIANTS = ("dead_rank_published", "evidence_lost", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
               "two_leaders_act", "scale_down_against_hardware", "published_equals_alive", "store_holds_acted_state",
               "liveness", "reconfigurations_bounded",
               "world_error")
@@ -76,6 +79,13 @@ class SafetyChecker:
         self._applied: dict[str, tuple[float, frozenset[int]]] = {}
         self._relaunched_at: list[float] = []
         self._found: list[Violation] = []
+        # evidence_lost: per rank, its dead engine (the object: a relaunch makes a new one) and the
+        # check before the one that first saw it dead (the death happened after that); the DEAD
+        # evidence the acting Controller held of that death, and the life that held it.
+        self._death: dict[int, tuple[object, float]] = {}
+        self._known_dead: dict[int, RankEvidence] = {}
+        self._known_life = world.incarnation
+        self._last_check_sec = 0.0
         world.call_listeners.append(self._on_call)
 
     def _on_call(self, name: str, address: str, args: tuple) -> None:
@@ -117,6 +127,39 @@ class SafetyChecker:
                  and not any(t >= d.fault_at_sec for t in self._relaunched_at)]
         return min(times) if times else None
 
+    def _evidence_lost(self, now: float) -> list[Violation]:
+        """Evidence is superseded only by a newer observation of the same rank, and a dead engine
+        stays dead until it is relaunched: so DEAD evidence of a death the Controller still has to
+        act on (the rank is not committed dead, its engine is the same) is never dropped or
+        replaced. A new Controller life starts with none (evidence is in-process, RFC §5)."""
+        w, core, rt, out = self.world, self.world.core, self.world.runtime(), []
+        since_sec, self._last_check_sec = self._last_check_sec, now
+        if core is None or rt is None or w.incarnation != self._known_life:
+            self._known_dead.clear()
+            self._known_life = w.incarnation
+            return out
+        held = core.faults.evidence(INSTANCE_ID)
+        for rank, engine in sorted(w.group.engines.items()):
+            if engine.process_up and engine.status != "dead" or rank in rt.dead_committed:
+                self._death.pop(rank, None)
+                self._known_dead.pop(rank, None)
+                continue
+            death = self._death.get(rank)
+            if death is None or death[0] is not engine:
+                death = self._death[rank] = (engine, since_sec)
+                self._known_dead.pop(rank, None)
+            ev, known = held.get(rank), self._known_dead.get(rank)
+            if ev is not None and ev.health is Health.DEAD and ev.received_mono_sec >= death[1]:
+                self._known_dead[rank] = ev
+            elif known is not None:
+                now_held = "nothing" if ev is None else f"{ev.kind} observed at {ev.observed_at_sec:.3f}"
+                out.append(Violation("evidence_lost", now,
+                                     f"rank {rank} is dead (its engine not relaunched, not committed dead); the "
+                                     f"Controller held its {known.kind} observed at {known.observed_at_sec:.3f} "
+                                     f"(received t={known.received_mono_sec:.3f}) and now holds {now_held}"))
+                del self._known_dead[rank]
+        return out
+
     def _snapshot_complete(self) -> bool:
         """Every active rank is dead or unhealthy in truth: the evidence for a decision exists."""
         w, rt = self.world, self.world.runtime()
@@ -141,6 +184,7 @@ class SafetyChecker:
             self._incarnation_seen = w.incarnation
             self._dead_published_since = {r: max(t, now) for r, t in self._dead_published_since.items()}
         dead = w.dead_in_truth()
+        out += self._evidence_lost(now)
         out += self._found
         self._found = []
         for rank in sorted(w.group.engines):

@@ -11,6 +11,7 @@ schedule keeps the rest of the world as it was.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import traceback
 from collections.abc import Callable
@@ -90,6 +91,8 @@ async def _fire(world: World, event: Event) -> None:
         world.knobs.fail_next_vote = True
     elif event.kind == "slow_rebuild":
         world.knobs.rebuild_sec = event.duration_sec
+    elif event.kind == "uneven_recovery":
+        world.knobs.recovery_skew_sec = event.duration_sec
     elif event.kind == "hang_status":
         g.hung.add(event.rank)
         await asyncio.sleep(event.duration_sec)
@@ -194,28 +197,45 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
 
 
 class Anchors:
-    """When each anchor first happened since the schedule started: an FT phase (seen by a watcher
-    every `ANCHOR_POLL_SEC`) or the first apply a NodeManager receives (seen on the call)."""
+    """When each anchor first happened since the schedule started: an FT phase, the first evidence
+    and the first survivor recovered after an apply (seen by a watcher every `ANCHOR_POLL_SEC`), or
+    the first guard, apply and snapshot pull a NodeManager receives (seen on the call)."""
 
     def __init__(self, world: World) -> None:
         self._world = world
         self._happened = {name: asyncio.Event() for name in ANCHORS}
         self.seen_at: dict[str, float] = {}
+        self.rank_of: dict[str, int] = {}
+        self._applied: set[str] = set()
         # Set at the end of the steps: anchors that happen later fire nothing.
         self.closed = False
         world.call_listeners.append(self._on_call)
 
     def _on_call(self, name: str, address: str, args: tuple) -> None:
         if name == "apply":
+            self._applied.add(args[1])
             self._hit("apply")
+        elif name == "guard":
+            self._hit("guard")
+        elif name == "status" and args[1] == "":  # the snapshot puller asks with no request id
+            self._hit("pull")
 
-    def _hit(self, name: str) -> None:
+    def _hit(self, name: str, rank: int = -1) -> None:
         if name not in self.seen_at and not self.closed:
             self.seen_at[name] = self._world.clock.monotonic()
+            if rank >= 0:
+                self.rank_of[name] = rank
             self._happened[name].set()
 
+    def _recovered(self) -> int:
+        """The lowest survivor healthy again after an apply the schedule saw (-1: none yet)."""
+        if not self._applied:
+            return -1
+        return min((r for r, e in self._world.group.engines.items()
+                    if e.applied in self._applied and e.process_up and e.status == "healthy"), default=-1)
+
     async def watch(self, wanted: set[str]) -> None:
-        polled = wanted - {"apply"}
+        polled = wanted - {"apply", "guard", "pull"}
         while polled - set(self.seen_at):
             phase = self._world.phase()
             if phase is not None and str(phase) in self._happened:
@@ -223,6 +243,8 @@ class Anchors:
             core = self._world.core
             if "evidence" in polled and core is not None and core.faults.evidence(INSTANCE_ID):
                 self._hit("evidence")
+            if "recovered" in polled and (rank := self._recovered()) >= 0:
+                self._hit("recovered", rank)
             await asyncio.sleep(ANCHOR_POLL_SEC)
 
     async def wait(self, name: str) -> float:
@@ -234,6 +256,8 @@ async def _scheduled(world: World, result: RunResult, event: Event, t0: float, a
                      fired: list[Event]) -> None:
     """One event at its exact virtual time (its anchor's time, or the schedule's start, plus at_sec)."""
     start = await anchors.wait(event.after) if event.after else t0
+    if event.anchor_rank:
+        event = dataclasses.replace(event, rank=anchors.rank_of[event.after], anchor_rank=False)
     await asyncio.sleep(max(0.0, start + event.at_sec - world.clock.monotonic()))
     fired.append(event)
     world.note(f"event {event.describe()}")

@@ -2,8 +2,9 @@
 
 A schedule is a list of `Event`s; the same seed always gives the same schedule. An event fires
 `at_sec` after the schedule starts or, when it names an anchor (`after`), `at_sec` after that
-anchor first happens once the schedule started (an FT phase the instance enters, or "apply": the
-first apply a NodeManager receives); an anchor that never happens leaves its event unfired.
+anchor first happens once the schedule started (an FT phase the instance enters, a call the
+Controller makes, a survivor's recovery, see ANCHORS); an anchor that never happens leaves its
+event unfired.
 Shrinking drops events and keeps the rest unchanged (each event carries its own parameters).
 """
 
@@ -21,6 +22,7 @@ KINDS = {
     "unhealthy": 3,         # a rank's own soft fault: it and its peers diagnose, then unhealthy
     "fail_vote": 1,         # the next scale-down vote fails (vllm: every survivor dead)
     "slow_rebuild": 1,      # the next rebuild takes longer than the check-in window
+    "uneven_recovery": 1,   # from now on survivors end their rebuilds up to `duration_sec` apart
     "hang_status": 1,       # a rank's status route hangs for a while
     "nm_crash": 1,          # a NodeManager crashes (its engines with it) and restarts later
     "controller_restart": 1,  # every Controller replica crashes; they start again over the same store
@@ -37,11 +39,16 @@ KINDS = {
 # The faults of a round-focused schedule (`generate_focused`) and the anchors they land on: a
 # death that starts a round, then faults a few hundred milliseconds into its short phases.
 FOCUSED_KINDS = {"executor_death": 4, "kill_process": 2, "hardware_fault": 4, "unhealthy": 1, "hang_status": 1}
-FOCUSED_ANCHORS = ("evidence", "DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "apply", "POST_SCALE_CLEANUP")
-# What an event may be anchored to: the FT phases a round goes through, the first apply, and the
-# first software evidence the acting Controller holds (its collection window is open).
+FOCUSED_ANCHORS = ("evidence", "pull", "DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "guard", "apply",
+                   "recovered", "POST_SCALE_CLEANUP")
+# What an event may be anchored to: the FT phases a round goes through; the first software
+# evidence the acting Controller holds (its collection window is open); the first snapshot pull,
+# guard and apply the Controller sends; the first survivor whose rebuild ended ("recovered": the
+# round still polls while the others rebuild).
 ANCHORS = ("DECIDING", "WAITING_ENGINE_FAULT", "SCALING_DOWN", "POST_SCALE_CLEANUP", "RECONFIGURING",
-           "SCALED_DOWN_RUNNING", "apply", "evidence")
+           "SCALED_DOWN_RUNNING", "apply", "evidence", "pull", "guard", "recovered")
+# Anchors that name a rank (the survivor that recovered): an event may strike that rank.
+RANK_ANCHORS = ("recovered",)
 # Where a hardware fault is: the card of `rank`, the whole node of `pod`, or a card or node no pod
 # hosts (a card name in no known form on our node, a card number no endpoint lists, another node).
 TARGETS = ("card", "node", "unknown_card_format", "foreign_card", "foreign_node")
@@ -56,6 +63,8 @@ class Event:
     duration_sec: float = 0.0
     # An anchor from ANCHORS: `at_sec` counts from when it first happens ("" counts from the start).
     after: str = ""
+    # The event strikes the rank its anchor names (RANK_ANCHORS), not `rank`.
+    anchor_rank: bool = False
     # hardware_fault: the FaultLevel (1..6), where (TARGETS), and for a severe fault that kills
     # its ranks (after `duration_sec`) whether the report comes first and how the engines die.
     level: int = 0
@@ -65,6 +74,8 @@ class Event:
 
     def describe(self) -> str:
         who = f" rank={self.rank}" if self.rank >= 0 else (f" pod={self.pod}" if self.pod >= 0 else "")
+        if self.anchor_rank:
+            who = f" rank=<{self.after}>"
         hw = ""
         if self.kind == "hardware_fault":
             hw = f" L{self.level} {self.target}"
@@ -114,6 +125,7 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
                     "leader_crash": rng.uniform(0.5, 15), "leader_partition": rng.uniform(1, 15),
                     "replica_restart": rng.uniform(0.5, 15), "lossy_network": rng.uniform(2, 20),
                     "slow_rebuild": rng.uniform(8, 20), "store_outage": rng.uniform(1, 15),
+                    "uneven_recovery": rng.uniform(2, 6),
                     "hardware_fault": rng.uniform(0, 8)}.get(kind, 0.0)
         extra = _hardware(rng, ranks, pods) if kind == "hardware_fault" else {"rank": rank, "pod": pod}
         events.append(Event(at, kind, duration_sec=round(duration, 3), after=after, **extra))
@@ -121,12 +133,16 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
 
 
 def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: list[int], pods: int) -> list[Event]:
-    """A round and faults inside it: a death at a random moment, then one or two faults 0–2.5 s
+    """A round and faults inside it: a death at a random moment (half the time with survivors that
+    recover seconds apart), then one or two faults 0–2.5 s
     after an anchor in the round's short phases (a survivor dying after it was read, a hardware
     report on a rank the round keeps or on nothing the instance hosts, a hung status route)."""
     horizon = steps * step_sec / 3
     first = rng.choice(("executor_death", "kill_process"))
     events = [Event(round(rng.uniform(5.0, max(6.0, horizon)), 3), first, rank=rng.choice(ranks))]
+    if rng.random() < 0.5:
+        # Survivors whose rebuilds end seconds apart: the round reads some healthy, polls the rest.
+        events.append(Event(0.0, "uneven_recovery", duration_sec=round(rng.uniform(2, 6), 3)))
     kinds, weights = list(FOCUSED_KINDS), list(FOCUSED_KINDS.values())
     for _ in range(rng.choice((1, 2))):
         kind = rng.choices(kinds, weights)[0]
@@ -135,6 +151,9 @@ def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: lis
             events.append(Event(at, kind, duration_sec=round(rng.uniform(0, 8), 3), after=after,
                                 **_hardware(rng, ranks, pods, severe_or_unmappable=True)))
         else:
-            events.append(Event(at, kind, rank=rng.choice(ranks), after=after,
+            # Half of the faults after a survivor's recovery strike that survivor: it was read
+            # healthy, and the round goes on polling the others.
+            on_anchor = after in RANK_ANCHORS and kind != "hang_status" and rng.random() < 0.5
+            events.append(Event(at, kind, rank=rng.choice(ranks), after=after, anchor_rank=on_anchor,
                                 duration_sec=round(rng.uniform(1, 8), 3) if kind == "hang_status" else 0.0))
     return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from motor.common.term_fence import TermFence
+from motor.controller.fault_tolerance.evidence import EvidenceKind, Health, RankEvidence
 from motor.controller.model.runtime import FtPhase
 from motor.simulation.hardware import Delivered
 from motor.simulation.invariants import SafetyChecker, final_checks
@@ -13,6 +14,8 @@ from motor.simulation.replicas import ControllerReplicas
 from motor.simulation.runner import run
 from motor.simulation.schedule import Event
 from motor.simulation.world import World
+
+from .test_simulation_pinned import _SURVIVOR_DIES_AFTER_ITS_READ
 
 
 def _invariants(result) -> set[str]:
@@ -27,6 +30,19 @@ def test_dead_rank_published_fires_when_the_coordinator_ignores_every_withdrawal
     result = run(1, events=[Event(10.0, "executor_death", rank=3)], tamper=freeze)
     assert _invariants(result) == {"dead_rank_published"}, result.violations
     assert "rank 3" in result.violations[0].message
+
+
+def test_evidence_lost_fires_when_a_commit_drops_a_survivors_later_death() -> None:
+    def settle_by_the_last_read_only(world: World) -> None:
+        intake = world.core.faults.intake
+        settle = intake.settle
+        # Every report older than the round's last read counts as seen by the round, also a
+        # survivor's death reported after its own healthy read.
+        intake.settle = lambda iid, committed, observed, whole, last_reads=None: settle(iid, committed, observed, whole)
+
+    result = run(503, events=_SURVIVOR_DIES_AFTER_ITS_READ, tamper=settle_by_the_last_read_only)
+    assert _invariants(result) == {"evidence_lost"}, result.violations
+    assert "rank 0" in result.violations[0].message and "now holds nothing" in result.violations[0].message
 
 
 def test_liveness_fires_when_relaunched_engines_never_form_a_group() -> None:
@@ -121,6 +137,19 @@ class _Store:
         return _Held(str(self.world.rt.phase), tuple(self.world.rt.dead_committed))
 
 
+@dataclass
+class _Faults:
+    held: dict = field(default_factory=dict)
+
+    def evidence(self, instance_id: int) -> dict:
+        return dict(self.held)
+
+
+@dataclass
+class _Core:
+    faults: _Faults = field(default_factory=_Faults)
+
+
 class _World:
     """What the checkers read of a World, set by hand."""
 
@@ -130,7 +159,7 @@ class _World:
         self.group = _Group()
         self.rt = _Runtime()
         self.view: frozenset | None = frozenset({0, 1, 2, 3})
-        self.core = object()
+        self.core = _Core()
         self.incarnation = 1
         self.relaunches = 0
         self.max_concurrent_strategies = 0
@@ -331,3 +360,40 @@ def test_dead_rank_published_uses_the_short_bound_after_a_hardware_report_at_res
     assert [v.invariant for v in fired] == ["dead_rank_published"]
     assert fired[0].at_sec <= 1.0 + checker.complete_bound_sec + 1  # counted from the report
     assert "hardware report" in fired[0].message
+
+
+def _dead_evidence(rank: int, received_sec: float) -> RankEvidence:
+    return RankEvidence(rank, Health.DEAD, EvidenceKind.ENGINE_DEAD, "", observed_at_sec=1e9 + received_sec,
+                        received_mono_sec=received_sec)
+
+
+def test_evidence_lost_fires_when_held_dead_evidence_goes_while_the_engine_stays_dead() -> None:
+    w = _World()
+    checker = SafetyChecker(w)
+    w.group.engines[1].status = "dead"
+    w.clock.now = 1.0
+    assert checker.check(1.0) == []
+    w.core.faults.held[1] = _dead_evidence(1, 1.2)
+    assert checker.check(1.5) == []
+    w.core.faults.held.clear()
+    found = [v for v in checker.check(2.0) if v.invariant == "evidence_lost"]
+    assert len(found) == 1 and "rank 1" in found[0].message and "now holds nothing" in found[0].message
+    assert checker.check(2.5) == [], "each loss is reported once"
+
+
+def test_evidence_lost_lets_evidence_go_once_the_rank_is_committed_relaunched_or_a_new_life_starts() -> None:
+    for act in ("commit", "relaunch", "new_life"):
+        w = _World()
+        checker = SafetyChecker(w)
+        w.group.engines[1].status = "dead"
+        assert checker.check(1.0) == []
+        w.core.faults.held[1] = _dead_evidence(1, 1.2)
+        assert checker.check(1.5) == []
+        w.core.faults.held.clear()
+        if act == "commit":
+            w.rt.dead_committed = frozenset({1})
+        elif act == "relaunch":
+            w.group.engines[1] = _Engine(status="dead")  # a new engine, itself not up yet
+        else:
+            w.incarnation = 2
+        assert [v for v in checker.check(2.0) if v.invariant == "evidence_lost"] == [], act

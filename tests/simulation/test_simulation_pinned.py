@@ -95,3 +95,16 @@ def test_an_unmappable_fault_received_after_the_rebuild_started_the_engines_is_n
               Event(0.779, "hardware_fault", rank=1, level=4, target="card", hardware_first=True,
                     kill="executor_death", duration_sec=7.1, after="SCALING_DOWN")]
     assert _violations(1574, events) == []
+
+
+# A survivor dies during the round's recovery poll, after its own read found it healthy: its
+# ENGINE_DEAD arrives before the commit and is news for the next decision, a second round (RFC
+# §3.1), not something the round saw.
+_SURVIVOR_DIES_AFTER_ITS_READ = [Event(13.970, "executor_death", rank=2),
+                                 Event(2.399, "executor_death", rank=0, after="guard")]
+
+
+def test_a_survivor_dying_after_its_own_recovery_read_is_removed_by_a_second_round() -> None:
+    result = run(503, "vllm", events=_SURVIVOR_DIES_AFTER_ITS_READ)
+    assert result.violations == [], result.trace
+    assert "phase=SCALED_DOWN_RUNNING dead_committed=[0, 2] published=[1, 3]" in "\n".join(result.trace)
