@@ -194,8 +194,8 @@ class CoordinatorClient:
 
     async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
         return await _invoke(
-            "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout
-        )
+            "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout,
+            leadership=self._leadership)
 
     async def send_canary(self, instance_id: int, endpoint_ids: Sequence[int], timeout_sec: float,
                           request_id: str) -> coordinator_pb2.SendCanaryResponse:
