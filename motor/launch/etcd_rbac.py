@@ -143,7 +143,8 @@ def enable_rbac(server: EtcdServer, controller_cert_file: str | Path, prefix: st
     return user
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m motor.launch.etcd_rbac` (the production overlay's Job)."""
     parser = argparse.ArgumentParser(prog="python -m motor.launch.etcd_rbac",
                                      description="etcd RBAC for Motor: only the Controller's certificate CN "
                                                  "gets a user (readwrite on Motor's prefix). Idempotent.")
@@ -160,7 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     who.add_argument("--controller-user", help="the Controller certificate's CN")
     boot.add_argument("--prefix", default=MOTOR_PREFIX, help=f"Motor's key prefix (default {MOTOR_PREFIX})")
     boot.add_argument("--timeout-sec", type=float, default=_CALL_TIMEOUT_SEC, help="deadline of each call")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         user = args.controller_user or common_name(args.controller_cert)
