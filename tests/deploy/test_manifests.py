@@ -131,6 +131,8 @@ def test_plaintext_is_explicit_and_production_is_production(kustomization: str) 
         config = _config(docs, configmap, key)
         if kustomization == "overlays/production":
             assert config["mode"] == "production" and "security" in config and "insecure_plaintext" not in config
+            if configmap == "motor-controller-config":  # no NodeManager certificate without its pod's URI
+                assert config["security"]["require_pod_identity"] is True
         else:
             assert config["insecure_plaintext"] is True and "security" not in config and "mode" not in config
 
