@@ -217,3 +217,17 @@ def create_dev_pki(directory: str | os.PathLike[str], hosts: Sequence[str] = DEF
     _write_key(pki.key_file(ETCD), key)
     _write_cert(pki.cert_file(ETCD), cert)
     return pki
+
+
+def issue_certificate(pki: DevPki, name: str, common_name: str, days: int = DEFAULT_DAYS) -> DevPki:
+    """One more certificate of `pki`'s CA, with no role URI (its only SAN: DNS `name`):
+    `<name>.{crt,key}`; etcd's admin certificate is CN=root: `issue_certificate(pki, "etcd-admin", "root")`."""
+    if not 1 <= days <= MAX_DAYS:
+        raise PkiError(f"days={days} is not in [1, {MAX_DAYS}]")
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_file.read_bytes())
+    ca_key = serialization.load_pem_private_key((pki.directory / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    cert, key = _leaf(ca_cert, ca_key, common_name, [x509.DNSName(name)], days)
+    _write_key(pki.key_file(name), key)
+    _write_cert(pki.cert_file(name), cert)
+    return pki

@@ -14,6 +14,11 @@ method with FAILED_PRECONDITION when it is called
 Before any term was seen, a call without one runs (a lone Controller without election). This closes
 the window a leader's own lease check leaves open (a process frozen between the check and the send).
 
+A fenced read (the Coordinator's ListInstances) is judged the same way, except that a call without a
+term always runs (an operator reading). A leader's read carries its term, so the receiver records
+the new term at the read: a deposed leader's write cannot land between a new leader's read and its
+first fenced write, which the new leader's view would then miss.
+
 The highest term is kept in a `TermStorage` when one is given (the NodeManager's log_dir, the
 Coordinator's state_dir), so a restarted receiver does not accept a deposed leader's first call. A
 wiped etcd (revisions start again at 1) or a switch back to a Controller without election needs
@@ -103,14 +108,15 @@ class TermFence:
                     log.error("%s: leader term %d not persisted to %s: %s", self._label, term,
                               self._storage.where, exc)
 
-    def refusal(self, term: int | MalformedTerm | None, method: str) -> str | None:
-        """None when a call of `term` may run (recording it), else why it is refused."""
+    def refusal(self, term: int | MalformedTerm | None, method: str, read: bool = False) -> str | None:
+        """None when a call of `term` may run (recording it), else why it is refused; a `read`
+        without a term always runs."""
         if isinstance(term, MalformedTerm):
             self.refused += 1
             return (f"{method} refused: leader term {term[:40]!r} in {LEADER_TERM_METADATA} is not a decimal "
                     "term")
         if term is None:
-            if not self.term:
+            if not self.term or read:
                 return None
             self.refused += 1
             return (f"{method} refused: the call carries no leader term ({LEADER_TERM_METADATA}) but term "
@@ -142,15 +148,17 @@ def term_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> int | None:
 
 class TermFenceInterceptor(grpc.aio.ServerInterceptor):
     """Refuses the `guarded` methods (full names) called with an older, a malformed, or (once a term
-    was seen) no leader term."""
+    was seen) no leader term; the `reads` with an older or a malformed one."""
 
-    def __init__(self, fence: TermFence, guarded: Iterable[str]) -> None:
+    def __init__(self, fence: TermFence, guarded: Iterable[str], reads: Iterable[str] = ()) -> None:
         self._fence = fence
         self._guarded = frozenset(guarded)
+        self._reads = frozenset(reads)
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
-        if method not in self._guarded:
+        read = method in self._reads
+        if method not in self._guarded and not read:
             return await continuation(handler_call_details)
         term = parse_term(handler_call_details.invocation_metadata)
         handler = await continuation(handler_call_details)
@@ -161,7 +169,7 @@ class TermFenceInterceptor(grpc.aio.ServerInterceptor):
 
         async def unary_unary(request, context):
             # Judged when the call runs, not when it arrived: a newer term may have been seen since.
-            why = fence.refusal(term, method)
+            why = fence.refusal(term, method, read)
             if why is not None:
                 log.warning("%s", why)
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)

@@ -179,11 +179,26 @@ class CoordinatorClient:
     def __init__(self, address: str, tls: ClientTlsConfig | None, request_timeout_sec: float, management_key: str | None = None,
                  leadership: Leadership | None = None) -> None:
         self.address = address
+        self._tls = tls
         self._timeout = request_timeout_sec
         self._leadership = leadership
-        self._channel = open_channel(address, tls)
-        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        # Rotated certificate files reopen the channel (its credentials are fixed when opened).
+        self._files = client_files(tls)
+        self._open()
         self._metadata = ((MANAGEMENT_KEY_METADATA, management_key),) if management_key else None
+
+    def _open(self) -> None:
+        self._stamp = self._files.stamp() if self._files is not None else None
+        self._channel = open_channel(self.address, self._tls)
+        self._stub_now = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+
+    @property
+    def _stub(self) -> coordinator_pb2_grpc.CoordinatorStub:
+        if self._files is not None and self._files.changed_since(self._stamp):
+            log.warning("certificate files changed; channel to the Coordinator %s reopened", self.address)
+            close_later(self._channel)
+            self._open()
+        return self._stub_now
 
     async def refresh(self, event: int, instances: Sequence[common_pb2.Instance], revision: int) -> int:
         req = coordinator_pb2.RefreshRequest(event=event, instances=list(instances), revision=revision)
@@ -194,8 +209,8 @@ class CoordinatorClient:
 
     async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
         return await _invoke(
-            "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout
-        )
+            "list_instances", self.address, self._stub.ListInstances, coordinator_pb2.ListInstancesRequest(), self._timeout,
+            leadership=self._leadership)
 
     async def send_canary(self, instance_id: int, endpoint_ids: Sequence[int], timeout_sec: float,
                           request_id: str) -> coordinator_pb2.SendCanaryResponse:

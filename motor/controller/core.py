@@ -255,8 +255,10 @@ class ControllerCore:
     # ---- registration and heartbeats ---------------------------------------------------------
 
     async def register(self, req: controller_pb2.RegisterRequest, identity: str = "") -> controller_pb2.RegisterResponse:
-        record, newly = self.registry.register(req, self.clock.monotonic(), identity)
         iid = req.instance_id
+        known = self.registry.get(iid)
+        was_bound = known is not None and req.pod.pod_ip in known.bindings()
+        record, newly = self.registry.register(req, self.clock.monotonic(), identity)
         log.info("instance=%d pod=%s registered ranks=%s nodemanager=%s retired=%s assembled=%s",
                  iid, req.pod.pod_ip, sorted(e.id for e in req.endpoints), req.pod.node_manager_address,
                  list(req.retired_ids), record.assembled)
@@ -282,6 +284,12 @@ class ControllerCore:
                 await publish_serving_view(self.deps, iid)
         elif runtime is not None:
             self._check_retired(iid)
+            if not was_bound and req.pod.pod_ip in record.bindings():
+                # A pod restored unbound is bound now: persisted, so the next leader keeps it bound.
+                try:
+                    await self.persister.persist(iid)
+                except StoreError as exc:
+                    self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
         if runtime is not None:
             self.faults.pod_registered(iid)
         self.broadcaster.changed(iid)

@@ -11,7 +11,9 @@ Heartbeat and ReportSoftwareFault; what it says in them is checked here:
   certificate (so Guard, Apply and StopPod reach the pod that registered);
 * it may only report ranks its pod hosts in that instance;
 * a pod is bound to the pod URI (``spiffe://<trust_domain>/ns/<ns>/pod/<name>``) of the certificate
-  that registered it first; a registration or heartbeat of that pod from another identity is refused.
+  that registered it first; a registration or heartbeat of that pod from another identity is refused;
+* with ``security.require_pod_identity`` (on by default in ``mode: production``) the certificate must
+  carry such a pod URI at all: one without (a certificate shared by NodeManagers) is refused.
 
 A refusal is PERMISSION_DENIED naming the claim, logged (instance, pod, reason) and counted in
 ``motor_controller_identity_refusals_total{method,reason}``. Without a client certificate (the
@@ -30,12 +32,14 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gen.motor.v1 import controller_pb2
 from motor.common.security import PeerIdentity, identity_of_pem
+from motor.controller.config import ControllerConfig
 from motor.controller.instances import InstanceRegistry
 
 log = logging.getLogger(__name__)
 
 # Bounded values of the `reason` label.
-REASONS = ("pod_ip", "nodemanager_address", "rank", "other_identity", "unknown_pod", "instance_cap")
+REASONS = ("pod_ip", "nodemanager_address", "rank", "other_identity", "unknown_pod", "instance_cap",
+           "no_pod_identity")
 
 
 class IdentityRefusal(Exception):
@@ -104,12 +108,31 @@ def caller_of(context: grpc.aio.ServicerContext, trust_domain: str) -> Caller | 
     return Caller(identity, peer_ip(context.peer()), identity.pod_uri_in(trust_domain) or "")
 
 
+def require_pod_identity(config: ControllerConfig) -> bool:
+    """`security.require_pod_identity`, unset: on in production mode, where a certificate shared by
+    NodeManagers would let each of them bind any pod first; off in test mode, whose development
+    PKI may hand every NodeManager the one shared certificate. Off without `security` (nothing to
+    check: plaintext)."""
+    security = config.security
+    if security is None:
+        return False
+    required = security.require_pod_identity
+    if required is None:
+        return config.mode == "production"
+    if not required and config.mode == "production":
+        log.warning("security.require_pod_identity=false in production mode: a NodeManager certificate "
+                    "without a pod URI is bound by its IP SANs or connection address only")
+    return required
+
+
 class IdentityGate:
     """The checks of the three NodeManager calls, and the refusal counter."""
 
-    def __init__(self, registry: InstanceRegistry, metrics_registry: CollectorRegistry, trust_domain: str) -> None:
+    def __init__(self, registry: InstanceRegistry, metrics_registry: CollectorRegistry, trust_domain: str,
+                 require_pod_identity: bool = False) -> None:
         self.instances = registry
         self.trust_domain = trust_domain
+        self.require_pod_identity = require_pod_identity
         self.refusals = Counter("motor_controller_identity_refusals_total",
                                 "NodeManager claims refused because the caller's certificate does not cover them",
                                 ["method", "reason"], registry=metrics_registry)
@@ -119,6 +142,7 @@ class IdentityGate:
         log.warning("identity: instance=%d pod=%s %s refused (%s): %s", instance_id, pod_ip, method, exc.reason, exc)
 
     def check_register(self, caller: Caller, req: controller_pb2.RegisterRequest) -> None:
+        self._check_pod_uri("Register", caller)
         pod = req.pod
         if not caller.speaks_for(pod.pod_ip):
             raise IdentityRefusal("pod_ip", f"Register: pod_ip {pod.pod_ip} is not the caller's pod "
@@ -130,12 +154,14 @@ class IdentityGate:
         self._check_binding("Register", caller, req.instance_id, pod.pod_ip)
 
     def check_heartbeat(self, caller: Caller, req: controller_pb2.HeartbeatRequest) -> None:
+        self._check_pod_uri("Heartbeat", caller)
         if not caller.speaks_for(req.pod_ip):
             raise IdentityRefusal("pod_ip", f"Heartbeat: pod_ip {req.pod_ip} is not the caller's pod "
                                             f"(certificate: {caller.describe()})")
         self._check_binding("Heartbeat", caller, req.instance_id, req.pod_ip)
 
     def check_report(self, caller: Caller, req: controller_pb2.ReportSoftwareFaultRequest) -> None:
+        self._check_pod_uri("ReportSoftwareFault", caller)
         if not caller.speaks_for(req.pod_ip):
             raise IdentityRefusal("pod_ip", f"ReportSoftwareFault: pod_ip {req.pod_ip} is not the caller's pod "
                                             f"(certificate: {caller.describe()})")
@@ -150,6 +176,14 @@ class IdentityGate:
             raise IdentityRefusal("rank", f"ReportSoftwareFault: rank {req.endpoint_id} is not hosted by pod "
                                           f"{req.pod_ip} (its ranks: {list(pod.ranks)})")
         self._check_binding("ReportSoftwareFault", caller, req.instance_id, req.pod_ip)
+
+    def _check_pod_uri(self, method: str, caller: Caller) -> None:
+        if self.require_pod_identity and not caller.pod_uri:
+            raise IdentityRefusal("no_pod_identity",
+                                  f"{method}: the caller's certificate has no pod URI "
+                                  f"spiffe://{self.trust_domain}/ns/<namespace>/pod/<name> "
+                                  f"(certificate: {caller.describe()}); security.require_pod_identity needs every "
+                                  "NodeManager to present its own pod's certificate, not one shared by pods")
 
     def _check_binding(self, method: str, caller: Caller, instance_id: int, pod_ip: str) -> None:
         record = self.instances.get(instance_id)

@@ -38,8 +38,8 @@ class PodRecord:
     # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
     retired: frozenset[int] = frozenset()
     dp_store_port_base: int = 0
-    # The pod URI of the certificate that registered the pod ("" when unknown: plaintext, a
-    # certificate without one, or restored from the store until the pod registers again).
+    # The pod URI of the certificate that registered the pod ("" when unknown: plaintext, or a
+    # certificate without one). Persisted with the topology, so a restart keeps the binding.
     identity: str = ""
 
     @property
@@ -104,13 +104,19 @@ class InstanceRecord:
         pod = next((p for p in self.pods.values() if master_rank in p.endpoints), None)
         return pod.dp_store_port_base + removed_cumulative if pod is not None and pod.dp_store_port_base else 0
 
-    def topology(self) -> common_pb2.Instance:
-        """The authoritative topology as a motor.v1.Instance."""
+    def bindings(self) -> dict[str, str]:
+        """Each bound pod's pod URI, by pod IP."""
+        return {ip: pod.identity for ip, pod in self.pods.items() if pod.identity}
+
+    def topology(self, with_bindings: bool = False) -> common_pb2.Instance:
+        """The authoritative topology as a motor.v1.Instance; `with_bindings` (the persisted copy
+        only) adds each pod's bound pod URI."""
         inst = common_pb2.Instance(id=self.instance_id, role=self.role, model=self.model, dp_size=self.dp_size)
         for pod in sorted(self.pods.values(), key=lambda p: p.pod_ip):
             inst.pods.add(
                 pod_ip=pod.pod_ip, node_name=pod.node_name, node_manager_address=pod.node_manager_address,
                 endpoint_ids=list(pod.ranks), dp_store_port_base=pod.dp_store_port_base,
+                bound_pod_uri=pod.identity if with_bindings else "",
             )
             inst.endpoints.extend(pod.endpoints[r] for r in pod.ranks)
         inst.endpoints.sort(key=lambda e: e.id)
@@ -184,7 +190,7 @@ class InstanceRegistry:
         for pod in topology.pods:
             record.pods[pod.pod_ip] = PodRecord(
                 pod.pod_ip, pod.node_name, pod.node_manager_address, {r: by_id[r] for r in pod.endpoint_ids}, cap, now_sec,
-                dp_store_port_base=pod.dp_store_port_base,
+                dp_store_port_base=pod.dp_store_port_base, identity=pod.bound_pod_uri,
             )
         self._instances[topology.id] = record
         return record

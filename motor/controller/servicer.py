@@ -22,7 +22,7 @@ from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
-from motor.controller.identity import IdentityGate, IdentityRefusal, caller_of
+from motor.controller.identity import IdentityGate, IdentityRefusal, caller_of, require_pod_identity
 from motor.controller.instances import InstanceCapError, RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
 from motor.controller.status import runtime_proto
@@ -43,7 +43,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         self.core = core
         security = core.config.security
         self.identity = IdentityGate(core.registry, core.metrics.registry,
-                                     security.trust_domain if security is not None else "motor")
+                                     security.trust_domain if security is not None else "motor",
+                                     require_pod_identity(core.config))
 
     async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str) -> str:
         """The caller's pod URI once its claims are covered by its certificate (see

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # The methods a deposed Controller leader's call is refused on (motor.common.term_fence): the view it
 # publishes and the canaries it sends (a deposed leader acts on no engine).
 FENCED_METHODS = ("/motor.v1.Coordinator/Refresh", "/motor.v1.Coordinator/SendCanary")
+# A leader's read of what is published: fenced too, and term-less reads (operators) run.
+FENCED_READS = ("/motor.v1.Coordinator/ListInstances",)
 
 
 class CoordinatorService:
@@ -56,12 +58,14 @@ class CoordinatorService:
         )
         management_key = config.management_key or (
             read_key_file(config.management_key_file, "management_key_file") if config.management_key_file else None)
-        self.servicer = CoordinatorServicer(self.table, management_key, ledger=ledger,
-                                            canary=Canary(self.table, self.engine_client, self.metrics))
-        servicer = self.servicer
-        # A deposed Controller leader's Refresh and SendCanary are refused (motor.common.term_fence);
-        # the highest term seen outlives a restart in state_dir.
+        # A deposed Controller leader's Refresh, SendCanary and ListInstances are refused
+        # (motor.common.term_fence); the highest term seen outlives a restart in state_dir.
         self.term_fence = TermFence("coordinator", FileTermStorage(config.state_dir) if config.state_dir else None)
+        term_fence = self.term_fence
+        self.servicer = CoordinatorServicer(self.table, management_key, ledger=ledger,
+                                            canary=Canary(self.table, self.engine_client, self.metrics),
+                                            leader_term=lambda: term_fence.term)
+        servicer = self.servicer
         self._grpc = GrpcServer(
             server_config(config.server, config.security),
             [
@@ -71,7 +75,7 @@ class CoordinatorService:
                 )
             ],
             "coordinator",
-            interceptors=[TermFenceInterceptor(self.term_fence, FENCED_METHODS)],
+            interceptors=[TermFenceInterceptor(self.term_fence, FENCED_METHODS, FENCED_READS)],
         )
         self.controller_sync = ControllerSync(LeaderFollowingClient(
             config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),

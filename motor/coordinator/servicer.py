@@ -92,8 +92,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(
         self, table: RoutingTable, management_key: str | None = None, clock: Callable[[], float] = time.monotonic,
         ledger: MigrationLedger | None = None, canary: Canary | None = None,
+        leader_term: Callable[[], int] = lambda: 0,
     ) -> None:
         self._table = table
+        # The highest leader term the server's fence has seen (ListInstances reports it).
+        self._leader_term = leader_term
         self._key = management_key.encode() if management_key else None
         self._clock = clock
         self._ledger = ledger
@@ -160,6 +163,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                                                     failed_requests=counts.failed_requests)
                 for iid, counts in (self._ledger.snapshot().items() if self._ledger is not None else ())
             ],
+            leader_term=self._leader_term(),
         )
 
     async def SendCanary(

@@ -4,7 +4,7 @@ A Controller call carries its leader term in metadata (the real `motor.controlle
 builds it from the replica's `Leadership`); at the receiver the real `TermFenceInterceptor` of
 `motor.common.term_fence` wraps the handler, with the receiver's own `TermFence` (a NodeManager's,
 the Coordinator's) and the methods its server guards (`nodemanager.main.FENCED_METHODS`,
-`motor.coordinator.main.FENCED_METHODS`), and judges the term when the call runs. A refusal is the
+`motor.coordinator.main.FENCED_METHODS`, and its fenced read `FENCED_READS`), and judges the term when the call runs. A refusal is the
 interceptor's `context.abort(FAILED_PRECONDITION, ...)`, which the transport turns into the status
 a gRPC client would see.
 
@@ -23,9 +23,10 @@ import grpc
 
 from motor.common.term_fence import TermFence, TermFenceInterceptor
 from motor.coordinator.main import FENCED_METHODS as COORDINATOR_FENCED
+from motor.coordinator.main import FENCED_READS as COORDINATOR_READS
 from nodemanager.main import FENCED_METHODS as NODEMANAGER_FENCED
 
-__all__ = ["COORDINATOR_FENCED", "NODEMANAGER_FENCED", "METHODS", "Sender", "through_fence"]
+__all__ = ["COORDINATOR_FENCED", "COORDINATOR_READS", "NODEMANAGER_FENCED", "METHODS", "Sender", "through_fence"]
 
 METHODS = {
     "guard": "/motor.v1.NodeManagerFaultTolerance/Guard", "status": "/motor.v1.NodeManagerFaultTolerance/Status",
@@ -67,7 +68,7 @@ class _Context:
 
 
 async def through_fence(fence: TermFence | None, guarded: Iterable[str], call: str, metadata: Any,
-                        handle: Callable[[], Awaitable[Any]]) -> Any:
+                        handle: Callable[[], Awaitable[Any]], reads: Iterable[str] = ()) -> Any:
     """Runs `handle` behind the receiver's interceptor (FenceRefused when the fence refuses)."""
     if fence is None:
         return await handle()
@@ -78,6 +79,6 @@ async def through_fence(fence: TermFence | None, guarded: Iterable[str], call: s
     async def continuation(details: Any) -> Any:
         return grpc.unary_unary_rpc_method_handler(unary)
 
-    interceptor = TermFenceInterceptor(fence, guarded)
+    interceptor = TermFenceInterceptor(fence, guarded, reads)
     handler = await interceptor.intercept_service(continuation, _Details(method_of(call), tuple(metadata or ())))
     return await handler.unary_unary(None, _Context())

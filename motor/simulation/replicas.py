@@ -117,7 +117,7 @@ class ControllerReplicas:
 
     # -- lives and observations ------------------------------------------------------------------
     def life_of(self, proc: SimController, term: int) -> int:
-        """0 for a call without a term (one the leadership does not check: ListInstances)."""
+        """0 for a call without a term (a Controller without election)."""
         if not term:
             return 0
         key = (id(proc), term)

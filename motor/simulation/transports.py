@@ -38,7 +38,14 @@ from nodemanager.errors import FailedPrecondition, NodeManagerError
 from nodemanager.pod_stop import stop_target_mismatch
 from nodemanager.rpc import status_code_of
 
-from motor.simulation.fences import COORDINATOR_FENCED, NODEMANAGER_FENCED, FenceRefused, Sender, through_fence
+from motor.simulation.fences import (
+    COORDINATOR_FENCED,
+    COORDINATOR_READS,
+    NODEMANAGER_FENCED,
+    FenceRefused,
+    Sender,
+    through_fence,
+)
 from motor.simulation.network import CallFailed, Network
 
 _EVENTS = {coordinator_pb2.REFRESH_EVENT_ADD: RefreshEvent.ADD, coordinator_pb2.REFRESH_EVENT_DEL: RefreshEvent.DEL,
@@ -209,7 +216,7 @@ class SimNodeManagerClients:
 # -- Controller → Coordinator ------------------------------------------------------------------
 class SimCoordinatorClient:
     """`fence`: the Coordinator's current `TermFence` (its process's); `leadership` and `sender` as
-    for `SimNodeManagerClient` (ListInstances is neither checked nor fenced, as in the real client)."""
+    for `SimNodeManagerClient` (ListInstances is checked and fenced as a read, as in the real client)."""
 
     address = "coordinator"
 
@@ -219,7 +226,7 @@ class SimCoordinatorClient:
         self.net, self._table, self._timeout, self._serve = net, table, timeout_sec, serve
         self._leadership, self._sender, self._fence = leadership, sender, fence
 
-    async def _call(self, name: str, fn, checked: bool = True):
+    async def _call(self, name: str, fn):
         sender = self._sender
 
         async def method(request, timeout, metadata=None):
@@ -233,7 +240,7 @@ class SimCoordinatorClient:
 
             async def invoke():
                 try:
-                    return await through_fence(fence, COORDINATOR_FENCED, name, metadata, handle)
+                    return await through_fence(fence, COORDINATOR_FENCED, name, metadata, handle, COORDINATOR_READS)
                 except FenceRefused as exc:
                     raise CallFailed(exc.code, exc.details) from None
 
@@ -244,7 +251,7 @@ class SimCoordinatorClient:
                 raise exc.rpc_error() from None
 
         return await _invoke(name, self.address, method, None, self._timeout,
-                             leadership=self._leadership if checked else None)
+                             leadership=self._leadership)
 
     async def refresh(self, event, instances, revision) -> int:
         async def fn():
@@ -261,7 +268,7 @@ class SimCoordinatorClient:
             return coordinator_pb2.ListInstancesResponse(revision=snap.revision, instances=[
                 coordinator_pb2.PublishedInstance(instance=instance_to_proto(v.spec), paused=v.paused)
                 for v in snap.instances])
-        return await self._call("list_instances", fn, checked=False)
+        return await self._call("list_instances", fn)
 
     async def send_canary(self, instance_id, endpoint_ids, timeout_sec, request_id):
         async def fn():

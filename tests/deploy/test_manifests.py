@@ -108,6 +108,10 @@ def test_external_etcd_component_replaces_the_statefulset(tmp_path: Path) -> Non
     assert len(etcd) == 3
     cfg = build_config(ControllerConfig, {"store": {"etcd_endpoints": etcd}})
     assert cfg.store.etcd_endpoints == etcd
+    # Default-deny egress stays; the Controller may reach the external members' client port.
+    egress = find(docs, "NetworkPolicy", "motor-controller-egress")["spec"]["egress"]
+    assert {"ports": [{"port": 2379, "protocol": "TCP"}]} in egress
+    assert find(docs, "NetworkPolicy", "motor-default-deny-egress")
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -127,6 +131,8 @@ def test_plaintext_is_explicit_and_production_is_production(kustomization: str) 
         config = _config(docs, configmap, key)
         if kustomization == "overlays/production":
             assert config["mode"] == "production" and "security" in config and "insecure_plaintext" not in config
+            if configmap == "motor-controller-config":  # no NodeManager certificate without its pod's URI
+                assert config["security"]["require_pod_identity"] is True
         else:
             assert config["insecure_plaintext"] is True and "security" not in config and "mode" not in config
 
@@ -211,7 +217,7 @@ def test_grpc_probes_on_the_health_port_and_requests(kustomization: str) -> None
             "motor-engine": "motor-nodemanager"}[workload]
         assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 10001
     for doc in docs:
-        if doc["kind"] not in ("Deployment", "StatefulSet"):
+        if doc["kind"] not in ("Deployment", "StatefulSet", "Job"):
             continue
         spec = _pod_spec(doc)
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
@@ -266,6 +272,57 @@ def test_production_references_certificate_secrets_and_dev_needs_none() -> None:
     dev = render("overlays/dev")
     assert not [v for d in dev if d["kind"] in ("Deployment", "StatefulSet") for v in _pod_spec(d).get("volumes", [])
                 if "secret" in v]
+
+
+# cert-manager's CA issuer (cert-manager.io/v1 ClusterIssuer, spec.ca): kubernetes-validate has no
+# schema for the CRD, so its fields are checked here against the CRD's.
+_CA_ISSUER_FIELDS = {"secretName", "crlDistributionPoints", "ocspServers", "issuingCertificateURLs"}
+
+
+def test_production_ships_the_motor_ca_cluster_issuer_the_engine_certificates_name() -> None:
+    prod = render("overlays/production")
+    issuer = find(prod, "ClusterIssuer", "motor-ca")
+    assert issuer["apiVersion"] == "cert-manager.io/v1" and "namespace" not in issuer["metadata"]
+    assert set(issuer["spec"]) == {"ca"} and set(issuer["spec"]["ca"]) <= _CA_ISSUER_FIELDS
+    secret = issuer["spec"]["ca"]["secretName"]
+    assert secret == "motor-ca-key-pair"
+    attributes = next(v for v in _pod_spec(find(prod, "StatefulSet", "motor-engine"))["volumes"]
+                      if v["name"] == "tls")["csi"]["volumeAttributes"]
+    assert (attributes["csi.cert-manager.io/issuer-name"], attributes["csi.cert-manager.io/issuer-kind"]) == (
+        "motor-ca", "ClusterIssuer")
+    # The CA key stays with cert-manager: no Motor pod mounts it.
+    mounted = {v["secret"]["secretName"] for d in prod if d["kind"] in ("Deployment", "StatefulSet", "Job")
+               for v in _pod_spec(d).get("volumes", []) if "secret" in v}
+    assert secret not in mounted
+    for kustomization in ("base", "overlays/dev"):
+        assert not [d for d in render(kustomization) if d["kind"] == "ClusterIssuer"]
+
+
+def test_production_bootstraps_etcd_rbac_with_an_idempotent_job() -> None:
+    from motor.launch.etcd_rbac import parser
+
+    prod = render("overlays/production")
+    job = find(prod, "Job", "motor-etcd-rbac")
+    spec = _pod_spec(job)
+    assert spec["restartPolicy"] == "OnFailure" and spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = spec["containers"]
+    assert _motor_image(container["image"]) and "command" not in container  # the tini entrypoint stays
+    assert container["args"][:4] == ["python", "-m", "motor.launch.etcd_rbac", "bootstrap"]
+    args = parser().parse_args(container["args"][3:])
+    # The members the Controller uses, the files the Job mounts.
+    assert args.endpoint == _config(prod, "motor-controller-config", "controller.yaml")["store"]["etcd_endpoints"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["secret"] for v in spec["volumes"]}
+    for path in (args.cacert, args.cert, args.key, args.controller_cert):
+        assert str(path.parent) in mounts, path
+    assert volumes[mounts[str(args.cert.parent)]]["secretName"] == "motor-etcd-admin-tls"
+    # Only the Controller certificate's CN is read: its key is not mounted.
+    controller = volumes[mounts[str(args.controller_cert.parent)]]
+    assert controller["secretName"] == "motor-controller-tls"
+    assert controller["items"] == [{"key": "tls.crt", "path": "tls.crt"}]
+    for kustomization in ("base", "overlays/dev"):  # plaintext etcd there: RBAC by certificate needs TLS
+        assert not [d for d in render(kustomization) if d["kind"] == "Job"]
 
 
 def test_no_key_or_certificate_is_committed_under_deploy() -> None:

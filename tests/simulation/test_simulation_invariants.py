@@ -69,8 +69,8 @@ def test_the_receivers_fences_refuse_a_deposed_leaders_calls_that_arrive_after_t
 def test_two_leaders_act_fires_when_the_fences_accept_every_term() -> None:
     def open_fences(world: World) -> None:
         for nm in world.pods.values():
-            nm.term_fence.refusal = lambda term, method: None  # type: ignore[union-attr]
-        world.coordinator_fence.refusal = lambda term, method: None  # type: ignore[method-assign]
+            nm.term_fence.refusal = lambda term, method, read=False: None  # type: ignore[union-attr]
+        world.coordinator_fence.refusal = lambda term, method, read=False: None  # type: ignore[method-assign]
 
     result = run(28, events=_DEPOSED_MID_ROUND, tamper=open_fences)
     assert "two_leaders_act" in _invariants(result), result.violations

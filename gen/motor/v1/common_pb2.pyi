@@ -107,18 +107,20 @@ class EngineFtStatus(_message.Message):
     def __init__(self, id: _Optional[int] = ..., status: _Optional[_Union[EngineHealth, str]] = ..., ft_state: _Optional[_Union[FtState, str]] = ..., fault_info: _Optional[str] = ..., last_ft_request_id: _Optional[str] = ..., ft_error: _Optional[str] = ..., mask: _Optional[_Iterable[int]] = ..., raw_ft_state: _Optional[str] = ..., observed_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class Pod(_message.Message):
-    __slots__ = ("pod_ip", "node_name", "node_manager_address", "endpoint_ids", "dp_store_port_base")
+    __slots__ = ("pod_ip", "node_name", "node_manager_address", "endpoint_ids", "dp_store_port_base", "bound_pod_uri")
     POD_IP_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_MANAGER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     DP_STORE_PORT_BASE_FIELD_NUMBER: _ClassVar[int]
+    BOUND_POD_URI_FIELD_NUMBER: _ClassVar[int]
     pod_ip: str
     node_name: str
     node_manager_address: str
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
     dp_store_port_base: int
-    def __init__(self, pod_ip: _Optional[str] = ..., node_name: _Optional[str] = ..., node_manager_address: _Optional[str] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port_base: _Optional[int] = ...) -> None: ...
+    bound_pod_uri: str
+    def __init__(self, pod_ip: _Optional[str] = ..., node_name: _Optional[str] = ..., node_manager_address: _Optional[str] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port_base: _Optional[int] = ..., bound_pod_uri: _Optional[str] = ...) -> None: ...
 
 class Instance(_message.Message):
     __slots__ = ("id", "role", "model", "pods", "endpoints", "dp_size", "ft_capability")

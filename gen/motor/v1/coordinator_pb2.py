@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gen.motor.v1 import common_pb2 as motor_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amotor/v1/coordinator.proto\x12\x08motor.v1\x1a\x15motor/v1/common.proto\"p\n\x0eRefreshRequest\x12%\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x16.motor.v1.RefreshEvent\x12%\n\tinstances\x18\x02 \x03(\x0b\x32\x12.motor.v1.Instance\x12\x10\n\x08revision\x18\x03 \x01(\x03\"#\n\x0fRefreshResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\x16\n\x14ListInstancesRequest\"\xd9\x01\n\x11PublishedInstance\x12$\n\x08instance\x18\x01 \x01(\x0b\x32\x12.motor.v1.Instance\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12R\n\x14outstanding_requests\x18\x03 \x03(\x0b\x32\x34.motor.v1.PublishedInstance.OutstandingRequestsEntry\x1a:\n\x18OutstandingRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x8d\x01\n\x15ListInstancesResponse\x12.\n\tinstances\x18\x01 \x03(\x0b\x32\x1b.motor.v1.PublishedInstance\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x32\n\x0breinference\x18\x03 \x03(\x0b\x32\x1d.motor.v1.InstanceReinference\"^\n\x13InstanceReinference\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x19\n\x11migrated_requests\x18\x02 \x01(\x03\x12\x17\n\x0f\x66\x61iled_requests\x18\x03 \x01(\x03\"g\n\x11SendCanaryRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x65ndpoint_ids\x18\x02 \x03(\x05\x12\x13\n\x0btimeout_sec\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"\x88\x01\n\x12SendCanaryResponse\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\x05\x12\x0e\n\x06served\x18\x02 \x01(\x08\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x14\n\x0c\x64uration_sec\x18\x05 \x01(\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\t*\xa5\x01\n\x0cRefreshEvent\x12\x1d\n\x19REFRESH_EVENT_UNSPECIFIED\x10\x00\x12\x15\n\x11REFRESH_EVENT_ADD\x10\x01\x12\x15\n\x11REFRESH_EVENT_DEL\x10\x02\x12\x15\n\x11REFRESH_EVENT_SET\x10\x03\x12\x17\n\x13REFRESH_EVENT_PAUSE\x10\x04\x12\x18\n\x14REFRESH_EVENT_RESUME\x10\x05\x32\xe8\x01\n\x0b\x43oordinator\x12>\n\x07Refresh\x12\x18.motor.v1.RefreshRequest\x1a\x19.motor.v1.RefreshResponse\x12P\n\rListInstances\x12\x1e.motor.v1.ListInstancesRequest\x1a\x1f.motor.v1.ListInstancesResponse\x12G\n\nSendCanary\x12\x1b.motor.v1.SendCanaryRequest\x1a\x1c.motor.v1.SendCanaryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amotor/v1/coordinator.proto\x12\x08motor.v1\x1a\x15motor/v1/common.proto\"p\n\x0eRefreshRequest\x12%\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x16.motor.v1.RefreshEvent\x12%\n\tinstances\x18\x02 \x03(\x0b\x32\x12.motor.v1.Instance\x12\x10\n\x08revision\x18\x03 \x01(\x03\"#\n\x0fRefreshResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\x16\n\x14ListInstancesRequest\"\xd9\x01\n\x11PublishedInstance\x12$\n\x08instance\x18\x01 \x01(\x0b\x32\x12.motor.v1.Instance\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12R\n\x14outstanding_requests\x18\x03 \x03(\x0b\x32\x34.motor.v1.PublishedInstance.OutstandingRequestsEntry\x1a:\n\x18OutstandingRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xa2\x01\n\x15ListInstancesResponse\x12.\n\tinstances\x18\x01 \x03(\x0b\x32\x1b.motor.v1.PublishedInstance\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x32\n\x0breinference\x18\x03 \x03(\x0b\x32\x1d.motor.v1.InstanceReinference\x12\x13\n\x0bleader_term\x18\x04 \x01(\x03\"^\n\x13InstanceReinference\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x19\n\x11migrated_requests\x18\x02 \x01(\x03\x12\x17\n\x0f\x66\x61iled_requests\x18\x03 \x01(\x03\"g\n\x11SendCanaryRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x65ndpoint_ids\x18\x02 \x03(\x05\x12\x13\n\x0btimeout_sec\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"\x88\x01\n\x12SendCanaryResponse\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\x05\x12\x0e\n\x06served\x18\x02 \x01(\x08\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x14\n\x0c\x64uration_sec\x18\x05 \x01(\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\t*\xa5\x01\n\x0cRefreshEvent\x12\x1d\n\x19REFRESH_EVENT_UNSPECIFIED\x10\x00\x12\x15\n\x11REFRESH_EVENT_ADD\x10\x01\x12\x15\n\x11REFRESH_EVENT_DEL\x10\x02\x12\x15\n\x11REFRESH_EVENT_SET\x10\x03\x12\x17\n\x13REFRESH_EVENT_PAUSE\x10\x04\x12\x18\n\x14REFRESH_EVENT_RESUME\x10\x05\x32\xe8\x01\n\x0b\x43oordinator\x12>\n\x07Refresh\x12\x18.motor.v1.RefreshRequest\x1a\x19.motor.v1.RefreshResponse\x12P\n\rListInstances\x12\x1e.motor.v1.ListInstancesRequest\x1a\x1f.motor.v1.ListInstancesResponse\x12G\n\nSendCanary\x12\x1b.motor.v1.SendCanaryRequest\x1a\x1c.motor.v1.SendCanaryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PUBLISHEDINSTANCE_OUTSTANDINGREQUESTSENTRY']._loaded_options = None
   _globals['_PUBLISHEDINSTANCE_OUTSTANDINGREQUESTSENTRY']._serialized_options = b'8\001'
-  _globals['_REFRESHEVENT']._serialized_start=943
-  _globals['_REFRESHEVENT']._serialized_end=1108
+  _globals['_REFRESHEVENT']._serialized_start=964
+  _globals['_REFRESHEVENT']._serialized_end=1129
   _globals['_REFRESHREQUEST']._serialized_start=63
   _globals['_REFRESHREQUEST']._serialized_end=175
   _globals['_REFRESHRESPONSE']._serialized_start=177
@@ -47,13 +47,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUBLISHEDINSTANCE_OUTSTANDINGREQUESTSENTRY']._serialized_start=398
   _globals['_PUBLISHEDINSTANCE_OUTSTANDINGREQUESTSENTRY']._serialized_end=456
   _globals['_LISTINSTANCESRESPONSE']._serialized_start=459
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=600
-  _globals['_INSTANCEREINFERENCE']._serialized_start=602
-  _globals['_INSTANCEREINFERENCE']._serialized_end=696
-  _globals['_SENDCANARYREQUEST']._serialized_start=698
-  _globals['_SENDCANARYREQUEST']._serialized_end=801
-  _globals['_SENDCANARYRESPONSE']._serialized_start=804
-  _globals['_SENDCANARYRESPONSE']._serialized_end=940
-  _globals['_COORDINATOR']._serialized_start=1111
-  _globals['_COORDINATOR']._serialized_end=1343
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=621
+  _globals['_INSTANCEREINFERENCE']._serialized_start=623
+  _globals['_INSTANCEREINFERENCE']._serialized_end=717
+  _globals['_SENDCANARYREQUEST']._serialized_start=719
+  _globals['_SENDCANARYREQUEST']._serialized_end=822
+  _globals['_SENDCANARYRESPONSE']._serialized_start=825
+  _globals['_SENDCANARYRESPONSE']._serialized_end=961
+  _globals['_COORDINATOR']._serialized_start=1132
+  _globals['_COORDINATOR']._serialized_end=1364
 # @@protoc_insertion_point(module_scope)

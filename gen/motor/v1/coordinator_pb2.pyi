@@ -61,14 +61,16 @@ class PublishedInstance(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., paused: _Optional[bool] = ..., outstanding_requests: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
-    __slots__ = ("instances", "revision", "reinference")
+    __slots__ = ("instances", "revision", "reinference", "leader_term")
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     REINFERENCE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TERM_FIELD_NUMBER: _ClassVar[int]
     instances: _containers.RepeatedCompositeFieldContainer[PublishedInstance]
     revision: int
     reinference: _containers.RepeatedCompositeFieldContainer[InstanceReinference]
-    def __init__(self, instances: _Optional[_Iterable[_Union[PublishedInstance, _Mapping]]] = ..., revision: _Optional[int] = ..., reinference: _Optional[_Iterable[_Union[InstanceReinference, _Mapping]]] = ...) -> None: ...
+    leader_term: int
+    def __init__(self, instances: _Optional[_Iterable[_Union[PublishedInstance, _Mapping]]] = ..., revision: _Optional[int] = ..., reinference: _Optional[_Iterable[_Union[InstanceReinference, _Mapping]]] = ..., leader_term: _Optional[int] = ...) -> None: ...
 
 class InstanceReinference(_message.Message):
     __slots__ = ("instance_id", "migrated_requests", "failed_requests")

@@ -62,6 +62,13 @@ class SecurityConfig(ConfigModel):
     require_client_cert_on_inference: bool = Field(
         default=False,
         description="Coordinator only: the OpenAI front also asks inference clients for a certificate of ca_file.")
+    # Unset, the Controller decides by its mode: on in `mode: production`, off in `mode: test` (the
+    # development PKI's shared `nodemanager` certificate has no pod URI).
+    require_pod_identity: bool | None = Field(
+        default=None,
+        description="Controller only: refuse a NodeManager's Register, Heartbeat and ReportSoftwareFault "
+                    "when its certificate has no pod URI spiffe://<trust_domain>/ns/<ns>/pod/<name> (a "
+                    "certificate shared by NodeManagers). Unset: on in mode production, off in mode test.")
     # The same on every Motor process of a deployment: roles are read from spiffe://<trust_domain>/<role>,
     # pods' identities from spiffe://<trust_domain>/ns/<ns>/pod/<name>.
     trust_domain: str = Field(

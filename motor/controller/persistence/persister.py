@@ -44,6 +44,9 @@ class RuntimePersister:
         self._runtimes = runtimes
         self._registry = registry
         self._written: dict[int, int] = {}
+        # The pod bindings last written per instance: a new binding is written even when the
+        # generation stays (a pod bound after a restore must stay bound across the next one).
+        self._written_bindings: dict[int, dict[str, str]] = {}
         # Instances whose last write failed: retry_unsaved writes them again until the store has them.
         self._unsaved: set[int] = set()
         self._unsaved_event = asyncio.Event()
@@ -53,6 +56,7 @@ class RuntimePersister:
     def reset(self) -> None:
         """Forgets what was written (a new leadership term restores everything again)."""
         self._written.clear()
+        self._written_bindings.clear()
         self._unsaved.clear()
 
     def unsaved(self) -> list[int]:
@@ -121,7 +125,8 @@ class RuntimePersister:
         if record is None:
             return
         expected = self._written.get(instance_id)
-        if expected == runtime.generation:
+        bindings = record.bindings()
+        if expected == runtime.generation and self._written_bindings.get(instance_id) == bindings:
             return
         record_to_write = PersistedInstance(
             instance_id=instance_id,
@@ -130,7 +135,7 @@ class RuntimePersister:
             original_dp_ranks=runtime.original_dp_ranks,
             dead_committed=tuple(sorted(runtime.dead_committed)),
             fallback_strategy=runtime.fallback_strategy,
-            topology=record.topology().SerializeToString(deterministic=True),
+            topology=record.topology(with_bindings=True).SerializeToString(deterministic=True),
         )
         try:
             await self._store.put(record_to_write, expected)
@@ -139,17 +144,19 @@ class RuntimePersister:
         except StoreError as exc:
             # A write that timed out may still have landed; re-read so the next CAS expects the truth.
             stored = await self._store.load(instance_id)
-            if stored is None or stored.generation != runtime.generation:
+            if stored is None or (stored.generation, stored.topology) != (runtime.generation, record_to_write.topology):
                 raise exc
             log.info("instance=%d write of generation %d landed despite the error", instance_id, runtime.generation)
         self._written[instance_id] = runtime.generation
+        self._written_bindings[instance_id] = bindings
 
     async def restore(self, clock: Clock) -> list[int]:
         """Loads every persisted instance; returns the ids whose interrupted round must fall back."""
         interrupted = []
         for item in await self._store.load_all():
             topology = common_pb2.Instance.FromString(item.topology)
-            self._registry.restore(topology, clock.monotonic())
+            restored = self._registry.restore(topology, clock.monotonic())
+            self._written_bindings[item.instance_id] = restored.bindings()
             phase = FtPhase(item.phase)
             dead = item.dead_committed
             if not self._runtimes.scale_down_enabled:

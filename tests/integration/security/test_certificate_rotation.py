@@ -14,8 +14,10 @@ import pytest
 from gen.motor.v1 import coordinator_pb2, coordinator_pb2_grpc
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.grpc_server import open_channel
+from motor.common.ports import free_ports
 from motor.common.pki import DevPki, create_dev_pki
 from motor.common.security import Role
+from motor.controller.clients import CoordinatorClient
 from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 
@@ -88,4 +90,47 @@ async def test_rotated_certificates_are_served_without_a_restart(tmp_path: Path)
         assert not reloader.check()
         await list_as_operator(service, new)
     finally:
+        await service.stop()
+
+
+def _install_role(pki: DevPki, role: Role, live: Path) -> None:
+    for src, name in ((pki.ca_file, "ca.crt"), (pki.cert_file(role), "tls.crt"), (pki.key_file(role), "tls.key")):
+        tmp = live / (name + ".new")
+        shutil.copyfile(src, tmp)
+        tmp.replace(live / name)
+
+
+def _coordinator(live: Path, port: int) -> CoordinatorService:
+    return CoordinatorService(CoordinatorConfig.model_validate({
+        "server": {"host": "127.0.0.1", "port": port, "shutdown_grace_sec": 0.5},
+        "http": {"host": "127.0.0.1", "port": 0},
+        "security": {"ca_file": str(live / "ca.crt"), "cert_file": str(live / "tls.crt"),
+                     "key_file": str(live / "tls.key")}}))
+
+
+async def test_the_controllers_coordinator_client_follows_rotated_files(tmp_path: Path) -> None:
+    """The Controller's Coordinator client keeps one channel; once its files rotate (and the
+    Coordinator's, to a new CA), its next call opens a channel with the new files, where the old
+    one could never again complete a handshake with the Coordinator."""
+    old = create_dev_pki(tmp_path / "old", HOSTS)
+    new = create_dev_pki(tmp_path / "new", HOSTS, ca_name="rotated CA")
+    server_live, client_live = tmp_path / "coordinator", tmp_path / "controller"
+    for live, role in ((server_live, Role.COORDINATOR), (client_live, Role.CONTROLLER)):
+        live.mkdir()
+        _install_role(old, role, live)
+    client = CoordinatorClient(f"127.0.0.1:{(port := free_ports(1)[0])}", ClientTlsConfig(
+        ca_file=client_live / "ca.crt", cert_file=client_live / "tls.crt", key_file=client_live / "tls.key"), 5.0)
+    service = _coordinator(server_live, port)
+    await service.start()
+    try:
+        assert (await client.list_instances()).revision == 0
+        await service.stop()
+        # Both Secrets rotate to the new CA; the Coordinator comes back on the same address.
+        _install_role(new, Role.COORDINATOR, server_live)
+        _install_role(new, Role.CONTROLLER, client_live)
+        service = _coordinator(server_live, port)
+        await service.start()
+        assert (await client.list_instances()).revision == 0
+    finally:
+        await client.close()
         await service.stop()
