@@ -72,6 +72,10 @@ def add_console_routes(app: web.Application, feed: ConsoleFeed) -> None:
                                    content_type="application/json")
         return web.json_response(doc)
 
+    async def close_streams(app: web.Application) -> None:
+        await feed.close()
+
+    app.on_shutdown.append(close_streams)
     app.router.add_get("/ui", root)
     app.router.add_get("/ui/", page)
     app.router.add_get("/ui/static/{name}", static)

@@ -111,6 +111,7 @@ class ConsoleFeed:
         self.coalesce_sec = coalesce_sec
         self.refresh_sec = refresh_sec
         self.keepalive_sec = keepalive_sec
+        self._streams: set[asyncio.Task] = set()
 
     # ---- documents ------------------------------------------------------------------------------
 
@@ -155,13 +156,24 @@ class ConsoleFeed:
                                                "X-Accel-Buffering": "no"})
         await response.prepare(request)
         queue = self.source.subscribe()
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
         try:
             await self._serve(response, queue)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass  # the browser went away (or the server stops): nothing to tell it
+        except ConnectionResetError:
+            pass  # the browser went away: nothing to tell it
         finally:
             self.source.unsubscribe(queue)
+            self._streams.discard(task)
         return response
+
+    async def close(self) -> None:
+        """Ends every open stream: a server stopping must not wait for browsers to hang up."""
+        streams = list(self._streams)
+        for task in streams:
+            task.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
 
     async def _serve(self, response: web.StreamResponse, queue: asyncio.Queue[int]) -> None:
         loop = asyncio.get_running_loop()

@@ -55,9 +55,9 @@ class SyntheticFleet:
             txn.finish("succeeded", self.wall + 0.1)
         self.broadcaster.changed(instance_id)
 
-    async def serve(self, **feed_kwargs) -> TestServer:
+    async def serve(self, port: int = 0, **feed_kwargs) -> TestServer:
         app = web.Application()
-        add_console_routes(app, ConsoleFeed(self.source, **feed_kwargs))
-        server = TestServer(app, host="127.0.0.1", port=0)
+        add_console_routes(app, ConsoleFeed(self.source, **{"refresh_sec": 0.5, **feed_kwargs}))
+        server = TestServer(app, host="127.0.0.1", port=port)
         await server.start_server()
         return server
