@@ -9,7 +9,8 @@ import time
 import pytest
 from aiohttp.test_utils import TestServer
 
-from .browser import headless_chromium
+from motor.testing.browser import headless_chromium
+
 from .fleet import SyntheticFleet
 
 pytestmark = pytest.mark.timeout(120)
