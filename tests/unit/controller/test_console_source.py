@@ -1,0 +1,45 @@
+"""The console's view of a real ControllerCore (in-memory peers, manual clock): the collection
+window an instance waits on, in wall-clock time; the evidence held and the rank cells it gives; and
+after the round, the transaction with the stages `motorctl timeline` draws."""
+
+from __future__ import annotations
+
+from gen.motor.v1 import controller_pb2
+from motor.controller.console.feed import ConsoleFeed, ConsoleSource
+from motor.controller.fault_tolerance.stages import SCALE_DOWN_STAGES
+
+from .controller_fakes import FakeCoordinator, assemble, make_core, make_config, settle, two_pods
+from .test_controller_metrics import report
+
+TIMEOUT_SEC = 8.0
+
+
+async def test_the_console_shows_the_open_window_the_evidence_and_the_round() -> None:
+    cluster = two_pods()
+    core, clock = make_core(cluster, make_config(software_status_collection_timeout_sec=TIMEOUT_SEC),
+                            coordinator=FakeCoordinator())
+    await assemble(core, cluster)
+    feed = ConsoleFeed(ConsoleSource.of(core, lambda: {"is_leader": True}))
+    assert feed.rows()[7]["cells"] == "hhhh" and feed.instance(7)["waits"] == []
+
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    opened_wall = clock.wall()
+    report(core, 0, controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY)
+    doc = feed.instance(7)
+    assert [w["what"] for w in doc["waits"]] == ["collection_timeout"]
+    assert abs(doc["waits"][0]["until_unix_sec"] - (opened_wall + TIMEOUT_SEC)) < 1e-6
+    assert [(e["rank"], e["health"]) for e in doc["evidence"]] == [(0, "unhealthy")]
+    assert feed.rows()[7]["cells"] == "uhhh"
+
+    report(core, 1, controller_pb2.SOFTWARE_FAULT_KIND_DEAD)
+    for r in (2, 3):
+        report(core, r, controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY)
+    clock.advance(0.5)
+    await core.faults.evaluate_all()
+    await settle(core)
+    doc = feed.instance(7)
+    assert doc["row"]["cells"] == "hrhh" and doc["row"]["phase"] == "SCALED_DOWN_RUNNING" and doc["waits"] == []
+    txn = doc["transactions"][-1]
+    assert txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded"
+    assert [s["name"] for s in txn["stages"]] == list(SCALE_DOWN_STAGES)
+    assert doc["runtime"]["dead_committed"] == [1]
