@@ -111,7 +111,8 @@ class ConsoleFeed:
         self.coalesce_sec = coalesce_sec
         self.refresh_sec = refresh_sec
         self.keepalive_sec = keepalive_sec
-        self._streams: set[asyncio.Task] = set()
+        self._streams: dict[asyncio.Task, asyncio.Queue[int]] = {}
+        self._closing = False
 
     # ---- documents ------------------------------------------------------------------------------
 
@@ -158,22 +159,31 @@ class ConsoleFeed:
         queue = self.source.subscribe()
         task = asyncio.current_task()
         if task is not None:
-            self._streams.add(task)
+            self._streams[task] = queue
         try:
             await self._serve(response, queue)
+            await response.write_eof()  # the server stops: the stream ends whole, the browser reconnects
         except ConnectionResetError:
             pass  # the browser went away: nothing to tell it
         finally:
             self.source.unsubscribe(queue)
-            self._streams.discard(task)
+            self._streams.pop(task, None)
         return response
 
-    async def close(self) -> None:
-        """Ends every open stream: a server stopping must not wait for browsers to hang up."""
+    async def close(self, grace_sec: float = 2.0) -> None:
+        """Ends every open stream: a server stopping must not wait for browsers to hang up. Each
+        stream is woken and ends itself; one still writing after `grace_sec` is cancelled."""
+        self._closing = True
+        for queue in self._streams.values():
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(0)  # a wake-up; the loop sees _closing first
         streams = list(self._streams)
-        for task in streams:
-            task.cancel()
-        await asyncio.gather(*streams, return_exceptions=True)
+        if streams:
+            _, late = await asyncio.wait(streams, timeout=grace_sec)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def _serve(self, response: web.StreamResponse, queue: asyncio.Queue[int]) -> None:
         loop = asyncio.get_running_loop()
@@ -185,7 +195,7 @@ class ConsoleFeed:
         leadership = json.dumps(hello["leadership"], sort_keys=True)
         next_refresh = loop.time() + self.refresh_sec
         last_write = loop.time()
-        while True:
+        while not self._closing:
             changed: set[int] = set()
             timeout = max(0.0, min(next_refresh, last_write + self.keepalive_sec) - loop.time())
             try:
@@ -195,6 +205,8 @@ class ConsoleFeed:
                     changed.add(queue.get_nowait())
             except asyncio.TimeoutError:
                 pass
+            if self._closing:
+                return
             refresh = loop.time() >= next_refresh
             if refresh:
                 next_refresh = loop.time() + self.refresh_sec

@@ -69,3 +69,20 @@ async def test_a_client_without_a_certificate_is_refused_at_the_handshake(pki: D
     anonymous = ssl.create_default_context(cafile=str(pki.ca_file))
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
         await asyncio.to_thread(_get, f"https://127.0.0.1:{http_port}/ui/", anonymous)
+
+
+async def test_the_controller_stops_while_a_console_stream_is_open(pki: DevPki) -> None:
+    """An open /ui/events stream (a browser left on the page) ends, whole, with the server: stop
+    returns and the browser sees the stream's end (it then reconnects)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async with mtls_controller(pki) as (service, info):
+            resp = await session.get(f"https://127.0.0.1:{info['http_port']}/ui/events",
+                                     ssl=_context(pki, Role.MONITOR))
+            assert (await resp.content.readline()).startswith(b"retry: ")
+            stopping = asyncio.create_task(service.stop())
+            await asyncio.wait_for(asyncio.shield(stopping), 15)
+            rest = await resp.content.read()  # to the end of a whole chunked body (a cut one raises)
+            assert rest.startswith(b"event: hello") and rest.endswith(b'"rows":[]}\n\n'), rest
+            resp.release()
