@@ -55,8 +55,11 @@ def rank_cells(runtime: FtRuntime, evidence: Mapping[int, RankEvidence]) -> str:
     return "".join(STATE_LETTERS[rank_state(runtime, r, evidence)] for r in runtime.original_dp_ranks)
 
 
-def fleet_row(runtime: FtRuntime, evidence: Mapping[int, RankEvidence], strategy: str) -> dict[str, Any]:
-    """The fleet page's row of one instance. `strategy`: the one running now ("" when none)."""
+def fleet_row(runtime: FtRuntime, evidence: Mapping[int, RankEvidence], strategy: str,
+              waiting: list[str] | None = None) -> dict[str, Any]:
+    """The fleet page's row of one instance. `strategy`: the one running now ("" when none);
+    `waiting`: what it waits for (collection_timeout, correlation_window, backoff), without the
+    deadlines, which the instance page shows (a row changes when its state does, not with time)."""
     return {
         "instance_id": runtime.instance_id,
         "phase": str(runtime.phase),
@@ -68,6 +71,7 @@ def fleet_row(runtime: FtRuntime, evidence: Mapping[int, RankEvidence], strategy
         "gate_allowed": runtime.gate.allowed,
         "gate_reasons": [str(c) for c in runtime.gate.reason_codes],
         "strategy": strategy,
+        "waiting": list(waiting or ()),
         "fallback_strategy": runtime.fallback_strategy,
         "request_id": runtime.request_id,
         "last_error": runtime.last_error,

@@ -119,7 +119,8 @@ class ConsoleFeed:
 
     def _row(self, runtime) -> dict[str, Any]:
         iid = runtime.instance_id
-        return fleet_row(runtime, self.source.evidence(iid), self.source.strategy(iid))
+        waiting = [what for what, _, _ in self.source.waits(iid)]
+        return fleet_row(runtime, self.source.evidence(iid), self.source.strategy(iid), waiting)
 
     def rows(self, wanted: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
         ids = None if wanted is None else set(wanted)
@@ -144,17 +145,18 @@ class ConsoleFeed:
         if runtime is None:
             return None
         evidence = self.source.evidence(instance_id)
+        waits = self.source.waits(instance_id)
         copies = []
         for txn in self.source.transactions(instance_id):
             copy = type(txn.proto)()
             copy.CopyFrom(txn.proto)
             copies.append(copy)
         return {
-            "row": fleet_row(runtime, evidence, self.source.strategy(instance_id)),
+            "row": fleet_row(runtime, evidence, self.source.strategy(instance_id), [w[0] for w in waits]),
             "runtime": message_json(runtime_proto(runtime)),  # as GET .../status renders it
             "evidence": [_evidence_doc(evidence[r]) for r in sorted(evidence)],
             "waits": [{"what": what, "until_unix_sec": until, "detail": detail}
-                      for what, until, detail in self.source.waits(instance_id)],
+                      for what, until, detail in waits],
             "transactions": [transaction_doc(t) for t in copies],
             "server_unix_sec": self.source.wall(),
         }

@@ -68,6 +68,8 @@ async def test_keyboard_instance_page_and_widths(tmp_path) -> None:
             await page.keyboard.press("ArrowDown")
             await page.keyboard.press("ArrowDown")
             assert await page.evaluate("document.activeElement.closest('.row').dataset.instance") == "3"
+            # The link read aloud says the ranks' states in words too.
+            assert (await page.text_content('.row[data-instance="1"] .row-head .sr')) == "; ranks: 3 healthy, 1 retired"
             await page.keyboard.press("ArrowUp")
             await page.keyboard.press("Enter")
             await page.wait_for_function("() => location.hash === '#/instance/2'")

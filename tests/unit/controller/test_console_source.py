@@ -29,7 +29,7 @@ async def test_the_console_shows_the_open_window_the_evidence_and_the_round() ->
     assert [w["what"] for w in doc["waits"]] == ["collection_timeout"]
     assert abs(doc["waits"][0]["until_unix_sec"] - (opened_wall + TIMEOUT_SEC)) < 1e-6
     assert [(e["rank"], e["health"]) for e in doc["evidence"]] == [(0, "unhealthy")]
-    assert feed.rows()[7]["cells"] == "uhhh"
+    assert feed.rows()[7]["cells"] == "uhhh" and feed.rows()[7]["waiting"] == ["collection_timeout"]
 
     report(core, 1, controller_pb2.SOFTWARE_FAULT_KIND_DEAD)
     for r in (2, 3):
@@ -39,6 +39,7 @@ async def test_the_console_shows_the_open_window_the_evidence_and_the_round() ->
     await settle(core)
     doc = feed.instance(7)
     assert doc["row"]["cells"] == "hrhh" and doc["row"]["phase"] == "SCALED_DOWN_RUNNING" and doc["waits"] == []
+    assert doc["row"]["waiting"] == []
     txn = doc["transactions"][-1]
     assert txn["strategy"] == "dp_scale_down" and txn["outcome"] == "succeeded"
     assert [s["name"] for s in txn["stages"]] == list(SCALE_DOWN_STAGES)

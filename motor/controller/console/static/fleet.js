@@ -152,11 +152,14 @@ class Fleet {
   _headHtml(row) {
     const gate = row.gate_allowed ? "" : ` · gate: ${escapeHtml(row.gate_reasons.join(", ") || "refused")}`;
     const running = row.strategy ? ` · running ${escapeHtml(row.strategy)}` : "";
+    const waiting = row.waiting.length ? ` · waiting: ${escapeHtml(row.waiting.join(", ").replace(/_/g, " "))}` : "";
     return `<span class="id">instance ${row.instance_id}</span> <span class="phase phase-${escapeHtml(row.phase)}">` +
       `${escapeHtml(row.phase)}</span>` +
       `<span class="meta"><span data-field="alive">${row.alive}/${row.original} alive</span> · ` +
       `<span class="${row.can_serve ? "" : "serve-no"}">${row.can_serve ? "can serve" : "cannot serve"}</span>` +
-      `${running}${gate}</span>`;
+      `${running}${waiting}${gate}</span>` +
+      // The cells in words, for a screen reader reading the link (the cells themselves are hidden to it).
+      `<span class="sr">; ranks: ${escapeHtml(countsText(stateCounts(row.cells)))}</span>`;
   }
 
   _cellsHtml(row) {
