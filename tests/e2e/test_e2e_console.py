@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
+from motor.common.security import Role
 from motor.controller.fault_tolerance.stages import transaction_stages
 from motor.testing.browser import headless_chromium_sync
 
@@ -27,13 +28,24 @@ def _cell(iid: int, rank: int, state: str) -> str:
     return f'.row[data-instance="{iid}"] .c[data-rank="{rank}"][data-state="{state}"]'
 
 
+def _client_certificate(cluster) -> dict:
+    """Under the mtls transport (MOTOR_E2E_MTLS=all) the browser presents the monitor certificate; the
+    dev CA is not in its trust store, and the server's identity is not what this row checks."""
+    if cluster.pki is None:
+        return {}
+    origin = cluster.controller_http
+    return {"ignore_https_errors": True, "client_certificates": [{
+        "origin": origin, "certPath": str(cluster.pki.cert_file(Role.MONITOR)),
+        "keyPath": str(cluster.pki.key_file(Role.MONITOR))}]}
+
+
 def test_console_follows_a_scale_down_live(start_cluster, artifacts, run_dir) -> None:
     cluster = start_cluster(light_engines(rebuild_sec=REBUILD_SEC), first_pod_ip=60)
     iid = cluster.spec.instance_id
     url = f"{cluster.controller_http}/ui/"
     artifacts.record("console_url", url)
     with headless_chromium_sync() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": 1280, "height": 800}, **_client_certificate(cluster))
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(url)
