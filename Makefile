@@ -21,7 +21,7 @@ $(VENV)/.demo-installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.demo-installed
-	$(PY) -m pip install -q -e '.[sim,test,gen]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q -e '.[sim,test,gen]'
 	touch $@
 
 # vLLM's released FT router as a test peer (tests/vllm_peer/serve.py, tests/integration/vllm,
@@ -55,7 +55,14 @@ $(BUF):
 	command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
 	touch $@
 
-deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok
+# Debian's chromium, driven headless by Playwright in the operator console's browser tests
+# (tests/integration/console, tests/e2e/test_e2e_console.py); no browser is downloaded otherwise.
+.tools/chromium.ok: | .tools/promtool.ok
+	@mkdir -p .tools
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+	touch $@
+
+deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok .tools/chromium.ok
 
 # Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows and the
 # simulation's seed range, then the image build; and the tiers of single components. The rows start
@@ -132,7 +139,7 @@ $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
 	touch $@
 
-.tools/podman.ok: | .tools/promtool.ok
+.tools/podman.ok: | .tools/chromium.ok
 	@mkdir -p .tools
 	(command -v podman && command -v runc && command -v debootstrap) >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap)
 	touch $@

@@ -8,6 +8,10 @@ everything down. Exits non-zero when any expectation fails; on SIGTERM it tears 
 exits with status 143. With --tls every contract runs with mTLS and roles (certificates in
 <run dir>/pki); without it everything is plaintext, which is what the demo is for.
 
+It prints the operator console's URL (the Controller's /ui, docs/console.md) once the cluster
+serves; with --keep the cluster stays up after the rounds, for a person to watch and poke at, until
+Ctrl-C or SIGTERM.
+
 With --ha two Controller replicas share an etcd server started in the run directory (one leads by
 an etcd lease, the other stands by); the leader is SIGKILLed in the middle of the second round, and
 the demo shows the standby taking over (the interrupted round becomes a whole-instance
@@ -153,7 +157,27 @@ def _ha_second_round(cluster: LocalCluster, expect, round_timeout_sec: float) ->
     expect(published == rt["alive_dp_ranks"], f"coordinator routes to {published}")
 
 
-def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False, ha: bool = False) -> int:
+def print_console(cluster: LocalCluster) -> None:
+    print(f"  operator console: {cluster.controller_http}/ui/")
+    if cluster.pki is not None:
+        pki = cluster.pki.directory
+        print(f"    (mTLS: a monitor or operator client certificate is needed, e.g. curl --cacert {pki}/ca.crt "
+              f"--cert {pki}/operator.crt --key {pki}/operator.key {cluster.controller_http}/ui/api/fleet)")
+
+
+def keep_up(cluster: LocalCluster, failures: list[str]) -> None:
+    """Leaves the cluster up until Ctrl-C (returns) or SIGTERM (raises Terminated)."""
+    held = "all expectations held" if not failures else f"{len(failures)} expectation(s) failed"
+    print(f"\nmotor demo: {held}; the cluster stays up (--keep). Operator console: {cluster.controller_http}/ui/")
+    print(f"  inject a fault: motorctl inject {cluster.engine_url(2)} executor_death ; Ctrl-C stops everything")
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        print()
+
+
+def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False, ha: bool = False, keep: bool = False) -> int:
     failures: list[str] = []
 
     def expect(ok: bool, what: str) -> None:
@@ -176,6 +200,7 @@ def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False, ha: boo
         cluster.start()
         print(f"  cluster serving ranks {cluster.runtime()['alive_dp_ranks']} after {time.monotonic() - started:.1f}s; "
               f"coordinator {cluster.coordinator_http}")
+        print_console(cluster)
         if ha:
             print(f"  controllers: {_leader_line(cluster)}; etcd {cluster.etcd.endpoint if cluster.etcd else '-'}")
         load = cluster.load_generator(concurrency=4, max_tokens=8, max_duration_sec=round_timeout_sec * 3)
@@ -215,6 +240,8 @@ def run_demo(run_dir: Path, round_timeout_sec: float, tls: bool = False, ha: boo
             print(f"  (requests cut by the reconfiguration after the takeover: {counts['failed']})")
         else:
             expect(counts["failed"] == 0, "no request lost during the scale-downs")
+        if keep:
+            keep_up(cluster, failures)
     except Terminated:
         print("\nmotor demo: SIGTERM received", flush=True)
         raise
@@ -243,11 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--tls", action="store_true", help="mTLS and roles on every contract (development certificates)")
     demo.add_argument("--ha", action="store_true",
                       help="two Controller replicas on a local etcd; the leader is killed in the middle of round 2")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the cluster up after the rounds (watch it in the operator console) until Ctrl-C")
     args = parser.parse_args(argv)
     if args.command == "demo":
         run_dir = args.run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         with exit_on_sigterm():
-            return run_demo(run_dir.resolve(), args.round_timeout_sec, tls=args.tls, ha=args.ha)
+            return run_demo(run_dir.resolve(), args.round_timeout_sec, tls=args.tls, ha=args.ha, keep=args.keep)
     return 2
 
 

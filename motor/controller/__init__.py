@@ -26,16 +26,14 @@ Packages:
   fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)
   persistence      the persisted record, memory and etcd stores, RuntimePersister and the restart rule
   hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
+  console          the operator web console at /ui: fleet rows, instance pages, the live feed (SSE)
 
 Layers, each importing only the ones below it (siblings on one line import each other neither; the
 `layers` contract in pyproject.toml checks this):
   main
-<<<<<<< HEAD
   servicer | replica
-=======
-  servicer
   identity                              which pod a NodeManager may speak for
->>>>>>> sec-identity
+  console                               the operator web console (/ui), read-only
   core                                  the composition root
   election | metrics | status
   fault_tolerance

@@ -20,6 +20,8 @@ from motor.common.security import client_tls, http_server_context, log_transport
 from motor.common.service import base_arg_parser, config_from_args, run_service
 from motor.controller.clients import ControllerPeers
 from motor.controller.config import ControllerConfig
+from motor.controller.console.app import add_console_routes
+from motor.controller.console.feed import ConsoleFeed, ConsoleSource
 from motor.controller.core import ControllerCore
 from motor.controller.fencing import Leadership
 from motor.controller.metrics import ControllerMetrics
@@ -69,8 +71,11 @@ class ControllerService:
         if election:
             # Replicas serve (read-only) before they campaign: they answer who leads from the start.
             await replica.campaign()
+        leadership_json = lambda: message_json(servicer.leadership_proto())  # noqa: E731
         app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
-                         core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()))
+                         core.metrics.registry, leadership=leadership_json)
+        # The operator console (/ui) on the same listener: the same TLS and roles as the status pages.
+        add_console_routes(app, ConsoleFeed(ConsoleSource.of(core, leadership_json)))
         ssl_context = None
         if security is not None:
             # HTTPS with a client certificate of an allowed role on every page of this port.
@@ -84,8 +89,9 @@ class ControllerService:
                            ssl_context=ssl_context)
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("controller status page on %s://%s:%d/controller/fault_tolerance/status",
-                 "https" if ssl_context else "http", self.config.status_http.host, http_port)
+        scheme = "https" if ssl_context else "http"
+        log.info("controller status page on %s://%s:%d/controller/fault_tolerance/status, console on %s://%s:%d/ui/",
+                 scheme, self.config.status_http.host, http_port, scheme, self.config.status_http.host, http_port)
         return {"grpc_port": grpc_port, "http_port": http_port, "replica_id": leadership.replica_id}
 
     async def stop(self) -> None:

@@ -123,6 +123,25 @@ class FaultManager:
     def running(self, instance_id: int) -> Strategy | None:
         return self.center.running(instance_id)
 
+    def waits(self, instance_id: int) -> list[tuple[str, float, str]]:
+        """What the instance waits for: (what, until in monotonic seconds, detail), soonest first —
+        the open collection window, each hardware fault's correlation window, the reconfiguration
+        backoff. Read-only (the operator console shows it)."""
+        ft = self.deps.config.fault_tolerance_config
+        out: list[tuple[str, float, str]] = []
+        started = self.intake.of(instance_id).window_started_sec
+        if started is not None:
+            out.append(("collection_timeout", started + ft.software_status_collection_timeout_sec,
+                        "a complete snapshot of every rank's evidence, or the collection timeout"))
+        for p in self.correlation.pending(instance_id):
+            if not p.matched:
+                out.append(("correlation_window", p.deadline_sec,
+                            f"the FT framework to see the hardware fault ({p.description}) on ranks {sorted(p.ranks)}"))
+        retry_at, reason = self.center.retry_after(instance_id)
+        if retry_at is not None:
+            out.append(("backoff", retry_at, reason or "the next reconfiguration attempt"))
+        return sorted(out, key=lambda w: w[1])
+
     def notify(self) -> None:
         self.center.notify()
 

@@ -94,6 +94,11 @@ class StrategyCenter:
     def _slot(self, instance_id: int) -> _Slot:
         return self._slots.setdefault(instance_id, _Slot())
 
+    def retry_after(self, instance_id: int) -> tuple[float | None, str]:
+        """(monotonic time of the next reconfiguration attempt or None, why it is retried)."""
+        slot = self._slots.get(instance_id)
+        return (slot.retry_after_sec, slot.retry_reason) if slot is not None else (None, "")
+
     def running(self, instance_id: int) -> Strategy | None:
         return self._running.get(instance_id)
 
