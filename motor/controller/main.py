@@ -70,7 +70,8 @@ class ControllerService:
             # Replicas serve (read-only) before they campaign: they answer who leads from the start.
             await replica.campaign()
         app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
-                         core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()))
+                         core.metrics.registry, leadership=lambda: message_json(servicer.leadership_proto()),
+                         publishers=core.pusher.health)
         ssl_context = None
         if security is not None:
             # HTTPS with a client certificate of an allowed role on every page of this port.
