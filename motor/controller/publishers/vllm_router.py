@@ -47,6 +47,9 @@ class VllmRouterPublisher:
         self._published: dict[int, dict[int, str]] = {}
         # Workers the router listed that no publication of this term accounts for (a previous leader's).
         self._unowned: set[str] = set()
+        # Workers a drain meant to remove but the router did not take: withdrawn all the same, so the
+        # reconcile removes them once the router answers (never puts a drained rank back).
+        self._withdrawn: set[str] = set()
         # True once a SET replaced the router's whole list in this term: only then is a worker no
         # publication accounts for drift to remove, not a previous leader's publication to drain.
         self._authoritative = False
@@ -88,6 +91,7 @@ class VllmRouterPublisher:
                 for url in sorted(set(desired.values())):
                     await self._client.add_worker(url)
 
+            self._withdrawn -= set(desired.values())
             await self._guarded(apply)
             self._published[view.id] = desired
             self._unowned -= set(desired.values())
@@ -107,9 +111,12 @@ class VllmRouterPublisher:
                 for url in sorted(set(entry.values())):
                     await self._client.remove_worker(url)
 
-            await self._guarded(remove)
+            # Withdrawn whether or not the router takes it: what it still lists goes at the next reconcile.
             self._published.pop(topology.id, None)
             self._unowned -= set(entry.values())
+            self._withdrawn |= set(entry.values())
+            await self._guarded(remove)
+            self._withdrawn -= set(entry.values())
             log.info("instance=%d vllm-router %s no longer routes to endpoints %s", topology.id, self.target,
                      sorted(entry))
             return tuple(sorted(entry))
@@ -125,7 +132,7 @@ class VllmRouterPublisher:
                 await self._converge(listed, wanted, remove_extra=True)
 
             await self._guarded(replace)
-            self._published, self._unowned, self._authoritative = desired, set(), True
+            self._published, self._unowned, self._withdrawn, self._authoritative = desired, set(), set(), True
             return [v.id for v in views]
 
     async def learn(self) -> dict[int, tuple[int, ...]]:
@@ -137,10 +144,11 @@ class VllmRouterPublisher:
     def forget(self) -> None:
         self._published.clear()
         self._unowned.clear()
+        self._withdrawn.clear()
         self._authoritative = False
 
     async def _converge(self, listed: set[str], wanted: set[str], remove_extra: bool) -> tuple[int, int]:
-        removed = sorted(listed - wanted) if remove_extra else []
+        removed = sorted(listed - wanted) if remove_extra else sorted(listed & self._withdrawn)
         added = sorted(wanted - listed)
         for url in removed:
             await self._client.remove_worker(url)
@@ -158,6 +166,7 @@ class VllmRouterPublisher:
                 return await self._converge(listed, wanted, remove_extra=self._authoritative)
 
             added, removed = await self._guarded(repair)
+            self._withdrawn.clear()
         if added or removed:
             self.health.repairs += added + removed
             self._on_repair("added", added)

@@ -5,6 +5,8 @@ answer is retried, then reported (health, metrics, can_serve) and repaired once 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ...unit.controller.controller_fakes import FakeCoordinator, FakeNodeManagers, assemble, make_config, two_pods
@@ -142,4 +144,38 @@ async def test_a_new_leader_drains_the_workers_a_previous_one_published(router) 
     record = core.registry.get(7)
     assert await core.pusher.drain(record.topology()) == (0, 1, 2, 3)
     assert router.workers == ["http://10.9.9.9:8000"]
+    await core.stop()
+
+
+async def test_a_drain_the_router_did_not_take_is_completed_by_the_reconcile_never_undone(router) -> None:
+    """The round goes on past a failed drain (its timeline says so); once the router answers again,
+    the reconcile removes the drained workers instead of putting them back, and the commit's ADD
+    brings back the survivors only."""
+    cluster = two_pods()
+    core = _core(cluster, router)
+    await assemble(core, cluster)
+    publisher = _publisher(core)
+    router.fail_status = 503
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    rt = core.runtimes.get(7)
+    strategy = DpScaleDownStrategy(core.deps, ScaleDownContext(
+        7, rt.original_dp_ranks, rt.dead_committed, frozenset({1}), frozenset({0, 2, 3}), rt.fallback_strategy,
+        core.clock.wall()))
+    drained = asyncio.Event()
+    real_drain = publisher.drain
+
+    async def drain_then_recover(topology):
+        try:
+            return await real_drain(topology)
+        finally:
+            router.fail_status = None
+            assert await publisher.reconcile() == (0, 4), "the drained workers removed, none put back"
+            drained.set()
+
+    publisher.drain = drain_then_recover
+    outcome = await strategy.run()
+    assert drained.is_set() and outcome.succeeded, outcome.detail
+    drain = next(e for e in strategy.txn.events if e.name == "drain")
+    assert "HTTP 503" in drain.error
+    assert sorted(router.workers) == [WORKERS[0], *WORKERS[2:]]
     await core.stop()
