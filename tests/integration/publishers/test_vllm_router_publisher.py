@@ -17,6 +17,8 @@ from motor.controller.clients import ControllerPeers
 from motor.controller.clock import ManualClock
 from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.context import ScaleDownContext
+from motor.controller.fault_tolerance.strategy.reconfiguration import ReconfigurationStrategy
+from motor.controller.fault_tolerance.decision import FallbackCause
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.persistence.memory import MemoryRuntimeStore
 from motor.controller.router_client import VllmRouterClient
@@ -178,4 +180,27 @@ async def test_a_drain_the_router_did_not_take_is_completed_by_the_reconcile_nev
     drain = next(e for e in strategy.txn.events if e.name == "drain")
     assert "HTTP 503" in drain.error
     assert sorted(router.workers) == [WORKERS[0], *WORKERS[2:]]
+    await core.stop()
+
+
+async def test_a_reconfigured_instance_is_withdrawn_while_it_restarts_and_published_again_when_ready(router) -> None:
+    """The fallback goes through the same publication: the router lists none of the instance's
+    workers while the engines restart, and every rank again once they are ready."""
+    cluster = two_pods()
+    core = _core(cluster, router)
+    await assemble(core, cluster)
+    listed_at_start: list[list[str]] = []
+    fail_check = cluster._maybe_fail
+
+    def note_router(name: str, address: str) -> None:  # the fake NodeManagers' hook on every call
+        if name == "start_engines":
+            listed_at_start.append(list(router.workers))
+        fail_check(name, address)
+
+    cluster._maybe_fail = note_router
+    strategy = ReconfigurationStrategy(core.deps, 7, "test", FallbackCause.STRATEGY_FAILED)
+    outcome = await strategy.run()
+    assert outcome.succeeded, outcome.detail
+    assert listed_at_start and all(listed == [] for listed in listed_at_start)
+    assert sorted(router.workers) == WORKERS and core.runtimes.get(7).serving_published
     await core.stop()
