@@ -71,9 +71,10 @@ class VllmRouterClient:
 
         def log_retry(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            log.info("vllm-router %s: try %d of %s failed, retrying: %s", self.address, state.attempt_number,
-                     call, exc)
+            log.info("vllm-router %s: %s%s try %d of %d failed, retrying: %s", self.address, call,
+                     f" {url}" if url else "", state.attempt_number, cfg.attempts, exc)
 
+        body = ""
         try:
             async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(cfg.attempts),
@@ -85,11 +86,10 @@ class VllmRouterClient:
                     if not accept(status, body):
                         raise RouterCallError(call, self.address, f"HTTP {status}: {body.strip()[:200]}",
                                               retryable=status >= 500 or status == 429)
-                    return body
         except RouterCallError:
             self.on_call(call, False)
             raise
-        raise AssertionError("unreachable: tenacity re-raises or returns")  # pragma: no cover
+        return body
 
     async def list_workers(self) -> set[str]:
         body = await self._call("list_workers", "GET", "/list_workers")
