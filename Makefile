@@ -2,7 +2,7 @@
 # Both create .venv and install torch (CPU build, pinned: an unpinned torch pulls a multi-GB CUDA
 # build) and the project. `make demo` stops there (the reference engines and the launcher need
 # nothing else); `make test` adds the test and code-generation extras, the etcd server (Debian),
-# buf (npm), promtool, the vLLM side venv and the image-test tools when missing.
+# buf (npm), promtool, the vLLM side venv, vllm-router's venv and the image-test tools when missing.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -40,6 +40,18 @@ $(VLLM_VENV)/.installed: tests/vllm_peer/requirements.txt
 	$(VLLM_PY) tests/vllm_peer/serve.py --check-imports
 	touch $@
 
+# vllm-router (PyPI, Rust) as a serving publisher's peer (tests/e2e/test_e2e_vllm_router.py) and the
+# router benchmark's baseline (benchmarks/router.py installs the same version on first use).
+ROUTER_VENV := .tools/vllm-router-venv
+ROUTER_VERSION := 0.1.17
+
+$(ROUTER_VENV)/.installed:
+	@mkdir -p .tools
+	test -x $(ROUTER_VENV)/bin/python || python3 -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install -q vllm-router==$(ROUTER_VERSION)
+	$(ROUTER_VENV)/bin/vllm-router --help >/dev/null
+	touch $@
+
 $(BUF):
 	npm install --no-save --no-package-lock --prefix .tools @bufbuild/buf@$(BUF_VERSION)
 
@@ -62,7 +74,7 @@ $(BUF):
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 	touch $@
 
-deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok .tools/chromium.ok
+deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(ROUTER_VENV)/.installed $(BUF) .tools/etcd.ok .tools/promtool.ok .tools/chromium.ok
 
 # Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows and the
 # simulation's seed range, then the image build; and the tiers of single components. The rows start

@@ -2,20 +2,27 @@
 engines, side by side in one run.
 
     .venv/bin/python -m benchmarks.router [--concurrency 1,16,64] [--duration-sec 8] [--repeats 2]
-                                          [--max-tokens 16] [--per-token-latency-sec 0.001] [--json out.json]
+                                          [--workloads default,short] [--max-tokens 16] [--short-max-tokens 4]
+                                          [--per-token-latency-sec 0.001] [--json out.json]
 
 Backends: one instance of --dp light fake engines (`motor.testing.fake_engine --group`, one helper
-process, OpenAI completions with toy tokens --per-token-latency-sec apart). Three targets, each
-driven by the same client (aiohttp, in a process of its own) with N concurrent streaming
-completions (`stream: true`, --max-tokens tokens each) for --duration-sec after a warm-up:
+process, OpenAI completions with toy tokens --per-token-latency-sec apart). Every target is driven
+by the same client (aiohttp, in a process of its own) with N concurrent streaming completions
+(`stream: true`) for --duration-sec after a warm-up, once per workload: `default` (--max-tokens
+tokens each) and `short` (--short-max-tokens, 4: overhead-bound, where the router's own cost per
+request is most of the latency):
 
 * direct: the client spreads its requests over the engines itself (the baseline);
-* motor-coordinator: its serving view set by one Refresh ADD (what the Controller publishes), on
-  asyncio's event loop, and again as motor-coordinator+uvloop (`--event-loop uvloop`), a second
-  process on the same engines, so the two loops are compared in one run, and once more with
-  re-inference off (motor-coordinator-no-migration: no stream tracking) to show what it costs;
-* vllm-router: `vllm-router --worker-urls <engines> --policy round_robin` (installed on first use into
-  .tools/vllm-router-venv with pip; never in make test).
+* motor-coordinator: its serving view set by one Refresh ADD (what the Controller publishes), on its
+  default event loop (uvloop where installed), again as motor-coordinator-asyncio (`--event-loop
+  asyncio`), a second process on the same engines, so the two loops are compared in one run, and
+  once more with re-inference off (motor-coordinator-no-migration: no stream tracking) to show what
+  it costs;
+* vllm-router: `vllm-router --worker-urls <engines> --policy round_robin` (installed into
+  .tools/vllm-router-venv by `make test`'s installs, or here on first use);
+* motor→vllm-router: a second vllm-router started with no workers, its membership published by
+  Motor's own vllm-router publisher (`motor.controller.publishers.vllm_router`, the Controller's
+  code path), so what Motor's publication leaves of the Rust router's hot path shows beside it.
 
 Per target and concurrency: completed requests per second, time to first token and whole-request
 latency (p50, p99), and the added latency over direct (p50, p99). Targets are rotated for every
@@ -46,15 +53,17 @@ import grpc
 
 from benchmarks.timing import cpu_sec, median, pct
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from motor.common.ports import free_port, free_ports
+from motor.common.config.publication import VllmRouterConfig
+from motor.common.ports import free_ports
 from motor.common.process import ManagedProcess, start_process
+from motor.controller.publishers.vllm_router import VllmRouterPublisher
+from motor.controller.router_client import VllmRouterClient
 from motor.launch.shutdown import exit_on_sigterm
+from motor.testing.vllm_router import HOST, ROUTER_VENV, ROUTER_VERSION, start_router
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-ROUTER_VENV = ROOT / ".tools" / "vllm-router-venv"
-ROUTER_VERSION = "0.1.17"
-HOST = "127.0.0.1"
+MOTOR_ROUTER = "motor→vllm-router"
 ENGINE_HOST = "127.0.50.2"
 TARGET_THROUGHPUT_RATIO = 0.8
 TARGET_ADDED_P50_RATIO = 2.0
@@ -98,11 +107,11 @@ class Backends:
         self.engine_ports = free_ports(dp, ENGINE_HOST)
         # Coordinator processes by target name → (event loop, config).
         base = {"server": {"host": HOST, "port": 0}, "http": {"host": HOST, "port": 0}}
-        self.coordinators: dict[str, tuple[str, dict[str, Any]]] = {"motor-coordinator": ("asyncio", base)}
+        self.coordinators: dict[str, tuple[str, dict[str, Any]]] = {"motor-coordinator": ("auto", base)}
         if importlib.util.find_spec("uvloop") is not None:
-            self.coordinators["motor-coordinator+uvloop"] = ("uvloop", base)
+            self.coordinators["motor-coordinator-asyncio"] = ("asyncio", base)
         # What re-inference's stream tracking (every event parsed, for a continuation) costs.
-        self.coordinators["motor-coordinator-no-migration"] = ("asyncio", {**base, "migration": {"enabled": False}})
+        self.coordinators["motor-coordinator-no-migration"] = ("auto", {**base, "migration": {"enabled": False}})
         self.urls: dict[str, list[str]] = {"direct": self.engine_urls}
 
     @property
@@ -129,23 +138,36 @@ class Backends:
             self._publish(info["grpc_port"])
         if with_router:
             exe = ensure_router()
-            port, metrics_port = free_port(HOST), free_port(HOST)
-            self.procs["vllm-router"] = start_process(
-                [str(exe), "--worker-urls", *self.engine_urls, "--policy", "round_robin", "--host", HOST,
-                 "--port", str(port), "--prometheus-port", str(metrics_port), "--prometheus-host", HOST],
-                log_path=self.work / "vllm-router.log", name="vllm-router")
-            self.urls["vllm-router"] = [f"http://{HOST}:{port}"]
             body = json.dumps({"model": "motor-sim", "prompt": "warm", "max_tokens": 1}).encode()
-            _wait_http(f"{self.urls['vllm-router'][0]}/v1/completions", self.procs["vllm-router"], 120, "POST", body)
+            proc, url = start_router(exe, self.work / "vllm-router.log", worker_urls=self.engine_urls)
+            self.procs["vllm-router"], self.urls["vllm-router"] = proc, [url]
+            # The same router with no workers on its command line: Motor's publisher adds them.
+            proc, url = start_router(exe, self.work / "motor-vllm-router.log")
+            self.procs[MOTOR_ROUTER], self.urls[MOTOR_ROUTER] = proc, [url]
+            asyncio.run(self._publish_to_router(url))
+            for name in ("vllm-router", MOTOR_ROUTER):
+                _wait_http(f"{self.urls[name][0]}/v1/completions", self.procs[name], 120, "POST", body)
 
-    def _publish(self, grpc_port: int) -> None:
+    def _view(self) -> common_pb2.Instance:
         inst = common_pb2.Instance(id=1, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=self.dp)
         for rank, port in enumerate(self.engine_ports):
             inst.endpoints.add(id=rank, ip=ENGINE_HOST, business_port=port)
+        return inst
+
+    def _publish(self, grpc_port: int) -> None:
         with grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel:
             coordinator_pb2_grpc.CoordinatorStub(channel).Refresh(
-                coordinator_pb2.RefreshRequest(event=coordinator_pb2.REFRESH_EVENT_ADD, instances=[inst], revision=1),
+                coordinator_pb2.RefreshRequest(event=coordinator_pb2.REFRESH_EVENT_ADD, instances=[self._view()],
+                                               revision=1),
                 timeout=10)
+
+    async def _publish_to_router(self, url: str) -> None:
+        """One ADD through the Controller's vllm-router publisher (what a round's commit sends)."""
+        publisher = VllmRouterPublisher(VllmRouterClient(VllmRouterConfig(url=url, request_timeout_sec=10.0)))
+        try:
+            await publisher.add(self._view())
+        finally:
+            await publisher.close()
 
     def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):
@@ -254,8 +276,9 @@ def measure(backends: Backends, targets: list[str], concurrencies: list[int], re
                                                 for r in runs] for c, runs in byc.items()} for t, byc in raw.items()}}
 
 
-def render(summary: dict[str, Any], concurrencies: list[int], max_tokens: int) -> str:
-    lines = ["", f"Streaming completions ({max_tokens} tokens) through each router; medians over repeats",
+def render(summary: dict[str, Any], concurrencies: list[int], workload: str, max_tokens: int) -> str:
+    lines = ["", f"Workload {workload}: streaming completions of {max_tokens} tokens through each router; medians over "
+             "repeats",
              f"  {'target':<30} {'streams':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'TTFT p50':>9} "
              f"{'added p50':>10} {'added p99':>10} {'proxy CPU %':>12} {'failed':>7}"]
     for c in concurrencies:
@@ -265,9 +288,10 @@ def render(summary: dict[str, Any], concurrencies: list[int], max_tokens: int) -
                          f"{r['latency_p99_ms']:>8.2f} {r['ttft_p50_ms']:>9.2f} {r['added_p50_ms']:>10.2f} "
                          f"{r['added_p99_ms']:>10.2f} {r['proxy_cpu_pct']:>12.0f} {r['failed']:>7}")
     if "vllm-router" in summary:
-        for name in (t for t in summary if t.startswith("motor-coordinator")):
-            lines.append(f"  {name} against vllm-router (targets: throughput ≥ {TARGET_THROUGHPUT_RATIO:g}x at 16 "
-                         f"and 64 streams, added p50 ≤ {TARGET_ADDED_P50_RATIO:g}x):")
+        for name in (t for t in summary if t.startswith("motor")):
+            targets = (f" (targets: throughput ≥ {TARGET_THROUGHPUT_RATIO:g}x at 16 and 64 streams, added p50 ≤ "
+                       f"{TARGET_ADDED_P50_RATIO:g}x)" if name.startswith("motor-coordinator") else "")
+            lines.append(f"  {name} against vllm-router{targets}:")
             for c in concurrencies:
                 m, v = summary[name][str(c)], summary["vllm-router"][str(c)]
                 ratio = m["throughput_rps"] / v["throughput_rps"] if v["throughput_rps"] else float("nan")
@@ -288,7 +312,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration-sec", type=float, default=8.0)
     parser.add_argument("--warmup-sec", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workloads", default="default,short",
+                        help="default (--max-tokens per request) and/or short (--short-max-tokens: overhead-bound)")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--short-max-tokens", type=int, default=4)
     parser.add_argument("--dp", type=int, default=4)
     parser.add_argument("--per-token-latency-sec", type=float, default=0.001)
     parser.add_argument("--no-router", action="store_true", help="skip vllm-router (Coordinator against direct only)")
@@ -298,24 +325,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-router-"))
     work.mkdir(parents=True, exist_ok=True)
     concurrencies = [int(x) for x in args.concurrency.split(",")]
+    tokens = {"default": args.max_tokens, "short": args.short_max_tokens}
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in tokens]
+    if unknown or not workloads:
+        parser.error(f"--workloads {args.workloads!r}: expected a comma-separated subset of {', '.join(tokens)}")
     load0 = os.getloadavg()
     print(f"router benchmark: python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load0[0]:.1f}; "
           f"logs under {work}", flush=True)
     started = time.monotonic()
     backends = Backends(work, args.dp, args.per_token_latency_sec)
-    targets = ["direct", *backends.coordinators] + ([] if args.no_router else ["vllm-router"])
+    targets = ["direct", *backends.coordinators] + ([] if args.no_router else ["vllm-router", MOTOR_ROUTER])
+    results: dict[str, Any] = {}
     try:
         backends.start(with_router=not args.no_router)
-        result = measure(backends, targets, concurrencies, args.repeats, args.duration_sec, args.warmup_sec,
-                         args.max_tokens)
+        for workload in workloads:
+            print(f"workload {workload} ({tokens[workload]} tokens per request)", flush=True)
+            results[workload] = measure(backends, targets, concurrencies, args.repeats, args.duration_sec,
+                                        args.warmup_sec, tokens[workload])
     finally:
         backends.stop()
-    print(render(result["summary"], concurrencies, args.max_tokens))
+    for workload in workloads:
+        print(render(results[workload]["summary"], concurrencies, workload, tokens[workload]))
     load = os.getloadavg()
     print(f"\n(total run time {time.monotonic() - started:.0f} s; load average at the start {load0[0]:.1f}, at the "
           f"end {load[0]:.1f} on {os.cpu_count()} CPUs: other work on the machine shows here)")
     if args.json:
-        args.json.write_text(json.dumps({**result, "argv": sys.argv[1:], "max_tokens": args.max_tokens,
+        args.json.write_text(json.dumps({"workloads": results, "argv": sys.argv[1:],
+                                         "max_tokens": {w: tokens[w] for w in workloads},
                                          "per_token_latency_sec": args.per_token_latency_sec,
                                          "load_average": {"start": load0, "end": load}}, indent=1))
         print(f"wrote {args.json}")

@@ -1,8 +1,8 @@
 """Process entry shared by the services: arguments, config, logging, signals, ready file.
 
 A service is an object with `async start() -> dict` (what it bound, e.g. {"grpc_port": 50051}) and
-`async stop()`. `run_service` starts it on the event loop of ``--event-loop`` (asyncio's, or uvloop's),
-writes the ready file, waits for SIGTERM/SIGINT and stops it gracefully. A refused configuration prints one line and exits with status 2 before anything
+`async stop()`. `run_service` starts it on the event loop of ``--event-loop`` (asyncio's, uvloop's,
+or auto: uvloop's where the package is installed, the Coordinator's default), writes the ready file, waits for SIGTERM/SIGINT and stops it gracefully. A refused configuration prints one line and exits with status 2 before anything
 starts.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 EXIT_CONFIG_ERROR = 2
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s [%(process)d] %(message)s"
-EVENT_LOOPS = ("asyncio", "uvloop")
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
 
 class Service(Protocol):
@@ -43,7 +44,8 @@ def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S", stream=sys.stderr)
 
 
-def base_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def base_arg_parser(prog: str, description: str, default_event_loop: str = "asyncio") -> argparse.ArgumentParser:
+    """`default_event_loop`: the service's own default of --event-loop (MOTOR_EVENT_LOOP overrides it)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", type=Path, help="YAML or JSON config file")
     parser.add_argument("--host", help="gRPC bind address (overrides server.host)")
@@ -60,14 +62,26 @@ def base_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
                         help="production refuses plaintext, fault injection and test delays (overrides mode)")
     parser.add_argument("--ready-file", type=Path, help="write JSON {ports, pid} here once serving")
     parser.add_argument("--log-level", default=os.environ.get("MOTOR_LOG_LEVEL", "INFO"))
-    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default=os.environ.get("MOTOR_EVENT_LOOP", "asyncio"),
-                        help="asyncio's own loop, or uvloop's (libuv: a leaner hot path; needs the uvloop package)")
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS,
+                        default=os.environ.get("MOTOR_EVENT_LOOP", default_event_loop),
+                        help="asyncio's own loop, uvloop's (libuv: a leaner hot path; needs the uvloop package), or "
+                             f"auto: uvloop's where installed, else asyncio's (default {default_event_loop}; "
+                             "MOTOR_EVENT_LOOP sets it too)")
     return parser
 
 
+def resolve_event_loop(event_loop: str) -> str:
+    """auto → uvloop when the package is importable, else asyncio; the others as they are."""
+    if event_loop not in EVENT_LOOPS:
+        raise ValueError(f"event loop {event_loop!r}: expected one of {', '.join(EVENT_LOOPS)}")
+    if event_loop == "auto":
+        return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    return event_loop
+
+
 def run_loop(coro, event_loop: str = "asyncio"):
-    """asyncio.run(coro) on the chosen event loop implementation."""
-    if event_loop == "uvloop":
+    """asyncio.run(coro) on the chosen event loop implementation (auto: see resolve_event_loop)."""
+    if resolve_event_loop(event_loop) == "uvloop":
         import uvloop  # only when asked for: the other services never import it
 
         return uvloop.run(coro)
@@ -124,8 +138,10 @@ def run_service(
     except ConfigError as exc:
         print(f"{label}: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    event_loop = resolve_event_loop(getattr(args, "event_loop", "asyncio"))
+    log.info("%s runs on the %s event loop", label, event_loop)
     try:
-        run_loop(_serve(service, args.ready_file, label), getattr(args, "event_loop", "asyncio"))
+        run_loop(_serve(service, args.ready_file, label), event_loop)
     except OSError as exc:
         log.error("%s failed to start: %s", label, exc)
         return 1

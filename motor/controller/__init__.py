@@ -14,8 +14,10 @@ Modules:
   servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
   identity         IdentityGate: a NodeManager's claims (pod IP, address, ranks) against its certificate
   clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
+  router_client    VllmRouterClient: vllm-router's worker API (deadlines, retries with backoff)
   instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability
-  serving          the serving projection (Instance view of the survivors) and EventPusher (ADD/DEL/SET)
+  serving          the serving projection (Instance view of the survivors) and EventPusher (ADD/DEL/SET
+                   to the Coordinator)
   status           runtime as protobuf, `message_json` (the one JSON rendering of the pages),
                    RuntimeBroadcaster (Watch), the aiohttp status and timeline pages
   clock            SystemClock and ManualClock (tests)
@@ -25,6 +27,8 @@ Packages:
   model            the shared domain types: runtime and phases, capability, placement (pure)
   fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)
   persistence      the persisted record, memory and etcd stores, RuntimePersister and the restart rule
+  publishers       serving publishers besides the Coordinator (vllm-router) and the fan-out that every
+                   publication goes through
   hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
   console          the operator web console at /ui: fleet rows, instance pages, the live feed (SSE)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -22,6 +22,7 @@ from motor.common.metadata import MANAGEMENT_KEY_METADATA
 from motor.common.security import client_tls, read_key_file
 from motor.controller.config import ControllerConfig
 from motor.controller.fencing import Leadership, NotLeaderError
+from motor.controller.router_client import VllmRouterClient
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +231,8 @@ class ControllerPeers:
 
     nodemanagers: NodeManagerClients
     coordinator: CoordinatorClient | None
+    # vllm-router worker-API clients (motor.controller.publishers.vllm_router), one per router.
+    routers: list[VllmRouterClient] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: ControllerConfig, leadership: Leadership | None = None) -> ControllerPeers:
@@ -239,9 +242,12 @@ class ControllerPeers:
         key = config.coordinator_management_key or (
             read_key_file(config.coordinator_management_key_file, "coordinator_management_key_file")
             if config.coordinator_management_key_file else None)
+        publication = config.publication
         coordinator = (
             CoordinatorClient(config.coordinator_address, tls, timeout, key, leadership)
-            if config.coordinator_address
+            if config.coordinator_address and "coordinator" in publication.publishers
             else None
         )
-        return cls(NodeManagerClients(tls, timeout, leadership), coordinator)
+        routers = ([VllmRouterClient(router, leadership) for router in publication.vllm_routers]
+                   if "vllm_router" in publication.publishers else [])
+        return cls(NodeManagerClients(tls, timeout, leadership), coordinator, routers)

@@ -13,6 +13,7 @@ from motor.common.config.base import ConfigModel, PositiveSec
 from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.common.config.listeners import HttpListenConfig, ServerConfig
 from motor.common.config.posture import PostureConfig, check_posture
+from motor.common.config.publication import PublicationConfig
 from motor.common.config.tls import ClientTlsConfig, SecurityConfig, security_exclusive
 
 # DevicePublicNamePre as the device plugin accepts it (customname.deviceNamePattern).
@@ -127,6 +128,9 @@ class ControllerConfig(PostureConfig):
         default=LeaderElectionConfig(), description="One acting leader among Controller replicas.")
     coordinator_address: str | None = Field(
         default=None, description="host:port of the Coordinator's gRPC server; unset: nothing is published.")
+    publication: PublicationConfig = Field(
+        default=PublicationConfig(),
+        description="Where the serving view is published: the Coordinator and/or vllm-router processes.")
     coordinator_management_key: str | None = Field(
         default=None, description="Sent as gRPC metadata x-motor-key when the Coordinator requires a management key.")
     coordinator_management_key_file: str | None = Field(

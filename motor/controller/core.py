@@ -39,7 +39,8 @@ from motor.controller.model.runtime import (
 )
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
-from motor.controller.serving import EventPusher, PublishError, project_serving_view
+from motor.controller.publishers.fanout import Publication
+from motor.controller.serving import PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class ControllerCore:
         self.store = store
         self.persister = RuntimePersister(store, self.runtimes, self.registry)
         self.nodemanagers = peers.nodemanagers
-        self.pusher = EventPusher(peers.coordinator, self.clock.wall, self.metrics.refresh)
+        self.pusher = Publication.from_peers(peers, self.clock.wall, self.metrics.refresh, self.metrics.publisher_call,
+                                             self.metrics.publisher_repair)
         self.deps = ControllerDeps(
             config=config,
             runtimes=self.runtimes,
@@ -152,6 +154,7 @@ class ControllerCore:
         self.faults.start()
         await self.monitor.start(self.faults.report_hardware)
         self._acting_tasks.append(asyncio.create_task(self._publish_loop(), name="publish-set"))
+        self.pusher.start()
         # A failed write is written again until the store has it (a round's post-commit write above all).
         self._acting_tasks.append(asyncio.create_task(self.persister.retry_unsaved(self.clock.sleep),
                                                       name="persist-retry"))
@@ -162,6 +165,7 @@ class ControllerCore:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.pusher.stop()
         await self.monitor.stop()
         await self.faults.close()
 
@@ -204,17 +208,17 @@ class ControllerCore:
                 self.broadcaster.changed(runtime.instance_id)
 
     async def _learn_published(self) -> None:
-        """What the Coordinator routes to (a previous leader's or this process's earlier publications):
+        """What the publishers route to (a previous leader's or this process's earlier publications):
         a round's drain then withdraws exactly that; SERVING flags stay as restored (unpublished) until
         this leader's SET. Bounded by the request deadline: unread, the first drain reads it itself."""
         deadline_sec = self.config.fault_tolerance_config.dp_scale_down_config.request_timeout_sec
         try:
-            published = await asyncio.wait_for(self.pusher.learn(), deadline_sec)
+            published = await self.pusher.learn(deadline_sec)
         except (PublishError, TimeoutError) as exc:
-            log.warning("could not read what the Coordinator routes to within %gs (the first drain reads it "
+            log.warning("could not read what the publishers route to within %gs (the first drain reads it "
                         "again): %s", deadline_sec, exc or "timed out")
             return
-        log.info("the Coordinator routes to %s", {iid: list(ids) for iid, ids in published.items()} or "nothing")
+        log.info("the publishers route to %s", {iid: list(ids) for iid, ids in published.items()} or "nothing")
 
     async def deposed(self, reason: str) -> None:
         """The term is lost: stop acting at once (the fence already refuses every action)."""
@@ -373,8 +377,8 @@ class ControllerCore:
 
     async def publish_all(self) -> list[int] | None:
         """One SET of every servable view through the same projection; converges lost publications.
-        serving_published (and so can_serve) follows what the Coordinator acknowledged. Returns the
-        instance ids the SET carried (None: no Coordinator, or the SET failed)."""
+        serving_published (and so can_serve) follows what every required publisher acknowledged. Returns
+        the instance ids the SET carried (None: no publisher, or the SET failed)."""
         if not self.pusher.enabled:
             return None
         try:

@@ -73,7 +73,7 @@ class ControllerService:
             await replica.campaign()
         leadership_json = lambda: message_json(servicer.leadership_proto())  # noqa: E731
         app = status_app(core.status_runtimes, lambda iid: core.timelines.transactions(iid), core.scale_down_enabled,
-                         core.metrics.registry, leadership=leadership_json)
+                         core.metrics.registry, leadership=leadership_json, publishers=core.pusher.health)
         # The operator console (/ui) on the same listener: the same TLS and roles as the status pages.
         add_console_routes(app, ConsoleFeed(ConsoleSource.of(core, leadership_json)))
         ssl_context = None

@@ -61,7 +61,7 @@ class ControllerMetrics:
         self.can_serve = Gauge("motor_can_serve", "1 when the instance can serve (RFC §7 can_serve)",
                                ["instance_id"], registry=r)
         self.serving_published = Gauge("motor_serving_published",
-                                       "1 when the Coordinator acknowledged the instance's serving view",
+                                       "1 when every required publisher acknowledged the instance's serving view",
                                        ["instance_id"], registry=r)
         self.strategy_runs = Counter("motor_strategy_runs_total", "Recovery transactions by strategy and outcome",
                                      ["strategy", "outcome"], registry=r)
@@ -87,6 +87,16 @@ class ControllerMetrics:
         self.publish_failures = Counter("motor_publish_failures_total",
                                         "Refresh calls to the Coordinator that failed, by event", ["event"],
                                         registry=r)
+        # Publishers other than the Coordinator (motor.controller.publishers): bounded by configuration.
+        self.publisher_calls = Counter("motor_publisher_calls_total",
+                                       "Calls to a serving publisher's peer (vllm-router's worker API), after their "
+                                       "retries, by publisher, call and outcome", ["publisher", "call", "outcome"],
+                                       registry=r)
+        self.publisher_up = Gauge("motor_publisher_up", "1 when the publisher's last call succeeded, 0 when it failed",
+                                  ["publisher"], registry=r)
+        self.publisher_repairs = Counter("motor_publisher_repairs_total",
+                                         "Workers the reconcile loop re-added or removed because the router had "
+                                         "drifted from the serving view", ["publisher", "action"], registry=r)
         self.idle_fault_probes = Counter("motor_idle_fault_probes_total",
                                          "Idle-fault probe canaries (in the timeline of the transaction that ended "
                                          "their window), by outcome: engine_failed (the survivors noticed), served, "
@@ -176,6 +186,13 @@ class ControllerMetrics:
 
     def refresh(self, event: str, ok: bool) -> None:
         (self.publications if ok else self.publish_failures).labels(event).inc()
+
+    def publisher_call(self, publisher: str, call: str, ok: bool) -> None:
+        self.publisher_calls.labels(publisher, call, "ok" if ok else "failed").inc()
+        self.publisher_up.labels(publisher).set(1 if ok else 0)
+
+    def publisher_repair(self, publisher: str, action: str, workers: int) -> None:
+        self.publisher_repairs.labels(publisher, action).inc(workers)
 
     def leadership(self, leading: bool, term: int, takeover_sec: float | None = None) -> None:
         was, self._leading = self._leading, leading

@@ -1,4 +1,5 @@
-"""ServingOverlay (one projection of every publication) and EventPusher (talks to the Coordinator).
+"""ServingOverlay (one projection of every publication) and EventPusher (the Coordinator's serving
+publisher; `motor.controller.publishers` holds the others and the fan-out to all of them).
 
 Every view sent to the Coordinator, whether the ADD after a successful round, the READY of a newly
 assembled instance, a RESUME or the periodic SET, goes through `project_serving_view`, which leaves
@@ -12,6 +13,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from gen.motor.v1 import common_pb2, coordinator_pb2
 from motor.controller.clients import CoordinatorClient, PeerCallError
@@ -34,6 +37,33 @@ class PublishError(RuntimeError):
     pass
 
 
+@dataclass
+class PublisherHealth:
+    """What a publisher last saw of its peer: shown on the status page and in the metrics."""
+
+    name: str
+    kind: str
+    target: str
+    required: bool = True
+    up: bool | None = None  # None: not called yet
+    last_error: str | None = None
+    last_ok_unix_sec: float = 0.0
+    consecutive_failures: int = 0
+    repairs: int = 0
+
+    def ok(self, now_unix_sec: float) -> None:
+        self.up, self.last_error, self.last_ok_unix_sec, self.consecutive_failures = True, None, now_unix_sec, 0
+
+    def failed(self, error: str) -> None:
+        self.up, self.last_error = False, error
+        self.consecutive_failures += 1
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "target": self.target, "required": self.required,
+                "up": self.up, "last_error": self.last_error, "last_ok_unix_sec": self.last_ok_unix_sec,
+                "consecutive_failures": self.consecutive_failures, "repairs": self.repairs}
+
+
 class EventPusher:
     """Serialised publication with a revision that only grows (wall-clock microseconds, so a
     restarted Controller still outruns what the Coordinator acknowledged before)."""
@@ -51,6 +81,9 @@ class EventPusher:
         # Whether `_published` is all the Coordinator routes to (this process read it or replaced it
         # with a SET); until then an instance missing from it may still be routed to.
         self._view_known = False
+        self.health = PublisherHealth("coordinator", "coordinator", client.address if client else "")
+
+    kind = "coordinator"
 
     @property
     def enabled(self) -> bool:
@@ -68,6 +101,9 @@ class EventPusher:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+    async def reconcile_loop(self) -> None:
+        """Nothing to repair here: the Controller's periodic SET converges the Coordinator."""
 
     def forget(self) -> None:
         """Forgets what was acknowledged (a new leadership term knows nothing published until it reads
@@ -109,8 +145,10 @@ class EventPusher:
             await self._client.refresh(event, views, self._next_revision())
         except PeerCallError as exc:
             self._on_refresh(name, False)
+            self.health.failed(str(exc))
             raise PublishError(str(exc)) from None
         self._on_refresh(name, True)
+        self.health.ok(self._clock())
 
     async def add(self, view: common_pb2.Instance) -> None:
         """Publishes (or replaces) one instance's serving view."""

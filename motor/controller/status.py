@@ -158,14 +158,15 @@ async def _render_off_loop(protos: list[Message], assemble: Callable[[list[dict[
 
 
 def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
-               registry: CollectorRegistry | None = None, leadership=None) -> web.Application:
+               registry: CollectorRegistry | None = None, leadership=None, publishers=None) -> web.Application:
     """GET /controller/fault_tolerance/status[?instance_id=N] and .../timeline?instance_id=N (and, given
     a registry, GET /metrics).
 
     With the total switch or scale-down off the page says `"phase": "DISABLED"` at the top level,
     with or without instances (RFC §7); a bad instance_id is 400, an unknown one 404, on both pages.
     Given `leadership` (a callable returning the Leadership message as JSON), the status page says
-    which Controller replica leads under `"leadership"`.
+    which Controller replica leads under `"leadership"`; given `publishers` (a callable returning
+    each serving publisher's health), the page lists them under `"publishers"`.
     """
 
     def _not_found(wanted: int) -> web.HTTPNotFound:
@@ -189,6 +190,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
             raise _not_found(wanted)
         head: dict[str, Any] = {"phase": "DISABLED"} if not scale_down_enabled else {}
         tail: dict[str, Any] = {"leadership": leadership()} if leadership is not None else {}
+        if publishers is not None:
+            tail["publishers"] = publishers()
         return await _render_off_loop(protos, lambda docs: {**head, "instances": docs, **tail})
 
     async def timeline(request: web.Request) -> web.Response:

@@ -140,7 +140,8 @@ class CoordinatorService:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = base_arg_parser("motor-coordinator", __doc__ or "")
+    # uvloop where installed: libuv's transports are the leaner hot path of the OpenAI front.
+    parser = base_arg_parser("motor-coordinator", __doc__ or "", default_event_loop="auto")
     parser.add_argument("--http-host", help="HTTP bind address (overrides http.host)")
     parser.add_argument("--http-port", type=int, help="HTTP port, 0 for a free one (overrides http.port)")
 

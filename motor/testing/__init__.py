@@ -19,5 +19,7 @@ Modules:
   nodemanager_host many real NodeManagerServices in one process (one event loop), for fleet-scale
                    benchmarks on a small machine
   waits            the bounded waits: wait_for, async_wait_for, turns_until
+  vllm_router      vllm-router (PyPI) as a peer: where `make test` installs it, starting it with no
+                   workers, reading its worker list
   artifacts        the per-test artifact folder of the e2e and chaos tiers
 """

@@ -13,4 +13,5 @@ Modules:
   listeners       ServerConfig (a gRPC server) and HttpListenConfig (an HTTP server)
   tls             TlsConfig, ClientTlsConfig, SecurityConfig (the one mTLS switch)
   fault_tolerance RFC §7 `fault_tolerance_config` and what derives from it (guard lease, proxy)
+  publication     the Controller's serving publishers (the Coordinator, vllm-router processes)
 """

@@ -90,7 +90,7 @@ async def test_a_replica_acts_only_after_taking_over_and_stops_when_deposed() ->
     assert runtime.phase is FtPhase.RECONFIGURING and "restarted during SCALING_DOWN" in runtime.last_error
     assert (await store.load(7)).phase == "RECONFIGURING"
     assert not runtime.serving_published  # restored unpublished
-    assert core.pusher._published == {7: (0, 1, 2, 3)}
+    assert core.pusher.coordinator_publisher._published == {7: (0, 1, 2, 3)}
     assert core.metrics.registry.get_sample_value("motor_controller_leader") == 1
 
     fence.lose("etcd says the lease expired")

@@ -19,7 +19,8 @@ from motor.controller.fault_tolerance.evidence import RankEvidence, RankRead
 from motor.controller.fault_tolerance.timeline import TimelineBook, Transaction
 from motor.controller.instances import InstanceRegistry
 from motor.controller.model.runtime import FtPhase, FtRuntimeStore
-from motor.controller.serving import EventPusher, PublishError, project_serving_view
+from motor.controller.publishers.fanout import Publication
+from motor.controller.serving import PublishError, project_serving_view
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class ControllerDeps:
     runtimes: FtRuntimeStore
     registry: InstanceRegistry
     nodemanagers: NodeManagerClients
-    pusher: EventPusher
+    pusher: Publication
     timelines: TimelineBook
     clock: Clock
     persist: Callable[[int], Awaitable[None]]
@@ -84,7 +85,7 @@ async def timed_call(
 
 
 async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Transaction | None = None) -> None:
-    """ADD of the instance's projected view; serving_published follows the Coordinator's answer.
+    """ADD of the instance's projected view; serving_published follows the publishers' answers.
     A failure only sets last_error: the periodic SET converges later (RFC §5)."""
     record = deps.registry.get(instance_id)
     if record is None:
