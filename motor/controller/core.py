@@ -280,20 +280,14 @@ class ControllerCore:
                 log.warning("instance=%d FT capability unusable, scale-down fails closed: %s", iid, note)
             # Decided before anything is published: a pod may have retired ranks before assembly.
             self._check_retired(iid)
-            try:
-                await self.persister.persist(iid)
-            except StoreError as exc:
-                self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
+            await self.persister.persist_or_note(iid)
             if runtime.phase is not FtPhase.RECONFIGURING:
                 await publish_serving_view(self.deps, iid)
         elif runtime is not None:
             self._check_retired(iid)
             if not was_bound and req.pod.pod_ip in record.bindings():
                 # A pod restored unbound is bound now: persisted, so the next leader keeps it bound.
-                try:
-                    await self.persister.persist(iid)
-                except StoreError as exc:
-                    self.runtimes.set_error(iid, f"persisting runtime failed: {exc}")
+                await self.persister.persist_or_note(iid)
         if runtime is not None:
             self.faults.pod_registered(iid)
         self.broadcaster.changed(iid)

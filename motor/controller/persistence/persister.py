@@ -63,6 +63,13 @@ class RuntimePersister:
         """Instances whose runtime a failed write left out of the store (retried in the background)."""
         return sorted(self._unsaved)
 
+    async def persist_or_note(self, instance_id: int) -> None:
+        """`persist`, a failure only noted in the runtime's last error (retry_unsaved writes it later)."""
+        try:
+            await self.persist(instance_id)
+        except StoreError as exc:
+            self._runtimes.set_error(instance_id, f"{_PERSIST_FAILED}: {exc}")
+
     async def persist(self, instance_id: int) -> None:
         """Writes the instance's record if its generation moved; StaleWriteError if another writer won.
         Any other StoreError is raised too, and the instance is retried by retry_unsaved."""
