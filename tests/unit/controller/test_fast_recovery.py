@@ -264,3 +264,13 @@ async def test_a_stop_aborts_the_guards_before_anything_else_runs() -> None:
 def test_retry_outcome_reads_the_attempts_own_request_ids(status, ft_state, ft_error, last_id, verdict) -> None:
     s = common_pb2.EngineFtStatus(id=0, status=status, ft_state=ft_state, ft_error=ft_error, last_ft_request_id=last_id)
     assert retry_outcome(s, frozenset({"fr-1", "engine-made"})) is verdict
+
+
+async def test_fast_recovery_works_with_scale_down_off() -> None:
+    core, _, cluster, coord = await started(None, enable_dp_scale_down=False)
+    assert core.config.fault_tolerance_config.enable_dp_scale_down_proxy  # the proxy serves the retry
+    all_unhealthy(core, cluster)
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    assert strategies(core) == [("fast_recovery", "succeeded")]
+    assert core.runtimes.get(7).phase is FtPhase.DISABLED and coord.view == {7: [0, 1, 2, 3]}
