@@ -89,3 +89,59 @@ def test_the_gate_invariant_fires_when_a_retry_is_sent_with_fast_recovery_off() 
     events = [Event(10.0, "executor_death", rank=1), Event(10.5, "traffic")]
     result = run(3, "vllm", events=events, fast_recovery=False, tamper=retry_anyway)
     assert "fast_recovery_gated" in {v.invariant for v in result.violations}, result.trace
+
+
+def _checker(fast_recovery: bool = True):
+    from motor.simulation.invariants import SafetyChecker
+    from motor.simulation.world import controller_config
+
+    from .test_simulation_invariants import _World
+    w = _World()
+    w.config = controller_config(fast_recovery=fast_recovery)
+    return w, SafetyChecker(w)  # type: ignore[arg-type]
+
+
+RETRY = node_manager_pb2.INSTRUCTION_RETRY
+SCALE_DOWN = node_manager_pb2.INSTRUCTION_SCALE_DOWN
+
+
+def _fired(checker, at: float = 1.0) -> list[str]:
+    return [v.invariant for v in checker.check(at)]
+
+
+def test_retry_removes_nothing_fires_on_a_commit_that_retires_ranks() -> None:
+    w, checker = _checker()
+    w.call("finalize", 7, "fr-7-a", True, [])
+    assert _fired(checker) == []
+    w.call("finalize", 7, "fr-7-a", True, [1])
+    assert _fired(checker) == ["retry_removes_nothing"]
+
+
+def test_a_scale_down_after_a_failed_retry_needs_a_relaunch_first() -> None:
+    w, checker = _checker()
+    w.call("apply", 7, "fr-7-a", (), "10.0.0.1", 0, (0, 1), 0, RETRY)
+    w.call("finalize", 7, "fr-7-a", False, [])
+    w.call("start_engines", 7, "reconf-7-b")
+    w.call("apply", 7, "sd-7-c", (1,), "10.0.0.1", 0, (0,), 29601, SCALE_DOWN)
+    assert _fired(checker) == []
+    w.call("finalize", 7, "fr-7-d", False, [])
+    w.call("apply", 7, "sd-7-e", (1,), "10.0.0.1", 0, (0,), 29601, SCALE_DOWN)
+    assert _fired(checker) == ["fast_recovery_escalates_to_reconfiguration"]
+
+
+def test_fast_recovery_bounded_counts_one_life_within_the_window() -> None:
+    w, checker = _checker()
+    cfg = w.config.fault_tolerance_config.fast_recovery_config
+    for i in range(cfg.max_attempts):
+        w.clock.now = float(i)
+        w.call("guard", 7, f"fr-7-{i}", 85.0)
+    assert _fired(checker) == []
+    w.incarnation += 1  # a new Controller life counts anew
+    w.call("guard", 7, "fr-7-new-life", 85.0)
+    assert _fired(checker) == []
+    w.incarnation -= 1
+    w.clock.now = cfg.attempt_window_sec  # the first left the window
+    w.call("guard", 7, "fr-7-late", 85.0)
+    assert _fired(checker) == []
+    w.call("guard", 7, "fr-7-one-too-many", 85.0)
+    assert _fired(checker) == ["fast_recovery_bounded"]
