@@ -10,6 +10,8 @@ import pytest
 from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.strategy.fast_recovery import FastRecoveryStrategy, retry_outcome
+from motor.controller.hardware.levels import L5
+from motor.controller.hardware.model import HardwareFault
 from motor.controller.fault_tolerance.engine_states import Verdict
 from motor.controller.model.runtime import FtPhase
 from motor.testing.waits import turns_until
@@ -274,3 +276,16 @@ async def test_fast_recovery_works_with_scale_down_off() -> None:
     await drain_tasks(core)
     assert strategies(core) == [("fast_recovery", "succeeded")]
     assert core.runtimes.get(7).phase is FtPhase.DISABLED and coord.view == {7: [0, 1, 2, 3]}
+
+
+@pytest.mark.parametrize(("allowed", "retried"), [([], False), (["0x80e18402"], True)])
+async def test_a_mapped_hardware_fault_stops_the_retry_unless_its_code_is_allowed(allowed, retried) -> None:
+    core, clock, cluster, _ = await started(None, **{"fast_recovery_config.allowed_hardware_fault_codes": allowed})
+    fault = HardwareFault(node_name="node-127.0.0.2", npu_name="Ascend910-1", fault_codes=("80E18402",), level=L5,
+                          fault_time_unix_sec=clock.wall())
+    core.faults.report_hardware([fault])
+    all_unhealthy(core, cluster)
+    await core.faults.evaluate_all()
+    await drain_tasks(core)
+    assert (strategies(core) == [("fast_recovery", "succeeded")]) is retried
+    assert bool(cluster.named("apply")) is retried
