@@ -67,6 +67,8 @@ class FtCapabilityConfig(ConfigModel):
     engine_ft_enabled: bool = Field(
         default=True, description="Engines run their fault-tolerance framework (vLLM --enable-fault-tolerance).")
     scale_down_supported: bool = Field(default=True, description="Engines accept the scale_down instruction.")
+    retry_supported: bool = Field(
+        default=True, description="Engines accept the retry instruction (fast recovery needs every pod to say so).")
     external_lb: bool = Field(
         default=True, description="Engines run external load balancing (one API server per rank).")
     auto_recovery: bool = Field(

@@ -241,6 +241,15 @@ def build_scale_down_body(request_id: str, removed_dp_ranks: list[int], dp_maste
     )
 
 
+RETRY = "retry"
+
+
+def build_retry_body(request_id: str) -> str:
+    """The exact JSON of a retry: the same DP group rebuilt in place, so no params (vLLM 0.33.0's
+    router and the reference engine take none; the engines keep their current master)."""
+    return json.dumps({"instruction": RETRY, "request_id": request_id, "params": {}})
+
+
 def _none_when_invalid(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     try:
         return handler(value)

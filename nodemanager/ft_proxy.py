@@ -9,10 +9,11 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   by ``engine_request_timeout_sec`` (and the caller's deadline); entries in request order; any
   failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
   malformed → FAILED_PRECONDITION.
-* apply: only scale_down, by the live guard holder, never twice for one request_id; one POST per
-  target engine, concurrently, same request_id, the Controller's ``dp_store_port`` or else
-  ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows every round, so the
-  port changes every round); accepted only when every engine answered 202. Never retried.
+* apply: scale_down or retry (fast recovery: the same group rebuilt, no params), by the live guard
+  holder, never twice for one request_id; one POST per target engine, concurrently, same request_id,
+  for scale_down the Controller's ``dp_store_port`` or else ``dp_store_port_base +
+  len(removed_dp_ranks)`` (the cumulative list grows every round, so the port changes every round);
+  accepted only when every engine answered 202. Never retried.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
   and releases the guard; abort releases the guard.
 """
@@ -35,6 +36,7 @@ from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineTimeout,
     EngineUnreachable,
+    build_retry_body,
     build_scale_down_body,
 )
 from nodemanager.engine_http import ApplyOutcome, EngineHttpClient
@@ -220,10 +222,13 @@ class FtProxy:
                      dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int]) -> list[int]:
         check_request_id(request_id)
         check_instance(instance_id, self._instance)
+        if instruction == node_manager_pb2.INSTRUCTION_RETRY:
+            return self._check_retry(removed, endpoint_ids)
         if instruction != node_manager_pb2.INSTRUCTION_SCALE_DOWN:
             name = node_manager_pb2.Instruction.Name(instruction) if instruction in node_manager_pb2.Instruction.values() \
                 else str(instruction)
-            raise InvalidArgument(f"instruction {name} is not supported; only INSTRUCTION_SCALE_DOWN is")
+            raise InvalidArgument(f"instruction {name} is not supported; only INSTRUCTION_SCALE_DOWN and "
+                                  "INSTRUCTION_RETRY are")
         dp_size = self._config.dp_size
         if not removed:
             raise InvalidArgument("removed_dp_ranks [] is empty; it lists the cumulative removed original ranks")
@@ -252,6 +257,22 @@ class FtProxy:
             raise InvalidArgument(f"endpoint_ids {removed_targets} are in removed_dp_ranks {sorted(removed)}")
         return ids
 
+    def _check_retry(self, removed: list[int], endpoint_ids: list[int]) -> list[int]:
+        """A retry removes nothing: `removed_dp_ranks` is the Controller's cumulative committed set,
+        which must hold this pod's retired ranks (the same contract as a scale-down's list)."""
+        dp_size = self._config.dp_size
+        bad = [r for r in removed if not 0 <= r < dp_size]
+        if bad:
+            raise InvalidArgument(f"removed_dp_ranks {bad} are not original ranks 0..{dp_size - 1}")
+        forgotten = sorted(self._state.retired - set(removed))
+        if forgotten:
+            raise InvalidArgument(f"removed_dp_ranks {sorted(removed)} omits this pod's retired ranks {forgotten}")
+        ids = self._routable_ids(endpoint_ids)
+        removed_targets = [i for i in ids if i in removed]
+        if removed_targets:
+            raise InvalidArgument(f"endpoint_ids {removed_targets} are in removed_dp_ranks {sorted(removed)}")
+        return ids
+
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
                     timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0) -> ApplyResult:
@@ -268,10 +289,13 @@ class FtProxy:
             raise
         # The Controller's choice (the new master's pod, the same on every survivor) wins; without
         # one this pod's own base + the cumulative removed count, the Controller's rule.
-        store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
-        body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
-        log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
-                 body)
+        if instruction == node_manager_pb2.INSTRUCTION_RETRY:
+            # The group is rebuilt in place: no store of a new master, no port.
+            store_port, body, name = 0, build_retry_body(request_id), "retry"
+        else:
+            store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
+            body, name = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port), "scale_down"
+        log.info("instance=%d request_id=%s apply %s to endpoints %s: %s", self._instance, request_id, name, ids, body)
         delay = self._config.fault_injection.apply_delay_sec
         if delay:
             log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,

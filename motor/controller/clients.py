@@ -99,11 +99,12 @@ class NodeManagerClient:
         dp_master_rank: int,
         endpoint_ids: Sequence[int],
         dp_store_port: int = 0,
+        instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN,
     ) -> node_manager_pb2.ApplyResponse:
         req = node_manager_pb2.ApplyRequest(
             instance_id=instance_id,
             request_id=request_id,
-            instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN,
+            instruction=instruction,
             removed_dp_ranks=list(removed_dp_ranks),
             dp_master_ip=dp_master_ip,
             dp_master_rank=dp_master_rank,

@@ -81,6 +81,7 @@ class InstanceRecord:
                 auto_recovery=cap.auto_recovery,
                 enable_eplb=cap.enable_eplb,
                 num_redundant_experts=cap.num_redundant_experts,
+                retry_supported=cap.retry_supported,
             ),
             "",
         )
@@ -131,7 +132,8 @@ def _cap_text(cap: common_pb2.FtCapability | None) -> str:
         return "none"
     return (
         f"(ft={cap.engine_ft_enabled} scale_down={cap.scale_down_supported} external_lb={cap.external_lb} "
-        f"auto_recovery={cap.auto_recovery} eplb={cap.enable_eplb} redundant={cap.num_redundant_experts})"
+        f"auto_recovery={cap.auto_recovery} eplb={cap.enable_eplb} redundant={cap.num_redundant_experts} "
+        f"retry={cap.retry_supported})"
     )
 
 

@@ -11,7 +11,12 @@ Dialects:
 - `rfc` (RFC-era vLLM-Ascend): no diagnosing; `ft_state` recovering after an accepted apply,
   failed (unhealthy) when the round fails; `last_ft_request_id` survives status changes.
 - `vllm-0.33` (vLLM 0.33.0): diagnosing like `vllm`, but scale_down is refused (400, retry-only):
-  every fault ends in a reconfiguration.
+  every fault but a transient one (fast recovery) ends in a reconfiguration.
+
+Every dialect takes `retry` (fast recovery): only while unhealthy (vllm, rfc: 400 otherwise;
+vllm-0.33 answers 202 with a request id of its own and names the refusal in status), every member
+of the group must check in within the window, then the same group is rebuilt; a failed retry leaves
+the members unhealthy with `ft_error` (rfc: `ft_state` failed), never dead.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class _Round:
     survivors: frozenset[int]
     checked_in: set[int] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
+    retry: bool = False
+    # The request id each rank's engine named in its 202 (vllm-0.33 makes its own).
+    ids: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -224,6 +232,8 @@ class SimGroup:
         try:
             doc = json.loads(body)
             request_id = doc["request_id"]
+            if doc.get("instruction") == "retry":
+                return self._retry(rank, request_id)
             removed = set(doc["params"]["removed_dp_ranks"])
         except (ValueError, KeyError, TypeError) as exc:
             return 400, json.dumps({"detail": f"malformed apply: {exc}"}).encode()
@@ -250,6 +260,38 @@ class SimGroup:
         rnd.checked_in.add(rank)
         return 202, json.dumps({"message": "accepted", "request_id": request_id}).encode()
 
+    def _retry(self, rank: int, request_id: str) -> tuple[int, bytes]:
+        """A retry: the same group rebuilt once every member checked in (keyed by the sender's
+        request id; vllm-0.33 answers with one of its own per engine)."""
+        eng = self.engines[rank]
+        own = request_id
+        if self.dialect == "vllm-0.33":
+            own = f"{zlib.crc32(f'{request_id}/{rank}'.encode()):08x}-0000-4000-8000-000000000000"
+        if eng.applied == request_id:
+            return 202, json.dumps({"message": "duplicate ignored", "request_id": own}).encode()
+        if eng.status != "unhealthy":
+            if self.dialect == "vllm-0.33":
+                eng.ft_error = f"[FT] Rejecting retry on engine {rank}: status is {eng.status.upper()}"
+                eng.last_ft_request_id = own
+                return 202, json.dumps({"message": "accepted", "request_id": own}).encode()
+            if self.dialect == "rfc":
+                eng.ft_state, eng.ft_error, eng.last_ft_request_id = "failed", f"rank is {eng.status}", request_id
+            else:
+                eng.ft_error, eng.last_ft_request_id = f"rank {rank} is {eng.status}", request_id
+            return 400, json.dumps({"detail": f"rank {rank} is {eng.status}; retry needs unhealthy"}).encode()
+        eng.applied = request_id
+        if self.dialect == "rfc":
+            eng.ft_state, eng.last_ft_request_id = "recovering", request_id
+        rnd = self._round
+        if rnd is None or rnd.request_id != request_id:
+            if rnd is not None and rnd.task is not None:
+                rnd.task.cancel()
+            rnd = self._round = _Round(request_id, frozenset(self.members), retry=True)
+            rnd.task = asyncio.get_running_loop().create_task(self._run_round(rnd))
+        rnd.checked_in.add(rank)
+        rnd.ids[rank] = own
+        return 202, json.dumps({"message": "accepted", "request_id": own}).encode()
+
     async def _run_round(self, rnd: _Round) -> None:
         deadline = asyncio.get_running_loop().time() + self.knobs.checkin_window_sec
         while rnd.checked_in != set(rnd.survivors) or any(not self.engines[r].process_up for r in rnd.survivors):
@@ -274,6 +316,13 @@ class SimGroup:
             eng.last_ft_request_id = request_id
         self._on_change()
 
+    def _retry_failed(self, rnd: _Round, rank: int, why: str) -> None:
+        """vLLM: a failed retry is not fatal; the member stays unhealthy and says why."""
+        eng = self.engines[rank]
+        eng.set("unhealthy", fault_info=why, ft_state="failed" if self.dialect == "rfc" else None,
+                dialect=self.dialect)
+        eng.ft_error, eng.last_ft_request_id = why, rnd.ids.get(rank, rnd.request_id)
+
     def _end_round(self, rnd: _Round, ok: bool, why: str) -> None:
         if self._round is not rnd:
             return
@@ -284,8 +333,10 @@ class SimGroup:
                 continue
             if ok:
                 skew = self.knobs.recovery_skew_sec * (zlib.crc32(f"{rnd.request_id}/{r}".encode()) % 1000) / 1000
-                asyncio.get_running_loop().call_later(skew, self._recovered, r, eng, rnd.request_id,
+                asyncio.get_running_loop().call_later(skew, self._recovered, r, eng, rnd.ids.get(r, rnd.request_id),
                                                       (eng.status, eng.fault_info, eng.ft_state))
+            elif rnd.retry:
+                self._retry_failed(rnd, r, why)
             elif self.dialect == "rfc":
                 eng.set("unhealthy", fault_info=why, ft_state="failed", dialect=self.dialect)
                 eng.ft_error, eng.last_ft_request_id = why, rnd.request_id
@@ -294,6 +345,6 @@ class SimGroup:
                 eng.ft_error, eng.last_ft_request_id = why, rnd.request_id
         if ok:
             self.members = {r for r in rnd.survivors if self.engines[r].process_up}
-        else:
+        elif not rnd.retry:
             self.members -= set(rnd.survivors)
         self._on_change()

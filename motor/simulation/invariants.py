@@ -10,7 +10,10 @@ accepts calls of two lives in one term, or a call of an older term after a newer
 it until it acts on it (commits the rank dead, or its engine is relaunched), as no newer
 observation of a dead engine can say otherwise (`evidence_lost`); a round does not commit a scale-down against a hardware report it had before
 its apply: an unmappable fault, or a severe fault on a rank it keeps (`scale_down_against_hardware`,
-RFC §4.2/§8). At the end, once stable: the Coordinator routes to exactly the Controller's
+RFC §4.2/§8); fast recovery (RFC §4.3) sends `retry` only when it is on (`fast_recovery_gated`),
+commits no removal (`retry_removes_nothing`), is followed after a failure by a relaunch before any
+scale-down (`fast_recovery_escalates_to_reconfiguration`) and starts at most max_attempts times per
+attempt_window_sec in one Controller life (`fast_recovery_bounded`). At the end, once stable: the Coordinator routes to exactly the Controller's
 alive set, which is what is healthy in truth (`published_equals_alive`); the instance ended in
 SCALED_DOWN_RUNNING, NORMAL after a reconfiguration, or gave up (`liveness`); the store holds the
 state acted on, so a restart now would not undo it (`store_holds_acted_state`); reconfigurations
@@ -26,11 +29,17 @@ from motor.controller.config import ControllerConfig
 from motor.controller.fault_tolerance.evidence import Health, RankEvidence
 from motor.controller.model.runtime import FtPhase
 
+from gen.motor.v1 import node_manager_pb2
 from motor.simulation.world import INSTANCE_ID, World
 
-INVARIANTS = ("dead_rank_published", "evidence_lost", "retired_rank_returns", "one_strategy_per_instance", "apply_replayed",
+_RETRY = node_manager_pb2.INSTRUCTION_RETRY
+
+INVARIANTS = ("dead_rank_published", "evidence_lost", "retired_rank_returns", "one_strategy_per_instance",
+              "apply_replayed",
               "two_leaders_act", "scale_down_against_hardware", "published_equals_alive", "store_holds_acted_state",
               "liveness", "reconfigurations_bounded",
+              "fast_recovery_gated", "retry_removes_nothing", "fast_recovery_escalates_to_reconfiguration",
+              "fast_recovery_bounded",
               "world_error")
 
 
@@ -86,16 +95,55 @@ class SafetyChecker:
         self._known_dead: dict[int, RankEvidence] = {}
         self._known_life = world.incarnation
         self._last_check_sec = 0.0
+        # Fast recoveries: when each one's first guard went out and from which Controller life; when
+        # the last one was aborted (cleared by a relaunch).
+        self._retries: dict[str, tuple[float, int]] = {}
+        self._retry_aborted: tuple[str, float] | None = None
         world.call_listeners.append(self._on_call)
 
     def _on_call(self, name: str, address: str, args: tuple) -> None:
         now = self.world.clock.monotonic()
         if name == "apply":
             self._applied.setdefault(args[1], (now, frozenset(args[2])))
+            self._found += self._check_apply(args, now)
+        elif name == "guard" and args[1].startswith("fr-") and args[1] not in self._retries:
+            self._retries[args[1]] = (now, self.world.incarnation)
+            self._found += self._retries_bounded(now)
         elif name == "start_engines":
             self._relaunched_at.append(now)
+            self._retry_aborted = None
+        elif name == "finalize" and args[1].startswith("fr-"):
+            if args[2] and list(args[3]):
+                self._found.append(Violation("retry_removes_nothing", now, f"fast recovery {args[1]} commits "
+                                                                           f"retired ranks {list(args[3])}"))
+            if not args[2]:
+                self._retry_aborted = (args[1], now)
         elif name == "finalize" and args[2] and args[1] in self._applied:
             self._found += self._commit_against_hardware(args[1], now)
+
+    def _check_apply(self, args: tuple, now: float) -> list[Violation]:
+        """RFC §4.3: a retry only with fast recovery on; after a failed one the whole instance is
+        reconfigured, never scaled down first."""
+        retry = len(args) > 7 and args[7] == _RETRY
+        if retry and not self.world.config.fault_tolerance_config.enable_fast_recovery:
+            return [Violation("fast_recovery_gated", now, f"retry {args[1]} sent with fast recovery off")]
+        if not retry and self._retry_aborted is not None:
+            rid, at = self._retry_aborted
+            return [Violation("fast_recovery_escalates_to_reconfiguration", now,
+                              f"scale-down {args[1]} applied after fast recovery {rid} failed at t={at:.3f} "
+                              f"with no relaunch in between")]
+        return []
+
+    def _retries_bounded(self, now: float) -> list[Violation]:
+        cfg = self.world.config.fault_tolerance_config.fast_recovery_config
+        life = self.world.incarnation
+        recent = sorted(rid for rid, (at, lf) in self._retries.items()
+                        if lf == life and now - at < cfg.attempt_window_sec)
+        if len(recent) > cfg.max_attempts:
+            return [Violation("fast_recovery_bounded", now, f"{len(recent)} fast recoveries {recent} within "
+                                                            f"{cfg.attempt_window_sec:g}s (max_attempts "
+                                                            f"{cfg.max_attempts})")]
+        return []
 
     def _commit_against_hardware(self, request_id: str, now: float) -> list[Violation]:
         """RFC §4.2/§4.4/§8: a round does not commit a scale-down when, before its apply, the same

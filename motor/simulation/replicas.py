@@ -254,7 +254,7 @@ class _ObservedClient:
             client = self._client
             if client._sender is None or (client._sender.alive and client._leadership.leading):
                 world.observe_call(name, client.address, args)  # it leaves a live leader
-            strategy = request_id.split("-")[0] in ("sd", "reconf")
+            strategy = request_id.split("-")[0] in ("sd", "reconf", "fr")
             if strategy:
                 world.inflight[request_id] = world.inflight.get(request_id, 0) + 1
                 live = sorted(rid for rid, n in world.inflight.items() if n > 0)

@@ -58,13 +58,14 @@ def schedule_for(seed: int, steps: int) -> list[Event]:
 
 
 def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None,
-        tamper: Callable[[World], None] | None = None) -> RunResult:
-    """`tamper`: breaks the world once it serves (tests show that an invariant catches it)."""
+        tamper: Callable[[World], None] | None = None, fast_recovery: bool | None = None) -> RunResult:
+    """`tamper`: breaks the world once it serves (tests show that an invariant catches it);
+    `fast_recovery`: the Controller's enable_fast_recovery (None: decided by the seed, half on)."""
     events = schedule_for(seed, steps) if events is None else events
     result = RunResult(seed, dialect, list(events))
     loop = VirtualTimeLoop()
     try:
-        loop.run_until_complete(_run(result, loop, steps, tamper))
+        loop.run_until_complete(_run(result, loop, steps, tamper, fast_recovery))
     finally:
         left = asyncio.all_tasks(loop)
         for task in left:
@@ -129,9 +130,14 @@ async def _fire(world: World, event: Event) -> None:
         raise ValueError(f"unknown event kind {event.kind!r}")
 
 
-async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper) -> None:
+async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper, fast_recovery: bool | None) -> None:
+    # From a stream of its own, so that turning fast recovery on for half the seeds leaves every
+    # other draw of the world (and so every pinned schedule's world) as it was.
+    if fast_recovery is None:
+        fast_recovery = random.Random(f"fast-recovery-{result.seed}").random() < 0.5
     world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace,
-                  ids=random.Random(f"uuid-{result.seed}"), jitter=random.Random(f"jitter-{result.seed}"))
+                  ids=random.Random(f"uuid-{result.seed}"), jitter=random.Random(f"jitter-{result.seed}"),
+                  fast_recovery=fast_recovery)
     try:
         await _drive(world, result, loop, steps, tamper)
     except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
@@ -152,7 +158,9 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
     if tamper is not None:
         tamper(world)
     t0 = loop.time()
-    world.note(f"serving {sorted(world.published() or ())}; schedule starts")
+    ft = world.config.fault_tolerance_config
+    world.note(f"serving {sorted(world.published() or ())}; schedule starts (fast recovery "
+               f"{'on' if ft.enable_fast_recovery else 'off'}, idle fault probe {'on' if ft.idle_fault_probe else 'off'})")
     checker = SafetyChecker(world)
     anchors = Anchors(world)
     fired: list[Event] = []
@@ -203,7 +211,9 @@ class Anchors:
 
     def __init__(self, world: World) -> None:
         self._world = world
-        self._happened = {name: asyncio.Event() for name in ANCHORS}
+        # FAST_RECOVERING too: pinned schedules land faults inside a fast recovery (the generator's
+        # anchors stay as they are).
+        self._happened = {name: asyncio.Event() for name in (*ANCHORS, "FAST_RECOVERING")}
         self.seen_at: dict[str, float] = {}
         self.rank_of: dict[str, int] = {}
         self._applied: set[str] = set()

@@ -49,10 +49,11 @@ CONTAINER_RESTART_SEC = 1.0
 REPLICAS = 2
 
 
-def controller_config(idle_fault_probe: bool = False) -> ControllerConfig:
+def controller_config(idle_fault_probe: bool = False, fast_recovery: bool = False) -> ControllerConfig:
     return load_config(ControllerConfig, None, [
         ("fault_tolerance_config.enable_dp_scale_down", True),
         ("fault_tolerance_config.idle_fault_probe", idle_fault_probe),
+        ("fault_tolerance_config.enable_fast_recovery", fast_recovery),
         ("coordinator_address", "127.0.0.1:1"),
         ("store.etcd_endpoints", [ETCD_ENDPOINT]),
         ("store.key_prefix", KEY_PREFIX),
@@ -77,15 +78,15 @@ def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int) -> 
 class World:
     def __init__(self, rng: random.Random, dialect: str, loop, bounds: NetworkBounds, trace: list[str],
                  ids: random.Random | None = None, jitter: random.Random | None = None,
-                 replicas: int = REPLICAS) -> None:
+                 replicas: int = REPLICAS, fast_recovery: bool = False) -> None:
         """`ids`: the source of the Controller's request ids; `jitter`: of the NodeManagers' retry
-        jitter (seeded, so that both repeat)."""
+        jitter (seeded, so that both repeat); `fast_recovery`: the Controller retries transient faults."""
         self.rng, self.dialect, self.trace = rng, dialect, trace
         self._ids = ids or random.Random(rng.getrandbits(64))
         self._jitter = jitter or random.Random(rng.getrandbits(64))
         self.loop = loop
         self.clock = VirtualClock(loop)
-        self.config = controller_config(idle_fault_probe=rng.random() < 0.5)
+        self.config = controller_config(idle_fault_probe=rng.random() < 0.5, fast_recovery=fast_recovery)
         self.net = Network(rng, bounds)
         self.knobs = Knobs(idle=rng.random() < 0.5)
         if dialect == "rfc":

@@ -12,8 +12,10 @@ class Instruction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INSTRUCTION_UNSPECIFIED: _ClassVar[Instruction]
     INSTRUCTION_SCALE_DOWN: _ClassVar[Instruction]
+    INSTRUCTION_RETRY: _ClassVar[Instruction]
 INSTRUCTION_UNSPECIFIED: Instruction
 INSTRUCTION_SCALE_DOWN: Instruction
+INSTRUCTION_RETRY: Instruction
 
 class GuardRequest(_message.Message):
     __slots__ = ("request_id", "lease_sec", "instance_id")

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from motor.common.config.base import ConfigModel
+from motor.common.config.fast_recovery import FastRecoveryConfig
 
 # Guard lease bound of the NodeManager contract (RFC §6): lease_sec ∈ (0, 3600].
 MAX_GUARD_LEASE_SEC = 3600.0
@@ -73,6 +74,13 @@ class FaultToleranceConfig(ConfigModel):
         description="After a scale-down commits, stop the pods whose ranks are all retired (recyclable).")
     dp_scale_down_config: DpScaleDownConfig = Field(
         default=DpScaleDownConfig(), description="Timers of one scale-down round.")
+    # The RFC's EngineFastRecoveryStrategy slot (a placeholder there), off by default as there.
+    enable_fast_recovery: bool = Field(
+        default=False,
+        description="Recover an instance whose every active rank is UNHEALTHY and none DEAD by the engines' "
+                    "retry, when fast_recovery_config's policy matches (docs/fast-recovery.md).")
+    fast_recovery_config: FastRecoveryConfig = Field(
+        default=FastRecoveryConfig(), description="Policy and timers of fast recovery by retry.")
     hardware_ft_correlation_window_sec: Annotated[float, Field(gt=0, le=MAX_CORRELATION_WINDOW_SEC)] = Field(
         default=5.0,
         description="Seconds a hardware fault waits for matching engine FT evidence before the instance is "
@@ -104,13 +112,18 @@ class FaultToleranceConfig(ConfigModel):
             raise ValueError(
                 "enable_dp_scale_down_proxy="
                 f"{data['enable_dp_scale_down_proxy']!r} cannot be set: it is derived from "
-                "enable_fault_tolerance and enable_dp_scale_down"
+                "enable_fault_tolerance, enable_dp_scale_down and enable_fast_recovery"
             )
         return data
 
     @property
     def enable_dp_scale_down_proxy(self) -> bool:
-        return self.enable_fault_tolerance and self.enable_dp_scale_down
+        # Fast recovery goes through the same proxy (guard, status, apply retry, finalize).
+        return self.enable_fault_tolerance and (self.enable_dp_scale_down or self.enable_fast_recovery)
+
+    @property
+    def fast_recovery_enabled(self) -> bool:
+        return self.enable_fault_tolerance and self.enable_fast_recovery
 
     @property
     def guard_lease_sec(self) -> float:

@@ -38,6 +38,9 @@ class PendingHardware:
     matched: bool = False
     # Matched: the start of the collection window it matched; the entry ends with that window.
     window_started_sec: float | None = None
+    # The fault's level (controller_pb2.FaultLevel, 0: not said) and codes: the fast-recovery policy's input.
+    level: int = 0
+    codes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,23 +59,25 @@ class HardwareCorrelation:
         self.window_sec = window_sec
         self._pending: dict[int, dict[Hashable, PendingHardware]] = {}
 
-    def open(self, instance_id: int, key: Hashable, ranks: frozenset[int], now_sec: float, description: str) -> bool:
+    def open(self, instance_id: int, key: Hashable, ranks: frozenset[int], now_sec: float, description: str,
+             level: int = 0, codes: tuple[str, ...] = ()) -> bool:
         """Opens (or keeps) the window for one hardware fault; False when that fault already waits."""
         waiting = self._pending.setdefault(instance_id, {})
         if key in waiting:
             return False
-        waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description)
+        waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description,
+                                       level=level, codes=codes)
         return True
 
     def join(self, instance_id: int, key: Hashable, ranks: frozenset[int], window_started_sec: float,
-             description: str) -> bool:
+             description: str, level: int = 0, codes: tuple[str, ...] = ()) -> bool:
         """Software came first: the fault is evidence for the decision of the open collection window,
         with no deadline of its own; False when that fault is already known."""
         waiting = self._pending.setdefault(instance_id, {})
         if key in waiting:
             return False
         waiting[key] = PendingHardware(key, frozenset(ranks), window_started_sec, description, matched=True,
-                                       window_started_sec=window_started_sec)
+                                       window_started_sec=window_started_sec, level=level, codes=codes)
         return True
 
     def pending(self, instance_id: int) -> list[PendingHardware]:

@@ -22,7 +22,8 @@ from motor.controller.fault_tolerance.idle_probe import IdleProbe
 from motor.controller.fault_tolerance.running import RunningStrategies
 from motor.controller.fault_tolerance.snapshot_pull import SnapshotPuller
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
-from motor.controller.fault_tolerance.strategy_center import FastRecovery, NoFastRecovery, StrategyCenter
+from motor.controller.fault_tolerance.strategy.fast_recovery import RetryFastRecovery
+from motor.controller.fault_tolerance.strategy_center import FastRecovery, StrategyCenter
 from motor.controller.hardware.model import HardwareFault
 from motor.controller.hardware.resolver import TopologyResolver
 
@@ -80,7 +81,7 @@ class FaultManager:
         self.puller = SnapshotPuller(deps, self.intake, self.reports.record, busy=running.busy)
         self.idle_probe = IdleProbe(deps)
         self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation, running,
-                                     fast_recovery or NoFastRecovery(), wake=wake, on_waiting=self.puller.ensure,
+                                     fast_recovery or RetryFastRecovery(ft), wake=wake, on_waiting=self.puller.ensure,
                                      idle_probe=self.idle_probe)
 
     def report_software(

@@ -173,10 +173,12 @@ class HardwareIntake:
         if window_started_sec is not None:
             # Software came first: the FT snapshot decides without waiting, and the fault is evidence for
             # that decision as it is for a running round (RFC §4.2): a survivor's card fault fails it.
-            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe())
+            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe(), fault.level,
+                                  fault.fault_codes)
             return (f"instance {iid}: software evidence first, decided on the FT snapshot; ranks {sorted(ranks)} "
                     f"must be among its DEAD ranks")
-        opened = self.correlation.open(iid, fault.key, ranks, now_sec, fault.describe())
+        opened = self.correlation.open(iid, fault.key, ranks, now_sec, fault.describe(), fault.level,
+                                       fault.fault_codes)
         log.info("instance=%d hardware fault on ranks %s: %s", iid, sorted(ranks),
                  "correlation window opened" if opened else "already waiting")
         return (f"instance {iid}: ranks {sorted(ranks)}, waiting up to "

@@ -19,6 +19,7 @@ from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import Action, FallbackCause, decide, reconfiguration_retry_delay_sec
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake
+from motor.controller.fault_tolerance.fast_recovery_policy import FaultFacts, collect_facts
 from motor.controller.fault_tolerance.hardware_intake import HardwareIntake
 from motor.controller.fault_tolerance.idle_probe import IdleProbe
 from motor.controller.fault_tolerance.running import RunningStrategies
@@ -34,22 +35,12 @@ _MIN_WAKE_SEC = 0.05
 
 class FastRecovery(Protocol):
     """EngineFastRecoveryStrategy's entry points. All-UNHEALTHY-no-DEAD is only its structural
-    precondition; sufficiency (device type, error codes) is the implementation's own call."""
+    precondition; sufficiency (levels, codes, sources of the evidence: FaultFacts) is the
+    implementation's own call (strategy.fast_recovery.RetryFastRecovery)."""
 
-    def is_applicable(self, instance_id: int, unhealthy: frozenset[int]) -> bool: ...
+    def is_applicable(self, facts: FaultFacts) -> bool: ...
 
-    def create(self, deps: ControllerDeps, instance_id: int) -> Strategy: ...
-
-
-class NoFastRecovery:
-    """Fast recovery is not implemented: never applicable, so all-UNHEALTHY waits for a DEAD rank or
-    the timeout."""
-
-    def is_applicable(self, instance_id: int, unhealthy: frozenset[int]) -> bool:
-        return False
-
-    def create(self, deps: ControllerDeps, instance_id: int) -> Strategy:
-        raise RuntimeError("fast recovery is not applicable")
+    def create(self, deps: ControllerDeps, facts: FaultFacts) -> Strategy: ...
 
 
 @dataclass
@@ -189,6 +180,15 @@ class StrategyCenter:
             return
         ft = deps.config.fault_tolerance_config
         state = self.intake.of(instance_id)
+
+        def facts(unhealthy: frozenset[int]) -> FaultFacts:
+            record = deps.registry.get(instance_id)
+            return collect_facts(
+                instance_id=instance_id, active_ranks=runtime.active_ranks, unhealthy=unhealthy,
+                evidence=state.evidence, pending_hardware=self.correlation.pending(instance_id),
+                window_started_sec=state.window_started_sec, missing_since_sec=state.missing_since_sec,
+                capability=record.capability() if record else (None, "instance topology unknown"), now_sec=now)
+
         decision = decide(
             active_ranks=runtime.active_ranks,
             health=state.health(),
@@ -196,7 +196,7 @@ class StrategyCenter:
             now_sec=now,
             collection_timeout_sec=ft.software_status_collection_timeout_sec,
             scale_down_enabled=ft.enable_fault_tolerance and ft.enable_dp_scale_down,
-            fast_recovery_applicable=lambda unhealthy: self.fast_recovery.is_applicable(instance_id, unhealthy),
+            fast_recovery_applicable=lambda unhealthy: self.fast_recovery.is_applicable(facts(unhealthy)),
         )
         verdict = self.correlation.judge(instance_id, decision, now, state.window_started_sec)
         if verdict.action == "wait":
@@ -217,7 +217,7 @@ class StrategyCenter:
         self.correlation.clear(instance_id)
         log.info("instance=%d decision=%s %s", instance_id, decision.action, decision.reason)
         if decision.action is Action.FAST_RECOVERY:
-            self.start_strategy(instance_id, self.fast_recovery.create(deps, instance_id))
+            self.start_strategy(instance_id, self.fast_recovery.create(deps, facts(decision.unhealthy)))
         elif decision.action is Action.SCALE_DOWN:
             ctx = ScaleDownContext(
                 instance_id=instance_id,

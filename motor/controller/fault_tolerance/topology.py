@@ -53,12 +53,16 @@ def plan_round(
     removed_this_round: Iterable[int],
     endpoints: Mapping[int, EndpointInfo],
     pods: Iterable[PodInfo],
+    retry: bool = False,
 ) -> RoundPlan:
-    """Participants, targets and the new master of one round, or TopologyError."""
+    """Participants, targets and the new master of one round, or TopologyError. A `retry` (fast
+    recovery) removes no rank: every active rank is a target, the master stays the lowest."""
     original = set(original_dp_ranks)
     committed = set(dead_committed)
     removing = set(removed_this_round)
-    if not removing:
+    if retry and removing:
+        raise TopologyError(f"a retry removes no rank, not {sorted(removing)}")
+    if not removing and not retry:
         raise TopologyError("the round removes no rank")
     if not removing <= original:
         raise TopologyError(f"ranks {sorted(removing - original)} are not original DP ranks {sorted(original)}")

@@ -16,3 +16,4 @@ class Capability:
     auto_recovery: bool
     enable_eplb: bool
     num_redundant_experts: int
+    retry_supported: bool = False

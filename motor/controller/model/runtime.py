@@ -22,11 +22,13 @@ class FtPhase(StrEnum):
     POST_SCALE_CLEANUP = "POST_SCALE_CLEANUP"
     SCALED_DOWN_RUNNING = "SCALED_DOWN_RUNNING"
     RECONFIGURING = "RECONFIGURING"
+    FAST_RECOVERING = "FAST_RECOVERING"
 
 
 # The transaction window: the whole-instance shutdown on a partial loss is suppressed here.
 TRANSACTION_PHASES = frozenset(
-    {FtPhase.DECIDING, FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP}
+    {FtPhase.DECIDING, FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP,
+     FtPhase.FAST_RECOVERING}
 )
 # Found in one of these after a restart, a round was interrupted: it becomes RECONFIGURING and takes
 # the fallback, never replaying apply. POST_SCALE_CLEANUP is the NodeManager-commit /
@@ -40,7 +42,7 @@ FALLBACK_RECONFIGURATION = "instance_reconfiguration"
 
 _TRANSITIONS: Mapping[FtPhase, frozenset[FtPhase]] = {
     FtPhase.DISABLED: frozenset(),
-    FtPhase.NORMAL: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING}),
+    FtPhase.NORMAL: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING, FtPhase.FAST_RECOVERING}),
     # DECIDING → SCALING_DOWN: the first status round was already apply-ready (RFC §3.1).
     FtPhase.DECIDING: frozenset({FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.RECONFIGURING}),
     FtPhase.WAITING_ENGINE_FAULT: frozenset({FtPhase.SCALING_DOWN, FtPhase.RECONFIGURING}),
@@ -48,7 +50,9 @@ _TRANSITIONS: Mapping[FtPhase, frozenset[FtPhase]] = {
     # A failure before the Controller's own commit (e.g. a NodeManager refused finalize) still falls
     # back; after it, nothing rolls back and the phase goes on to SCALED_DOWN_RUNNING.
     FtPhase.POST_SCALE_CLEANUP: frozenset({FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
-    FtPhase.SCALED_DOWN_RUNNING: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING}),
+    FtPhase.SCALED_DOWN_RUNNING: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING, FtPhase.FAST_RECOVERING}),
+    # A retry rebuilds the same group: back to the phase it left (no rank removed), or the fallback.
+    FtPhase.FAST_RECOVERING: frozenset({FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
     # A failed reconfiguration stays RECONFIGURING and is tried again; success serves all ranks.
     FtPhase.RECONFIGURING: frozenset({FtPhase.NORMAL, FtPhase.RECONFIGURING}),
 }

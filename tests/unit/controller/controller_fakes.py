@@ -76,6 +76,8 @@ class FakeCluster:
     # Hold a status answer for settle_sec (on the manual clock) while an engine asked for is in a
     # wait_while state, as a long-polling NodeManager whose engines do not settle in that time.
     long_poll: bool = False
+    # The instruction of every apply, in order (node_manager_pb2.Instruction values).
+    instructions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -147,10 +149,12 @@ class FakeNodeManagerClient:
             await c.clock.sleep(settle_sec)
         return out
 
-    async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0):
+    async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0,
+                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN):
         c = self.cluster
         c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
                         store_port))
+        c.instructions.append(instruction)
         if c.on_apply is not None:
             c.on_apply()
         c._maybe_fail("apply", self.address)
@@ -301,7 +305,7 @@ def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, c
     if capability:
         req.ft_capability.CopyFrom(common_pb2.FtCapability(
             engine_ft_enabled=True, scale_down_supported=True, external_lb=True, auto_recovery=False,
-            enable_eplb=True, num_redundant_experts=redundant))
+            enable_eplb=True, num_redundant_experts=redundant, retry_supported=True))
     return req
 
 

@@ -42,6 +42,12 @@ LEGAL = {
     (P.SCALED_DOWN_RUNNING, P.RECONFIGURING),
     (P.RECONFIGURING, P.NORMAL),
     (P.RECONFIGURING, P.RECONFIGURING),
+    # Fast recovery by retry: from either serving phase, back to the one it left, or the fallback.
+    (P.NORMAL, P.FAST_RECOVERING),
+    (P.SCALED_DOWN_RUNNING, P.FAST_RECOVERING),
+    (P.FAST_RECOVERING, P.NORMAL),
+    (P.FAST_RECOVERING, P.SCALED_DOWN_RUNNING),
+    (P.FAST_RECOVERING, P.RECONFIGURING),
 }
 
 
@@ -55,7 +61,8 @@ def test_every_transition_is_exactly_as_drawn(src: FtPhase, dst: FtPhase) -> Non
 
 
 def test_transaction_window_and_restart_rule() -> None:
-    assert TRANSACTION_PHASES == {P.DECIDING, P.WAITING_ENGINE_FAULT, P.SCALING_DOWN, P.POST_SCALE_CLEANUP}
+    assert TRANSACTION_PHASES == {P.DECIDING, P.WAITING_ENGINE_FAULT, P.SCALING_DOWN, P.POST_SCALE_CLEANUP,
+                                  P.FAST_RECOVERING}
     assert P.RECONFIGURING not in TRANSACTION_PHASES
     assert P.SCALED_DOWN_RUNNING not in TRANSACTION_PHASES
     for phase in INTERRUPTED_PHASES:

@@ -350,10 +350,11 @@ class FakeFastRecovery:
         self.applicable, self.succeeds, self.started = applicable, succeeds, 0
         self.release = asyncio.Event()
 
-    def is_applicable(self, instance_id, unhealthy) -> bool:
+    def is_applicable(self, facts) -> bool:
         return self.applicable
 
-    def create(self, deps, instance_id) -> Strategy:
+    def create(self, deps, facts) -> Strategy:
+        instance_id = facts.instance_id
         plugin = self
 
         class _Fast(Strategy):

@@ -17,6 +17,7 @@ from nodemanager.pod_state import PodState
 from nodemanager.supervisor import ProcessSupervisor
 
 SCALE_DOWN = node_manager_pb2.INSTRUCTION_SCALE_DOWN
+RETRY = node_manager_pb2.INSTRUCTION_RETRY
 
 
 class Clock:
@@ -124,6 +125,37 @@ async def test_apply_is_forwarded_at_most_once(env) -> None:
     assert all('"dp_store_port": 30001' in o.request_body for o in result.outcomes)
     with pytest.raises(AlreadyExists, match="'r1' was already forwarded"):
         await proxy.apply(**apply_kwargs())
+
+
+async def test_retry_is_forwarded_with_no_params_and_no_store_port(env) -> None:
+    proxy, state, _, _ = env
+    proxy.guard("fr-1", 10, 7)
+    result = await proxy.apply(**apply_kwargs(request_id="fr-1", instruction=RETRY, removed_dp_ranks=[],
+                                              dp_master_ip="", dp_master_rank=0))
+    assert not result.accepted and result.dp_store_port == 0  # never launched: nothing reachable
+    assert [o.request_body for o in result.outcomes] == [
+        '{"instruction": "retry", "request_id": "fr-1", "params": {}}'] * 2
+    with pytest.raises(AlreadyExists, match="'fr-1' was already forwarded"):
+        await proxy.apply(**apply_kwargs(request_id="fr-1", instruction=RETRY, removed_dp_ranks=[]))
+
+
+@pytest.mark.parametrize(
+    ("over", "expected"),
+    [
+        ({"removed_dp_ranks": [7]}, "removed_dp_ranks [7] are not original ranks 0..5"),
+        ({"removed_dp_ranks": [0]}, "omits this pod's retired ranks [3]"),
+        ({"removed_dp_ranks": [3], "endpoint_ids": [2, 3]}, "endpoint_ids [3] were retired"),
+        ({"removed_dp_ranks": [3], "endpoint_ids": [4]}, "endpoint_ids [4] are headless"),
+    ],
+)
+async def test_bad_retry_arguments_are_refused(env, over: dict, expected: str) -> None:
+    proxy, state, _, _ = env
+    state.retire([3])
+    proxy.guard("fr-1", 10, 7)
+    with pytest.raises(InvalidArgument) as info:
+        await proxy.apply(**apply_kwargs(request_id="fr-1", instruction=RETRY, **over))
+    assert expected in str(info.value)
+    assert "fr-1" not in proxy.applies
 
 
 async def test_status_of_unlaunched_engine_is_unavailable(env) -> None:

@@ -121,23 +121,24 @@ class RoundCalls:
                               f"asked for {list(targets)}")
         return list(entries)
 
-    async def apply(self, plan: RoundPlan, store_port: int) -> list[node_manager_pb2.EngineApplyResult]:
+    async def apply(self, plan: RoundPlan, store_port: int,
+                    instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN) -> list[node_manager_pb2.EngineApplyResult]:
         """One apply per pod with survivors, all with the same request id, master and store port."""
         calls = [(pod.node_manager_address,
-                  self._apply_one(pod.node_manager_address, plan, pod.status_targets, store_port))
+                  self._apply_one(pod.node_manager_address, plan, pod.status_targets, store_port, instruction))
                  for pod in plan.pods if pod.status_targets]
         by_pod = await self._gather(calls)
         return [r for results in by_pod.values() for r in results]
 
-    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...],
-                         store_port: int) -> list[node_manager_pb2.EngineApplyResult]:
+    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...], store_port: int,
+                         instruction: int) -> list[node_manager_pb2.EngineApplyResult]:
         client = self._nodemanagers.get(address)
         facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets), "dp_master_ip": plan.dp_master_ip}
         try:
             resp = await self._timed(
                 "apply", address,
                 lambda: client.apply(self._instance_id, self._request_id, plan.removed_cumulative, plan.dp_master_ip,
-                                     plan.dp_master_rank, targets, store_port),
+                                     plan.dp_master_rank, targets, store_port, instruction),
                 facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
                                   "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
             )
