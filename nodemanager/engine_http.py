@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from nodemanager.clock import SYSTEM_CLOCK, Clock
+from nodemanager.dialects.base import EngineDialect
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
     EngineTimeout,
     EngineUnreachable,
-    parse_apply_answer,
-    parse_status,
 )
 
 MAX_BODY_BYTES = 1 << 20
@@ -63,6 +62,7 @@ class ApplyOutcome:
     request_body: str
     elapsed_sec: float = 0.0
     sent_at_unix_sec: float = 0.0
+    busy: bool = False  # the engine ran another FT operation (a 409): may be sent again
 
 
 # -- client ------------------------------------------------------------------------------------
@@ -73,6 +73,8 @@ class EngineHttpClient:
     ft_api_prefix: str
     timeout_sec: float
     clock: Clock = SYSTEM_CLOCK
+    # How answers are read and commands written (nodemanager.dialects); vLLM's by default.
+    dialect: EngineDialect = field(default_factory=lambda: EngineDialect(1))
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _apply_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
@@ -92,7 +94,8 @@ class EngineHttpClient:
             return self.timeout_sec
         return max(0.01, min(self.timeout_sec, timeout_sec))
 
-    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None) -> EngineStatusEntry:
+    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None,
+                          request_id: str = "") -> EngineStatusEntry:
         """GET {prefix}/status of one engine, identity-checked. Raises EngineCallError subclasses."""
         assert self._session is not None, "EngineHttpClient.start() not called"
         bound = self._bound(timeout_sec)
@@ -108,7 +111,8 @@ class EngineHttpClient:
                     if truncated:
                         raise EngineStatusMalformed(addr.endpoint_id,
                                                     f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
-                    return parse_status(addr.endpoint_id, resp.status, body, self.clock.wall())
+                    return self.dialect.parse_status(addr.endpoint_id, resp.status, body, self.clock.wall(),
+                                                     request_id)
             except (TimeoutError, asyncio.TimeoutError):
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s") from None
             except aiohttp.ClientConnectorError as exc:
@@ -128,9 +132,9 @@ class EngineHttpClient:
         url = addr.base_url + self.ft_api_prefix + "/apply"
         started, sent_at = self.clock.monotonic(), self.clock.wall()
 
-        def outcome(accepted: bool, status: int, rid: str, message: str) -> ApplyOutcome:
+        def outcome(accepted: bool, status: int, rid: str, message: str, busy: bool = False) -> ApplyOutcome:
             return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body,
-                                self.clock.monotonic() - started, sent_at)
+                                self.clock.monotonic() - started, sent_at, busy)
 
         try:
             async with self._apply_session.post(
@@ -138,8 +142,8 @@ class EngineHttpClient:
                 timeout=aiohttp.ClientTimeout(total=bound),
             ) as resp:
                 raw, _ = await read_body(resp)  # only quoted in the outcome: a cut body is fine
-                accepted, rid, message = parse_apply_answer(resp.status, raw)
-                return outcome(accepted, resp.status, rid, message)
+                answer = self.dialect.parse_apply_answer(resp.status, raw)
+                return outcome(answer.accepted, resp.status, answer.engine_request_id, answer.message, answer.busy)
         except (TimeoutError, asyncio.TimeoutError):
             return outcome(False, 0, "", f"POST {url} did not answer within {bound:g}s (outcome unknown)")
         except aiohttp.ClientError as exc:

@@ -10,9 +10,11 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
   malformed → FAILED_PRECONDITION.
 * apply: only scale_down, by the live guard holder, never twice for one request_id; one POST per
-  target engine, concurrently, same request_id, the Controller's ``dp_store_port`` or else
-  ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows every round, so the
-  port changes every round); accepted only when every engine answered 202. Never retried.
+  target the dialect names (each target engine; an instance-level FT manager once per round, by the
+  lowest survivor's pod; a busy answer is sent again within the deadline), concurrently, same
+  request_id, the Controller's ``dp_store_port`` or else ``dp_store_port_base + len(removed_dp_ranks)``
+  (the cumulative list grows every round, so the port changes every round); accepted only when every
+  target answered 202. Never retried otherwise.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
   and releases the guard; abort releases the guard.
 """
@@ -29,13 +31,13 @@ from gen.motor.v1 import node_manager_pb2
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
+from nodemanager.dialects import SCALE_DOWN, FtCommand
 from nodemanager.engine_answers import (
     EngineCallError,
     EngineProtocolError,
     EngineStatusEntry,
     EngineTimeout,
     EngineUnreachable,
-    build_scale_down_body,
 )
 from nodemanager.engine_http import ApplyOutcome, EngineHttpClient
 from nodemanager.errors import (
@@ -59,6 +61,8 @@ from nodemanager.settle import (
 from nodemanager.supervisor import ProcessSupervisor
 
 log = logging.getLogger("nodemanager.ft_proxy")
+
+BUSY_RETRY_SEC = 0.2
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,10 @@ class FtProxy:
         self._current_term = current_term
         # Applies held by fault injection; a newer leader taking the guard ends their hold early.
         self._holds: set[asyncio.Event] = set()
+        # The cumulative removed ranks of the last committed round, and of each apply sent: an
+        # engine that takes only this round's ranks (SGLang's) gets the difference.
+        self._committed_removed: frozenset[int] = frozenset()
+        self._removed_of: dict[str, tuple[int, ...]] = {}
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -196,10 +204,10 @@ class FtProxy:
 
     async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
         async def read(i: int) -> EngineStatusEntry:
-            addr = self._supervisor.address(i)
+            addr = self._http.dialect.ft_address(i, self._supervisor.address)
             if addr is None:
                 raise EngineUnreachable(i, "engine has not been launched (no port yet)")
-            return await self._http.read_status(addr, timeout_sec)
+            return await self._http.read_status(addr, timeout_sec, request_id)
 
         results = await asyncio.gather(*(read(i) for i in ids), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -269,9 +277,16 @@ class FtProxy:
         # The Controller's choice (the new master's pod, the same on every survivor) wins; without
         # one this pod's own base + the cumulative removed count, the Controller's rule.
         store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
-        body = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port)
-        log.info("instance=%d request_id=%s apply scale_down to endpoints %s: %s", self._instance, request_id, ids,
-                 body)
+        removed = tuple(sorted(removed_dp_ranks))
+        prior = self._committed_removed if self._committed_removed <= set(removed) else frozenset()
+        command = FtCommand(SCALE_DOWN, request_id, removed, dp_master_ip, dp_master_rank, store_port,
+                            tuple(r for r in removed if r not in prior))
+        self._removed_of[request_id] = removed
+        dialect = self._http.dialect
+        body = dialect.apply_body(command)
+        targets = dialect.apply_targets(ids, command)
+        log.info("instance=%d request_id=%s apply scale_down for endpoints %s, sent to %s (%s): %s", self._instance,
+                 request_id, ids, targets, dialect.name or "vllm", body)
         delay = self._config.fault_injection.apply_delay_sec
         if delay:
             log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,
@@ -298,12 +313,23 @@ class FtProxy:
             raise
 
         async def send(i: int) -> ApplyOutcome:
-            addr = self._supervisor.address(i)
+            addr = dialect.ft_address(i, self._supervisor.address)
             if addr is None:
                 return ApplyOutcome(i, False, 0, "", "engine has not been launched (no port yet)", body)
-            return await self._http.apply(addr, body, timeout_sec)
+            started = self._clock.monotonic()
+            outcome = await self._http.apply(addr, body, timeout_sec)
+            # Busy (another FT operation runs): the same request again, until the call's deadline.
+            for _ in range(1000):
+                left = None if timeout_sec is None else timeout_sec - (self._clock.monotonic() - started)
+                if not outcome.busy or (left is not None and left <= BUSY_RETRY_SEC):
+                    break
+                log.info("instance=%d rank=%d request_id=%s engine busy (%s): sent again in %gs", self._instance, i,
+                         request_id, outcome.message, BUSY_RETRY_SEC)
+                await asyncio.sleep(BUSY_RETRY_SEC)
+                outcome = await self._http.apply(addr, body, None if left is None else left - BUSY_RETRY_SEC)
+            return outcome
 
-        outcomes = list(await asyncio.gather(*(send(i) for i in ids)))
+        outcomes = list(await asyncio.gather(*(send(i) for i in targets)))
         for o in outcomes:
             log.log(logging.INFO if o.accepted else logging.ERROR,
                     "instance=%d rank=%d request_id=%s apply %s: HTTP %d engine_request_id=%r %s (%.3fs)",
@@ -349,10 +375,12 @@ class FtProxy:
                 log.warning("instance=%d request_id=%s finalize(abort) ignores retired_ids %s", self._instance,
                             request_id, ids)
             self.guard_state.release(request_id)
+            self._removed_of.pop(request_id, None)
             self._metrics.finalizes.labels("abort").inc()
             log.info("instance=%d request_id=%s finalize(abort): guard released", self._instance, request_id)
             return FinalizeResult(sorted(self._state.retired), True, [])
         new = self._state.retire(ids)
+        self._committed_removed = frozenset(self._removed_of.pop(request_id, ())) | self._committed_removed
         self.guard_state.release(request_id)
         self._metrics.finalizes.labels("commit").inc()
         log.info("instance=%d request_id=%s finalize(commit): retired %s (newly %s), cumulative %s; guard released",
