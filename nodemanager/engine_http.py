@@ -16,6 +16,7 @@ import aiohttp
 
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.dialects.base import EngineDialect
+from nodemanager.engine_address import EngineAddress
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
@@ -38,18 +39,6 @@ async def read_body(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -
         buf += chunk
         if len(buf) > limit:
             return bytes(buf[:limit]), True
-
-
-@dataclass(frozen=True)
-class EngineAddress:
-    endpoint_id: int
-    host: str
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, TextIO
 
+from motor.cli.check_report import HttpAnswer, Report, Transport
 from motor.cli.engine_check_dialects import AUTO, CHOICES, check_instance_status, check_probes, detect, name_dialect
 from motor.common.text import shorten
 from nodemanager.engine_answers import (
@@ -49,7 +49,6 @@ _ENTRY_STRING_KEYS = ("fault_info", "last_ft_request_id", "ft_error")
 _ENTRY_KEYS = {"id", "status", "ft_state", "mask", "dp_rank", *_ENTRY_STRING_KEYS}
 _DOCUMENT_KEYS = {"schema_version", "total_engines", "engines"}
 
-OK, FAIL, INFO = "ok", "FAIL", "info"
 
 
 class UsageError(Exception):
@@ -58,42 +57,6 @@ class UsageError(Exception):
 
 class Unreachable(Exception):
     """No HTTP answer at all (refused, no route, bad host): exit status 2."""
-
-
-@dataclass
-class Report:
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def ok(self, text: str) -> None:
-        self.lines.append((OK, text))
-
-    def fail(self, text: str) -> None:
-        self.lines.append((FAIL, text))
-
-    def info(self, text: str) -> None:
-        self.lines.append((INFO, text))
-
-    @property
-    def failures(self) -> list[str]:
-        return [text for verdict, text in self.lines if verdict == FAIL]
-
-    @property
-    def conforms(self) -> bool:
-        return not self.failures
-
-    def render(self) -> str:
-        return "\n".join(f"{verdict:<4}  {text}" for verdict, text in self.lines)
-
-
-@dataclass(frozen=True)
-class HttpAnswer:
-    status: int
-    body: bytes
-    elapsed_sec: float
-
-
-# (method, url, body or None, timeout) -> the answer; raises Unreachable or TimeoutError.
-Transport = Callable[[str, str, bytes | None, float], HttpAnswer]
 
 
 def http_transport(method: str, url: str, body: bytes | None, timeout_sec: float) -> HttpAnswer:

@@ -11,15 +11,13 @@ entry with ``ft_state`` is the RFC's vLLM-Ascend dialect; otherwise vLLM's (0.33
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from motor.cli.check_report import HttpAnswer, Report, Transport
 from motor.common.text import shorten
 from nodemanager.dialects import DIALECTS, make_dialect
 from nodemanager.dialects.sglang import STATUSES
 from nodemanager.engine_answers import EngineProtocolError, parse_apply_answer
-
-if TYPE_CHECKING:
-    from motor.cli.engine_check import HttpAnswer, Report, Transport
 
 AUTO = "auto"
 CHOICES = (AUTO, *sorted(DIALECTS))

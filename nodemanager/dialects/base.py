@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from nodemanager.engine_address import EngineAddress
 from nodemanager.engine_answers import EngineStatusEntry, parse_apply_answer, parse_status
-
-if TYPE_CHECKING:
-    from nodemanager.engine_http import EngineAddress
 
 SCALE_DOWN = "scale_down"
 RETRY = "retry"

@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from motor.common.text import shorten
 from nodemanager.dialects.base import SCALE_DOWN, ApplyAnswer, EngineDialect, FtCommand
+from nodemanager.engine_address import EngineAddress
 from nodemanager.engine_answers import (
     EngineIdentityError,
     EngineStatusEntry,
     EngineStatusMalformed,
     parse_apply_answer,
 )
-
-if TYPE_CHECKING:
-    from nodemanager.engine_http import EngineAddress
 
 STATUSES = ("healthy", "unhealthy", "dead")
 BUSY_MESSAGE = "ft_operation_in_progress"
@@ -48,8 +46,6 @@ class SglangDialect(EngineDialect):
     instance_level = True
 
     def ft_address(self, endpoint_id: int, local_of: Callable[[int], EngineAddress | None]) -> EngineAddress | None:
-        from nodemanager.engine_http import EngineAddress
-
         if local_of(endpoint_id) is None or self.manager_address is None:
             return None  # not launched here yet: nothing to ask about
         host, port = self.manager_address

@@ -5,10 +5,9 @@ whole-instance reconfiguration), the 202's ``request_id`` made by the server, an
 
 from __future__ import annotations
 
-from nodemanager.dialects.base import RETRY, EngineDialect
+from nodemanager.dialects.base import EngineDialect
 
 
 class Vllm033Dialect(EngineDialect):
     name = "vllm-0.33"
     default_prefix = "/fault_tolerance"
-    instructions = frozenset({RETRY})
