@@ -161,12 +161,11 @@ def test_try_retry_echoed_request_id() -> None:
                       apply=(202, lambda body: {"message": "accepted", "request_id": body["request_id"]}))
     code, out, _ = run(answers, "--prefix", "/fault_tolerance", "--try-retry")
     assert code == 0, out
-    sent, blank = _retry_calls(answers)
+    (sent,) = _retry_calls(answers)
     assert sent["instruction"] == "retry" and sent["request_id"].startswith("engine-check-") and sent["params"] == {}
     assert "ok    202 echoes our request_id" in out.splitlines()
-    # Then a whitespace-only request id, which vLLM's router refuses and Motor never sends.
-    assert blank["request_id"] == "   "
-    assert any(line.startswith("info  a whitespace-only request_id is not refused") for line in out.splitlines())
+    # vLLM 0.33.0 makes its own request ids: a whitespace-only one is not probed (it would only retry again).
+    assert "info  whitespace-only request_id not probed: vLLM 0.33.0 makes its own request ids" in out.splitlines()
 
 
 def test_try_retry_server_made_request_id_is_reported_not_failed() -> None:

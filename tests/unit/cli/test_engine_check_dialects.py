@@ -66,5 +66,6 @@ def test_vllm_refusing_a_whitespace_request_id_conforms() -> None:
                       apply=(400, {"detail": "request_id must be a non-empty string"}))
     code, out, _ = run(answers, "--try-retry")
     assert code == 0, out
+    assert [b["request_id"][:13] for m, _, b in answers.calls if m == "POST"] == ["engine-check-", "   "]
     assert "ok    a whitespace-only request_id is refused (HTTP 400: request_id must be a non-empty string); Motor " \
            "never sends one" in lines(out)
