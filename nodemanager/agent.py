@@ -33,6 +33,7 @@ from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
 from nodemanager.device_ids import check_device_ids
+from nodemanager.dialects import dialect_of
 from nodemanager.engine_http import EngineHttpClient
 from nodemanager.engine_lifecycle import EngineLifecycle
 from nodemanager.exit_policy import ExitHook, ExitPolicy
@@ -85,7 +86,8 @@ class NodeManagerAgent:
             term_storage = FileTermStorage(self.log_dir)
         self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}", term_storage)
         self.metrics = NodeManagerMetrics()
-        self.http = http or EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec, clock)
+        self.http = http or EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec, clock,
+                                             dialect=dialect_of(config))
         build_supervisor = supervisor or (
             lambda **callbacks: ProcessSupervisor(config, self._own_log_dir(), **callbacks))
         self.supervisor = build_supervisor(on_ready=self._on_ready, on_exit=self._on_exit,
@@ -125,7 +127,8 @@ class NodeManagerAgent:
         )
         self.poller = EngineFtManager(
             self.http, interval_sec=config.fault_tolerance_config.engine_status_poll_interval_sec,
-            timeout_sec=config.engine_request_timeout_sec, address_of=self.supervisor.address,
+            timeout_sec=config.engine_request_timeout_sec,
+            address_of=lambda i: self.http.dialect.ft_address(i, self.supervisor.address),
             report=self.reporter.submit, instance_id=config.instance_id, still_polled=self._still_polled,
             defer_recovered=self.guard.is_live, metrics=self.metrics, clock=clock,
         )

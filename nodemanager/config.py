@@ -148,6 +148,12 @@ class NodeManagerConfig(PostureConfig):
                     + " filled per rank; unset: the reference engine.")
     engine_ft_api_prefix: str = Field(
         default="/v1/fault_tolerance", description="Path prefix of the engines' FT API ('/…', no trailing '/').")
+    engine_ft_dialect: Literal["vllm", "vllm-0.33", "rfc", "sglang"] = Field(
+        default="vllm", description="The engines' FT dialect (docs/engine-dialects.md): vLLM's PR, vLLM 0.33.0, the "
+                                    "RFC's vLLM-Ascend one (per-rank FT endpoints) or SGLang's instance FT manager.")
+    engine_ft_manager_address: str | None = Field(
+        default=None, description="host:port of the instance's FT manager (engine_ft_dialect sglang: one for every "
+                                  "rank of the instance); unset for per-rank dialects.")
     dp_master_ip: str = Field(default="127.0.0.1", description="IP address of the DP group's master (rank 0's host).")
     dp_master_port: Port = Field(
         default=29500, description="Port of the DP group's master; 0 picks a free one (every rank on this pod).")
@@ -204,7 +210,8 @@ class NodeManagerConfig(PostureConfig):
             raise ValueError(f"{value!r} is not an IP address") from None
         return value
 
-    _check_controllers = field_validator("controller_address", "controller_addresses")(check_host_ports)
+    _check_controllers = field_validator("controller_address", "controller_addresses",
+                                         "engine_ft_manager_address")(check_host_ports)
 
     @property
     def controller_targets(self) -> list[str]:
@@ -259,6 +266,9 @@ class NodeManagerConfig(PostureConfig):
             raise ValueError(
                 f"dp_store_port_base={self.dp_store_port_base} + dp_size-1 = {top} exceeds port 65535"
             )
+        if self.engine_ft_dialect == "sglang" and not self.engine_ft_manager_address:
+            raise ValueError("engine_ft_dialect=sglang needs engine_ft_manager_address (host:port of the instance's "
+                             "FT manager)")
         if self.dp_master_port == 0 and len(ranks) != self.dp_size:
             raise ValueError(
                 f"dp_master_port=0 (pick a free port at launch) needs every rank on this pod, but it hosts "

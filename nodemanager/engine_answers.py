@@ -317,6 +317,15 @@ class _VllmErrorBody(_Strict):
         return self.error.message
 
 
+class _MessageBody(_Strict):
+    """A refusal as SGLang's FT manager writes it: ``{"message": "..."}``."""
+
+    message: str
+
+    def text(self) -> str:
+        return self.message
+
+
 def parse_apply_answer(http_status: int, body: bytes) -> tuple[bool, str, str]:
     """(accepted, engine_request_id, message) of an apply answer; accepted only on HTTP 202."""
     text = body.decode("utf-8", "replace")
@@ -327,7 +336,7 @@ def parse_apply_answer(http_status: int, body: bytes) -> tuple[bool, str, str]:
             return True, "", shorten(text)
         message = accepted.message if accepted.message is not None else shorten(text)
         return True, accepted.request_id or "", message
-    for shape in (_ErrorBody, _VllmErrorBody):
+    for shape in (_ErrorBody, _VllmErrorBody, _MessageBody):
         try:
             error = shape.model_validate_json(text)
         except ValidationError:  # not JSON, not an object, or not this shape

@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from nodemanager.clock import SYSTEM_CLOCK, Clock
+from nodemanager.dialects.base import EngineDialect
+from nodemanager.engine_address import EngineAddress
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
     EngineTimeout,
     EngineUnreachable,
-    parse_apply_answer,
-    parse_status,
 )
 
 MAX_BODY_BYTES = 1 << 20
+# How soon a request an engine answered busy (another FT operation runs) is sent again.
+BUSY_RETRY_SEC = 0.2
 
 
 async def read_body(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> tuple[bytes, bool]:
@@ -42,18 +45,6 @@ async def read_body(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -
 
 
 @dataclass(frozen=True)
-class EngineAddress:
-    endpoint_id: int
-    host: str
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-
-@dataclass(frozen=True)
 class ApplyOutcome:
     endpoint_id: int
     accepted: bool
@@ -63,6 +54,7 @@ class ApplyOutcome:
     request_body: str
     elapsed_sec: float = 0.0
     sent_at_unix_sec: float = 0.0
+    busy: bool = False  # the engine ran another FT operation (a 409): may be sent again
 
 
 # -- client ------------------------------------------------------------------------------------
@@ -73,6 +65,8 @@ class EngineHttpClient:
     ft_api_prefix: str
     timeout_sec: float
     clock: Clock = SYSTEM_CLOCK
+    # How answers are read and commands written (nodemanager.dialects); vLLM's by default.
+    dialect: EngineDialect = field(default_factory=lambda: EngineDialect(1))
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _apply_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
@@ -92,7 +86,8 @@ class EngineHttpClient:
             return self.timeout_sec
         return max(0.01, min(self.timeout_sec, timeout_sec))
 
-    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None) -> EngineStatusEntry:
+    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None,
+                          request_id: str = "") -> EngineStatusEntry:
         """GET {prefix}/status of one engine, identity-checked. Raises EngineCallError subclasses."""
         assert self._session is not None, "EngineHttpClient.start() not called"
         bound = self._bound(timeout_sec)
@@ -108,7 +103,8 @@ class EngineHttpClient:
                     if truncated:
                         raise EngineStatusMalformed(addr.endpoint_id,
                                                     f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
-                    return parse_status(addr.endpoint_id, resp.status, body, self.clock.wall())
+                    return self.dialect.parse_status(addr.endpoint_id, resp.status, body, self.clock.wall(),
+                                                     request_id)
             except (TimeoutError, asyncio.TimeoutError):
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s") from None
             except aiohttp.ClientConnectorError as exc:
@@ -121,6 +117,21 @@ class EngineHttpClient:
                 raise EngineUnreachable(addr.endpoint_id, f"GET {url}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")
 
+    async def apply_while_busy(self, addr: EngineAddress, body: str, timeout_sec: float | None = None,
+                               on_busy: Callable[[ApplyOutcome], None] = lambda outcome: None) -> ApplyOutcome:
+        """`apply`, sent again every BUSY_RETRY_SEC while the engine answers busy (another FT
+        operation runs, SGLang's 409), until the call's deadline."""
+        started = self.clock.monotonic()
+        outcome = await self.apply(addr, body, timeout_sec)
+        for _ in range(1000):
+            left = None if timeout_sec is None else timeout_sec - (self.clock.monotonic() - started)
+            if not outcome.busy or (left is not None and left <= BUSY_RETRY_SEC):
+                break
+            on_busy(outcome)
+            await asyncio.sleep(BUSY_RETRY_SEC)
+            outcome = await self.apply(addr, body, None if left is None else left - BUSY_RETRY_SEC)
+        return outcome
+
     async def apply(self, addr: EngineAddress, body: str, timeout_sec: float | None = None) -> ApplyOutcome:
         """POST {prefix}/apply once; never raises for engine or transport failures (see the outcome)."""
         assert self._apply_session is not None, "EngineHttpClient.start() not called"
@@ -128,9 +139,9 @@ class EngineHttpClient:
         url = addr.base_url + self.ft_api_prefix + "/apply"
         started, sent_at = self.clock.monotonic(), self.clock.wall()
 
-        def outcome(accepted: bool, status: int, rid: str, message: str) -> ApplyOutcome:
+        def outcome(accepted: bool, status: int, rid: str, message: str, busy: bool = False) -> ApplyOutcome:
             return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body,
-                                self.clock.monotonic() - started, sent_at)
+                                self.clock.monotonic() - started, sent_at, busy)
 
         try:
             async with self._apply_session.post(
@@ -138,8 +149,8 @@ class EngineHttpClient:
                 timeout=aiohttp.ClientTimeout(total=bound),
             ) as resp:
                 raw, _ = await read_body(resp)  # only quoted in the outcome: a cut body is fine
-                accepted, rid, message = parse_apply_answer(resp.status, raw)
-                return outcome(accepted, resp.status, rid, message)
+                answer = self.dialect.parse_apply_answer(resp.status, raw)
+                return outcome(answer.accepted, resp.status, answer.engine_request_id, answer.message, answer.busy)
         except (TimeoutError, asyncio.TimeoutError):
             return outcome(False, 0, "", f"POST {url} did not answer within {bound:g}s (outcome unknown)")
         except aiohttp.ClientError as exc:

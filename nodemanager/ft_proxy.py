@@ -9,11 +9,12 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   by ``engine_request_timeout_sec`` (and the caller's deadline); entries in request order; any
   failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
   malformed → FAILED_PRECONDITION.
-* apply: scale_down or retry (fast recovery: the same group rebuilt, no params), by the live guard
-  holder, never twice for one request_id; one POST per target engine, concurrently, same request_id,
-  for scale_down the Controller's ``dp_store_port`` or else ``dp_store_port_base +
-  len(removed_dp_ranks)`` (the cumulative list grows every round, so the port changes every round);
-  accepted only when every engine answered 202. Never retried.
+* apply: scale_down or retry (the same group rebuilt, no params), by the live guard holder, never
+  twice for one request_id; one POST per target the dialect names (each engine, or an instance's
+  FT manager once, by the lowest survivor's pod; a busy answer is sent again within the deadline),
+  concurrently, same request_id; scale_down's port is the Controller's ``dp_store_port`` or else
+  ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows, so it changes every
+  round); accepted only when every target answered 202. Never retried otherwise.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
   and releases the guard; abort releases the guard.
 """
@@ -30,16 +31,15 @@ from gen.motor.v1 import node_manager_pb2
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
+from nodemanager.dialects import RETRY, SCALE_DOWN, FtCommand
 from nodemanager.engine_answers import (
     EngineCallError,
     EngineProtocolError,
     EngineStatusEntry,
     EngineTimeout,
     EngineUnreachable,
-    build_retry_body,
-    build_scale_down_body,
 )
-from nodemanager.engine_http import ApplyOutcome, EngineHttpClient
+from nodemanager.engine_http import BUSY_RETRY_SEC, ApplyOutcome, EngineHttpClient
 from nodemanager.errors import (
     DeadlineExceeded,
     FailedPrecondition,
@@ -61,6 +61,7 @@ from nodemanager.settle import (
 from nodemanager.supervisor import ProcessSupervisor
 
 log = logging.getLogger("nodemanager.ft_proxy")
+
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ class FtProxy:
         self._current_term = current_term
         # Applies held by fault injection; a newer leader taking the guard ends their hold early.
         self._holds: set[asyncio.Event] = set()
+        # The cumulative removed ranks of the last committed round, and of each apply sent: an
+        # engine that takes only this round's ranks (SGLang's) gets the difference.
+        self._committed_removed: frozenset[int] = frozenset()
+        self._removed_of: dict[str, tuple[int, ...]] = {}
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -198,10 +203,10 @@ class FtProxy:
 
     async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
         async def read(i: int) -> EngineStatusEntry:
-            addr = self._supervisor.address(i)
+            addr = self._http.dialect.ft_address(i, self._supervisor.address)
             if addr is None:
                 raise EngineUnreachable(i, "engine has not been launched (no port yet)")
-            return await self._http.read_status(addr, timeout_sec)
+            return await self._http.read_status(addr, timeout_sec, request_id)
 
         results = await asyncio.gather(*(read(i) for i in ids), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -289,13 +294,21 @@ class FtProxy:
             raise
         # The Controller's choice (the new master's pod, the same on every survivor) wins; without
         # one this pod's own base + the cumulative removed count, the Controller's rule.
+        removed = tuple(sorted(removed_dp_ranks))
         if instruction == node_manager_pb2.INSTRUCTION_RETRY:
             # The group is rebuilt in place: no store of a new master, no port.
-            store_port, body, name = 0, build_retry_body(request_id), "retry"
+            command = FtCommand(RETRY, request_id)
         else:
             store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
-            body, name = build_scale_down_body(request_id, list(removed_dp_ranks), dp_master_ip, store_port), "scale_down"
-        log.info("instance=%d request_id=%s apply %s to endpoints %s: %s", self._instance, request_id, name, ids, body)
+            prior = self._committed_removed if self._committed_removed <= set(removed) else frozenset()
+            command = FtCommand(SCALE_DOWN, request_id, removed, dp_master_ip, dp_master_rank, store_port,
+                                tuple(r for r in removed if r not in prior))
+        self._removed_of[request_id] = removed
+        dialect = self._http.dialect
+        body = dialect.apply_body(command)
+        targets = dialect.apply_targets(ids, command)
+        log.info("instance=%d request_id=%s apply %s for endpoints %s, sent to %s (%s): %s", self._instance,
+                 request_id, command.instruction, ids, targets, dialect.name or "vllm", body)
         delay = self._config.fault_injection.apply_delay_sec
         if delay:
             log.warning("instance=%d request_id=%s fault injection: holding the apply %gs", self._instance,
@@ -322,12 +335,14 @@ class FtProxy:
             raise
 
         async def send(i: int) -> ApplyOutcome:
-            addr = self._supervisor.address(i)
+            addr = dialect.ft_address(i, self._supervisor.address)
             if addr is None:
                 return ApplyOutcome(i, False, 0, "", "engine has not been launched (no port yet)", body)
-            return await self._http.apply(addr, body, timeout_sec)
+            return await self._http.apply_while_busy(addr, body, timeout_sec, on_busy=lambda o: log.info(
+                "instance=%d rank=%d request_id=%s engine busy (%s): sent again in %gs", self._instance, i,
+                request_id, o.message, BUSY_RETRY_SEC))
 
-        outcomes = list(await asyncio.gather(*(send(i) for i in ids)))
+        outcomes = list(await asyncio.gather(*(send(i) for i in targets)))
         for o in outcomes:
             log.log(logging.INFO if o.accepted else logging.ERROR,
                     "instance=%d rank=%d request_id=%s apply %s: HTTP %d engine_request_id=%r %s (%.3fs)",
@@ -337,22 +352,20 @@ class FtProxy:
             self._metrics.engine_apply(o.accepted)
         accepted = all(o.accepted for o in outcomes)
         self._metrics.apply_call("accepted" if accepted else "not_accepted")
-        return ApplyResult(accepted, outcomes, store_port)
+        return ApplyResult(accepted, outcomes, command.dp_store_port)
 
     # -- finalize ---------------------------------------------------------------------------
     async def injected_guard_delay(self, request_id: str) -> None:
-        delay = self._config.fault_injection.guard_delay_sec
-        if delay:
-            log.warning("instance=%d request_id=%s fault injection: holding the guard's answer %gs", self._instance,
-                        request_id, delay)
-            await asyncio.sleep(delay)
+        await self._injected_delay(request_id, self._config.fault_injection.guard_delay_sec, "the guard's answer")
 
     async def injected_finalize_delay(self, request_id: str) -> None:
-        delay = self._config.fault_injection.finalize_delay_sec
-        if delay:
-            log.warning("instance=%d request_id=%s fault injection: holding finalize(commit) %gs", self._instance,
-                        request_id, delay)
-            await asyncio.sleep(delay)
+        await self._injected_delay(request_id, self._config.fault_injection.finalize_delay_sec, "finalize(commit)")
+
+    async def _injected_delay(self, request_id: str, delay_sec: float, what: str) -> None:
+        if delay_sec:
+            log.warning("instance=%d request_id=%s fault injection: holding %s %gs", self._instance, request_id, what,
+                        delay_sec)
+            await asyncio.sleep(delay_sec)
 
     def finalize(self, *, instance_id: int, request_id: str, commit: bool, retired_ids: list[int]) -> FinalizeResult:
         self._require_enabled()
@@ -373,10 +386,12 @@ class FtProxy:
                 log.warning("instance=%d request_id=%s finalize(abort) ignores retired_ids %s", self._instance,
                             request_id, ids)
             self.guard_state.release(request_id)
+            self._removed_of.pop(request_id, None)
             self._metrics.finalizes.labels("abort").inc()
             log.info("instance=%d request_id=%s finalize(abort): guard released", self._instance, request_id)
             return FinalizeResult(sorted(self._state.retired), True, [])
         new = self._state.retire(ids)
+        self._committed_removed = frozenset(self._removed_of.pop(request_id, ())) | self._committed_removed
         self.guard_state.release(request_id)
         self._metrics.finalizes.labels("commit").inc()
         log.info("instance=%d request_id=%s finalize(commit): retired %s (newly %s), cumulative %s; guard released",

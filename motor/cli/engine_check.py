@@ -1,6 +1,6 @@
 """motorctl engine-check: does an engine's FT API answer what Motor's NodeManager expects (DESIGN §3)?
 
-  motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S]
+  motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S] [--dialect D]
 
 Reads ``GET {prefix}/status`` once and reports, one line each, what conforms and what does not: the
 HTTP status, the JSON shape (``engines`` list, ``total_engines``, optional ``schema_version``), the
@@ -26,10 +26,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, TextIO
 
+from motor.cli.check_report import HttpAnswer, Report, Transport
+from motor.cli.engine_check_dialects import AUTO, CHOICES, check_instance_status, check_probes, detect, name_dialect
 from motor.common.text import shorten
 from nodemanager.engine_answers import (
     FT_STATE_VALUES,
@@ -48,7 +49,6 @@ _ENTRY_STRING_KEYS = ("fault_info", "last_ft_request_id", "ft_error")
 _ENTRY_KEYS = {"id", "status", "ft_state", "mask", "dp_rank", *_ENTRY_STRING_KEYS}
 _DOCUMENT_KEYS = {"schema_version", "total_engines", "engines"}
 
-OK, FAIL, INFO = "ok", "FAIL", "info"
 
 
 class UsageError(Exception):
@@ -57,42 +57,6 @@ class UsageError(Exception):
 
 class Unreachable(Exception):
     """No HTTP answer at all (refused, no route, bad host): exit status 2."""
-
-
-@dataclass
-class Report:
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def ok(self, text: str) -> None:
-        self.lines.append((OK, text))
-
-    def fail(self, text: str) -> None:
-        self.lines.append((FAIL, text))
-
-    def info(self, text: str) -> None:
-        self.lines.append((INFO, text))
-
-    @property
-    def failures(self) -> list[str]:
-        return [text for verdict, text in self.lines if verdict == FAIL]
-
-    @property
-    def conforms(self) -> bool:
-        return not self.failures
-
-    def render(self) -> str:
-        return "\n".join(f"{verdict:<4}  {text}" for verdict, text in self.lines)
-
-
-@dataclass(frozen=True)
-class HttpAnswer:
-    status: int
-    body: bytes
-    elapsed_sec: float
-
-
-# (method, url, body or None, timeout) -> the answer; raises Unreachable or TimeoutError.
-Transport = Callable[[str, str, bytes | None, float], HttpAnswer]
 
 
 def http_transport(method: str, url: str, body: bytes | None, timeout_sec: float) -> HttpAnswer:
@@ -250,18 +214,25 @@ def _check_entry(report: Report, entry: dict[str, Any]) -> None:
         report.info(f"extra entry keys (ignored by Motor): {_keys(extra)}")
 
 
-def check_status(report: Report, answer: HttpAnswer, url: str, rank: int | None) -> None:
+def check_status(report: Report, answer: HttpAnswer, url: str, rank: int | None, prefix: str = DEFAULT_PREFIX,
+                 dialect: str = AUTO) -> str:
+    """The checks of one status answer; returns the dialect it was checked as."""
     text = answer.body.decode("utf-8", "replace")
     if answer.status != 200:
         hint = " (no route there: is --prefix right? vLLM 0.33.0 serves /fault_tolerance)" if answer.status == 404 else ""
         report.fail(f"GET {url}: HTTP {answer.status}, expected 200{hint}: {shorten(text)!r}")
-        return
+        return dialect
     report.ok(f"GET {url}: HTTP 200 ({answer.elapsed_sec * 1000:.0f} ms)")
     try:
         doc = json.loads(text)
     except ValueError:
         report.fail(f"status body is not JSON: {shorten(text)!r}")
-        return
+        return dialect
+    chosen = detect(doc, prefix) if dialect == AUTO else dialect
+    name_dialect(report, chosen, dialect == AUTO)
+    if chosen == "sglang":
+        check_instance_status(report, doc, answer)
+        return chosen
     engines = _check_document(report, doc)
     entry = _check_identity(report, engines, rank) if engines is not None else None
     if entry is not None:
@@ -274,6 +245,7 @@ def check_status(report: Report, answer: HttpAnswer, url: str, rank: int | None)
         report.fail(f"Motor's NodeManager bridge refuses it: {exc}")
     else:
         report.ok(f"Motor's NodeManager bridge reads endpoint {endpoint}: {parsed.describe()}")
+    return chosen
 
 
 # -- retry ------------------------------------------------------------------------------------------
@@ -297,13 +269,16 @@ def check_retry(report: Report, transport: Transport, url: str, timeout_sec: flo
             report.fail("202 has no string 'request_id' (expected {\"message\", \"request_id\"})")
     elif answer.status == 400:
         report.info(f"POST {url} (retry, request_id {ours}): refused, {message}")
+    elif answer.status == 409:
+        report.ok(f"POST {url} (retry, request_id {ours}): busy, {message}; Motor sends again within the deadline")
     else:
         report.fail(f"POST {url} (retry, request_id {ours}): HTTP {answer.status}, expected 202 or 400: {message}")
 
 
 # -- entry point ------------------------------------------------------------------------------------
 def check_engine(url: str, *, prefix: str = DEFAULT_PREFIX, rank: int | None = None, try_retry: bool = False,
-                 timeout_sec: float = DEFAULT_TIMEOUT_SEC, transport: Transport = http_transport) -> Report:
+                 timeout_sec: float = DEFAULT_TIMEOUT_SEC, transport: Transport = http_transport,
+                 dialect: str = AUTO) -> Report:
     """The whole check. Raises UsageError for bad arguments and Unreachable when nothing answers."""
     base = check_base_url(url)
     prefix = check_prefix(prefix)
@@ -312,15 +287,18 @@ def check_engine(url: str, *, prefix: str = DEFAULT_PREFIX, rank: int | None = N
     if not timeout_sec > 0 or timeout_sec > 3600:
         raise UsageError(f"--timeout {timeout_sec:g} is not in (0, 3600] seconds")
     report = Report()
+    if dialect not in CHOICES:
+        raise UsageError(f"--dialect {dialect!r} is not one of {list(CHOICES)}")
     status_url = f"{base}{prefix}/status"
     try:
         answer = transport("GET", status_url, None, timeout_sec)
     except TimeoutError:
         report.fail(f"GET {status_url}: no answer within {timeout_sec:g}s")
     else:
-        check_status(report, answer, status_url, rank)
+        dialect = check_status(report, answer, status_url, rank, prefix, dialect)
     if try_retry:
         check_retry(report, transport, f"{base}{prefix}/apply", timeout_sec)
+        check_probes(report, transport, f"{base}{prefix}/apply", timeout_sec, dialect)
     return report
 
 
@@ -335,13 +313,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--try-retry", action="store_true",
                    help="also POST one 'retry' to {prefix}/apply (changes the engine's state if it is unhealthy)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SEC, help="seconds per HTTP call (default 5)")
+    p.add_argument("--dialect", choices=CHOICES, default=AUTO,
+                   help="the engine's FT dialect (default: detected from the status answer)")
     return p
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO, transport: Transport = http_transport) -> int:
     try:
         report = check_engine(args.url, prefix=args.prefix, rank=args.rank, try_retry=args.try_retry,
-                              timeout_sec=args.timeout, transport=transport)
+                              timeout_sec=args.timeout, transport=transport,
+                              dialect=getattr(args, "dialect", AUTO))
     except UsageError as exc:
         print(f"motorctl engine-check: {exc}", file=err)
         return 2

@@ -54,6 +54,8 @@ class SimConfig:
     mode: str = "test"
     # Append one JSON line per apply received (what the engine was sent, kept across restarts).
     apply_journal: str | None = None
+    # --ft-dialect sglang: host:port of the instance FT manager (motor.sim.instance_ft) to link to.
+    ft_manager_address: str | None = None
 
     @property
     def slots_per_rank(self) -> int:
@@ -170,8 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--enable-fault-tolerance", action="store_true", help="serve the FT API")
     f.add_argument("--ft-api-prefix", type=_prefix, default="/v1/fault_tolerance", help="FT API route prefix")
     f.add_argument("--engine-recovery-timeout-sec", type=_seconds(0, inclusive=False), default=120.0, help="bound on one apply (peers must join within it)")
-    f.add_argument("--ft-dialect", type=_dialect, metavar="{vllm,rfc}", default=DEFAULT_FT_DIALECT,
-                   help="status dialect: vllm (no ft_state, entry replaced on every change) or rfc (ft_state recovering/failed)")
+    f.add_argument("--ft-dialect", type=_dialect, metavar="{vllm,rfc,sglang}", default=DEFAULT_FT_DIALECT,
+                   help="status dialect: vllm (no ft_state, entry replaced on every change), rfc (ft_state "
+                        "recovering/failed) or sglang (the rfc machine behind an instance FT manager)")
+    f.add_argument("--ft-manager-address", metavar="HOST:PORT", default=None,
+                   help="--ft-dialect sglang: the instance FT manager (python -m motor.sim.instance_ft) to link to")
     f.add_argument("--diagnosing-sec", type=_seconds(0, inclusive=True), default=DEFAULT_DIAGNOSING_SEC,
                    help="how long a fault shows as 'diagnosing' before 'unhealthy' (0: no diagnosing phase)")
     f.add_argument("--scale-down-checkin-sec", type=_seconds(0, inclusive=False), default=10.0,
@@ -217,6 +222,8 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
             f"--num-experts {ns.num_experts} + --num-redundant-experts {ns.num_redundant_experts} = "
             f"{ns.num_experts + ns.num_redundant_experts} physical experts is not divisible by --dp-size {ns.dp_size}"
         )
+    if (ns.ft_dialect is FtDialect.SGLANG) != (ns.ft_manager_address is not None):
+        parser.error("--ft-manager-address is needed with --ft-dialect sglang, and only then")
     if ns.ready_file is not None:
         if not ns.ready_file.strip():
             parser.error(f"--ready-file {ns.ready_file!r} is blank")
@@ -250,6 +257,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         log_level=ns.log_level,
         mode=ns.mode,
         apply_journal=ns.apply_journal,
+        ft_manager_address=ns.ft_manager_address,
     )
     refusal = injection_refusal(cfg)
     if refusal is not None:

@@ -54,6 +54,8 @@ class EngineStatus(StrEnum):
 class FtDialect(StrEnum):
     VLLM = "vllm"
     RFC = "rfc"
+    # SGLang's instance-level manager (motor.sim.instance_ft) over ranks running the RFC machine.
+    SGLANG = "sglang"
 
 
 class FtState(StrEnum):

@@ -7,7 +7,9 @@ from aiohttp import web
 from motor.sim.config import injection_refusal
 from motor.sim.engine import SimEngine
 from motor.sim.ft_api import add_ft_routes
+from motor.sim.ft_state import FtDialect
 from motor.sim.injection import add_admin_routes
+from motor.sim.instance_link import INTERNAL_PREFIX
 from motor.sim.openai_api import add_openai_routes
 
 
@@ -22,7 +24,8 @@ def build_app(engine: SimEngine) -> web.Application:
     app.router.add_get("/health", health)
     add_openai_routes(app, engine)
     if cfg.enable_fault_tolerance:
-        add_ft_routes(app, engine, cfg.ft_api_prefix)
+        # SGLang's shape: the rank's own FT machine is the instance manager's, not a public API.
+        add_ft_routes(app, engine, INTERNAL_PREFIX if cfg.ft_dialect is FtDialect.SGLANG else cfg.ft_api_prefix)
     if cfg.enable_fault_injection:
         # Tests and demos only: refused in production mode and on a wildcard address (checked at
         # start-up by parse_config, again here for a config built in code).

@@ -21,6 +21,7 @@ from aiohttp import web
 from motor.sim.config import SimConfig, parse_config
 from motor.sim.engine import SimEngine, StartupError
 from motor.sim.http_api import build_app
+from motor.sim.instance_link import link_forever
 
 log = logging.getLogger("motor.sim.main")
 
@@ -86,8 +87,12 @@ async def _serve(cfg: SimConfig) -> int:
                 "executor_pid": engine.executor_pid,
             })
         log.info("rank=%d serving on http://%s:%d (pid=%d)", cfg.dp_rank, cfg.host, port, os.getpid())
+        if cfg.ft_manager_address is not None:
+            link = asyncio.create_task(link_forever(cfg.ft_manager_address, cfg.dp_rank, cfg.host, port))
         await stop.wait()  # the service runs until SIGTERM/SIGINT
         log.info("rank=%d shutting down", cfg.dp_rank)
+        if cfg.ft_manager_address is not None:
+            link.cancel()
         return 0
     finally:
         _remove_ready_file(cfg.ready_file)

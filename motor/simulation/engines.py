@@ -26,7 +26,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 
-DIALECTS = ("vllm", "rfc", "vllm-0.33")
+DIALECTS = ("vllm", "rfc", "vllm-0.33", "sglang")  # sglang: motor.simulation.sglang_group
 RECOVERY_FAILED = "Recovery failed; full restart required"
 
 
@@ -224,6 +224,15 @@ class SimGroup:
         for r in sorted(self.members):
             if self.request(r) is False:
                 return
+
+    # -- the FT API ----------------------------------------------------------------------------
+    def status_answer(self, rank: int) -> bytes | None:
+        """The status document rank `rank`'s FT address answers; None: nothing listens there."""
+        eng = self.engines[rank]
+        return eng.document(self.dialect) if eng.process_up else None
+
+    def apply_reachable(self, rank: int) -> bool:
+        return self.engines[rank].process_up
 
     # -- apply -------------------------------------------------------------------------------
     def apply(self, rank: int, body: str) -> tuple[int, bytes]:

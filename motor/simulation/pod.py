@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 
 from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import LocalEndpoint
-from nodemanager.engine_answers import EngineTimeout, EngineUnreachable, parse_apply_answer, parse_status
+from nodemanager.dialects import make_dialect
+from nodemanager.engine_answers import EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import ApplyOutcome, EngineAddress
 from nodemanager.errors import FailedPrecondition, Unavailable
 from nodemanager.supervisor import EngineExit, EngineSlot, RunState
@@ -152,11 +153,17 @@ class _Pid:
         self.pid = pid
 
 
+# The instance FT manager's address in the simulated network (instance-level dialects only).
+SIM_FT_MANAGER = ("10.0.0.250", 30000)
+
+
 class SimEngineHttp:
     """EngineHttpClient's interface: answers are the engines' raw documents, parsed by the real parser."""
 
     def __init__(self, group: SimGroup, clock: Callable[[], float]) -> None:
         self._group, self._clock = group, clock
+        # The NodeManager's own dialect module of the simulated engines' dialect reads every answer.
+        self.dialect = make_dialect(group.dialect, len(group.engines), SIM_FT_MANAGER)
 
     async def start(self) -> None:
         pass
@@ -164,21 +171,22 @@ class SimEngineHttp:
     async def close(self) -> None:
         pass
 
-    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None):
+    async def read_status(self, addr: EngineAddress, timeout_sec: float | None = None, request_id: str = ""):
         await asyncio.sleep(0.01)
-        eng = self._group.engines[addr.endpoint_id]
-        if not eng.process_up:
+        raw = self._group.status_answer(addr.endpoint_id)
+        if raw is None:
             raise EngineUnreachable(addr.endpoint_id, "connection refused")
         if addr.endpoint_id in self._group.hung:
             await asyncio.sleep(timeout_sec or 2.0)
             raise EngineTimeout(addr.endpoint_id, "status did not answer")
-        return parse_status(addr.endpoint_id, 200, eng.document(self._group.dialect), self._clock())
+        return self.dialect.parse_status(addr.endpoint_id, 200, raw, self._clock(), request_id)
 
     async def apply(self, addr: EngineAddress, body: str, timeout_sec: float | None = None) -> ApplyOutcome:
         sent = self._clock()
         await asyncio.sleep(0.01)
-        if not self._group.engines[addr.endpoint_id].process_up:
+        if not self._group.apply_reachable(addr.endpoint_id):
             return ApplyOutcome(addr.endpoint_id, False, 0, "", "connection refused", body, 0.01, sent)
         status, raw = self._group.apply(addr.endpoint_id, body)
-        accepted, rid, message = parse_apply_answer(status, raw)
-        return ApplyOutcome(addr.endpoint_id, accepted, status, rid, message, body, 0.01, sent)
+        answer = self.dialect.parse_apply_answer(status, raw)
+        return ApplyOutcome(addr.endpoint_id, answer.accepted, status, answer.engine_request_id, answer.message, body,
+                            0.01, sent, answer.busy)

@@ -35,6 +35,7 @@ from motor.simulation.hardware import HardwareModel
 from motor.simulation.pod import SimEngineHttp, SimSupervisor
 from motor.simulation.replicas import ETCD_ENDPOINT, KEY_PREFIX, ControllerReplicas
 from motor.simulation.network import Network, NetworkBounds
+from motor.simulation.sglang_group import SglangGroup
 from motor.simulation.transports import SimControllerClient
 from motor.simulation.virtual_time import VirtualClock
 
@@ -89,10 +90,10 @@ class World:
         self.config = controller_config(idle_fault_probe=rng.random() < 0.5, fast_recovery=fast_recovery)
         self.net = Network(rng, bounds)
         self.knobs = Knobs(idle=rng.random() < 0.5)
-        if dialect == "rfc":
+        if dialect in ("rfc", "sglang"):
             self.knobs.diagnosing_sec = 0.0
         ranks = [r for pod in PODS for r in pod]
-        self.group = SimGroup(ranks, dialect, self.knobs)
+        self.group = (SglangGroup if dialect == "sglang" else SimGroup)(ranks, dialect, self.knobs)
         self.store = SimEtcd(loop, KEY_PREFIX)
         self.table = RoutingTable()
         self.coordinator_fence = TermFence("coordinator")

@@ -10,7 +10,7 @@ import pytest
 
 from motor.simulation.runner import run
 
-RANGES = {"vllm": range(0, 180), "rfc": range(0, 60), "vllm-0.33": range(0, 35)}
+RANGES = {"vllm": range(0, 180), "rfc": range(0, 60), "vllm-0.33": range(0, 35), "sglang": range(0, 30)}
 
 
 
