@@ -132,14 +132,39 @@ def generate(rng: random.Random, steps: int, step_sec: float, ranks: list[int], 
     return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
 
 
+# The narrow windows of a round that a round-focused schedule aims at, one per schedule (besides
+# the general one): a survivor dying after its own recovery read while the others still rebuild;
+# a hardware report that no rank maps to between the guard and the apply; a rank's death while a
+# snapshot pull that read it unhealthy is on its way back (over a slow network).
+WINDOWS = ("any", "after_recovery_read", "unmappable_before_apply", "death_under_pull")
+
+
 def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: list[int], pods: int) -> list[Event]:
-    """A round and faults inside it: a death at a random moment (half the time with survivors that
-    recover seconds apart), then one or two faults 0–2.5 s
+    """A round and faults inside it: a death at a random moment, then faults in one of `WINDOWS`;
+    for "any", half the time with survivors that recover seconds apart, one or two faults 0–2.5 s
     after an anchor in the round's short phases (a survivor dying after it was read, a hardware
     report on a rank the round keeps or on nothing the instance hosts, a hung status route)."""
     horizon = steps * step_sec / 3
     first = rng.choice(("executor_death", "kill_process"))
-    events = [Event(round(rng.uniform(5.0, max(6.0, horizon)), 3), first, rank=rng.choice(ranks))]
+    first_at = round(rng.uniform(5.0, max(6.0, horizon)), 3)
+    events = [Event(first_at, first, rank=rng.choice(ranks))]
+    window = rng.choice(WINDOWS)
+    if window == "after_recovery_read":
+        events.append(Event(0.0, "uneven_recovery", duration_sec=round(rng.uniform(3, 6), 3)))
+        events.append(Event(round(rng.uniform(0.1, 1.5), 3), rng.choice(("executor_death", "kill_process")),
+                            after="recovered", anchor_rank=True))
+        return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
+    if window == "unmappable_before_apply":
+        target = rng.choice(("unknown_card_format", "foreign_card"))
+        events.append(Event(round(rng.uniform(0.0, 1.0), 3), "hardware_fault", after="guard", target=target,
+                            level=rng.randint(L4, L6), pod=rng.randrange(pods), duration_sec=0.0))
+        return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
+    if window == "death_under_pull":
+        rank = rng.choice(ranks)
+        events = [Event(0.0, "lossy_network", duration_sec=round(first_at + 20.0, 3)),
+                  Event(first_at, "unhealthy", rank=rank),
+                  Event(round(rng.uniform(0.0, 0.4), 3), "executor_death", rank=rank, after="pull")]
+        return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
     if rng.random() < 0.5:
         # Survivors whose rebuilds end seconds apart: the round reads some healthy, polls the rest.
         events.append(Event(0.0, "uneven_recovery", duration_sec=round(rng.uniform(2, 6), 3)))
