@@ -117,21 +117,6 @@ class EngineHttpClient:
                 raise EngineUnreachable(addr.endpoint_id, f"GET {url}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")
 
-    async def apply_while_busy(self, addr: EngineAddress, body: str, timeout_sec: float | None = None,
-                               on_busy: Callable[[ApplyOutcome], None] = lambda outcome: None) -> ApplyOutcome:
-        """`apply`, sent again every BUSY_RETRY_SEC while the engine answers busy (another FT
-        operation runs, SGLang's 409), until the call's deadline."""
-        started = self.clock.monotonic()
-        outcome = await self.apply(addr, body, timeout_sec)
-        for _ in range(1000):
-            left = None if timeout_sec is None else timeout_sec - (self.clock.monotonic() - started)
-            if not outcome.busy or (left is not None and left <= BUSY_RETRY_SEC):
-                break
-            on_busy(outcome)
-            await asyncio.sleep(BUSY_RETRY_SEC)
-            outcome = await self.apply(addr, body, None if left is None else left - BUSY_RETRY_SEC)
-        return outcome
-
     async def apply(self, addr: EngineAddress, body: str, timeout_sec: float | None = None) -> ApplyOutcome:
         """POST {prefix}/apply once; never raises for engine or transport failures (see the outcome)."""
         assert self._apply_session is not None, "EngineHttpClient.start() not called"
@@ -155,3 +140,19 @@ class EngineHttpClient:
             return outcome(False, 0, "", f"POST {url} did not answer within {bound:g}s (outcome unknown)")
         except aiohttp.ClientError as exc:
             return outcome(False, 0, "", f"POST {url}: {type(exc).__name__}: {exc}")
+
+
+async def apply_while_busy(http, addr: EngineAddress, body: str, timeout_sec: float | None, clock: Clock,
+                           on_busy: Callable[[ApplyOutcome], None] = lambda outcome: None) -> ApplyOutcome:
+    """`http.apply`, sent again every BUSY_RETRY_SEC while the engine answers busy (another FT
+    operation runs, SGLang's 409), until the call's deadline."""
+    started = clock.monotonic()
+    outcome = await http.apply(addr, body, timeout_sec)
+    for _ in range(1000):
+        left = None if timeout_sec is None else timeout_sec - (clock.monotonic() - started)
+        if not outcome.busy or (left is not None and left <= BUSY_RETRY_SEC):
+            break
+        on_busy(outcome)
+        await asyncio.sleep(BUSY_RETRY_SEC)
+        outcome = await http.apply(addr, body, None if left is None else left - BUSY_RETRY_SEC)
+    return outcome

@@ -39,7 +39,7 @@ from nodemanager.engine_answers import (
     EngineTimeout,
     EngineUnreachable,
 )
-from nodemanager.engine_http import BUSY_RETRY_SEC, ApplyOutcome, EngineHttpClient
+from nodemanager.engine_http import BUSY_RETRY_SEC, ApplyOutcome, EngineHttpClient, apply_while_busy
 from nodemanager.errors import (
     DeadlineExceeded,
     FailedPrecondition,
@@ -338,7 +338,7 @@ class FtProxy:
             addr = dialect.ft_address(i, self._supervisor.address)
             if addr is None:
                 return ApplyOutcome(i, False, 0, "", "engine has not been launched (no port yet)", body)
-            return await self._http.apply_while_busy(addr, body, timeout_sec, on_busy=lambda o: log.info(
+            return await apply_while_busy(self._http, addr, body, timeout_sec, self._clock, lambda o: log.info(
                 "instance=%d rank=%d request_id=%s engine busy (%s): sent again in %gs", self._instance, i,
                 request_id, o.message, BUSY_RETRY_SEC))
 
