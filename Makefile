@@ -83,6 +83,10 @@ deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(ROUTER_VENV)/.installed $(BUF
 # TypeScript client and the image test (their clusters are on the e2e rows' addresses).
 # tests/deploy runs once, in image-test, where its tools are installed.
 E2E_TESTS := tests/e2e
+# e2e rows with pod addresses of their own (127.0.0.60 and up): they run beside the chaos rows,
+# which keeps the two cluster runs about as long as each other.
+SIDE_E2E_TESTS := tests/e2e/test_e2e_console.py tests/e2e/test_e2e_vllm_router.py tests/e2e/test_e2e_sglang.py \
+	tests/e2e/test_e2e_fast_recovery.py
 CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
 # Pure CPU, no cluster: it runs with the chaos rows, whose run has the most time to spare.
 SIMULATION_TESTS := tests/simulation
@@ -99,10 +103,10 @@ test:
 	$(MAKE) image-test
 
 test-e2e: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) $(E2E_TESTS)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(addprefix --ignore=,$(SIDE_E2E_TESTS)) $(E2E_TESTS)
 
 test-chaos: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIMULATION_TESTS)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIDE_E2E_TESTS) $(SIMULATION_TESTS)
 
 test-chaos-then-image-build: test-chaos
 	$(MAKE) image-build
