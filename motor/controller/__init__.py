@@ -26,17 +26,15 @@ Packages:
   fault_tolerance  the RFC's domain (pure) and its strategies (side effects through `clients`)
   persistence      the persisted record, memory and etcd stores, RuntimePersister and the restart rule
   hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
+  restoration      capacity restoration: replacement pods, the restoration strategy, RestoreInstance
 
 Layers, each importing only the ones below it (siblings on one line import each other neither; the
 `layers` contract in pyproject.toml checks this):
   main
-<<<<<<< HEAD
   servicer | replica
-=======
-  servicer
   identity                              which pod a NodeManager may speak for
->>>>>>> sec-identity
   core                                  the composition root
+  restoration                           capacity restoration (pods replaced, RestoreInstance, auto mode)
   election | metrics | status
   fault_tolerance
   persistence | serving

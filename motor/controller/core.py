@@ -39,6 +39,7 @@ from motor.controller.model.runtime import (
 )
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
+from motor.controller.restoration.replacement import note_replacement, replacement_rule
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
@@ -255,8 +256,10 @@ class ControllerCore:
     # ---- registration and heartbeats ---------------------------------------------------------
 
     async def register(self, req: controller_pb2.RegisterRequest, identity: str = "") -> controller_pb2.RegisterResponse:
-        record, newly = self.registry.register(req, self.clock.monotonic(), identity)
         iid = req.instance_id
+        pods_before = set(self.registry.get(iid).pods) if self.registry.get(iid) is not None else set()
+        record, newly = self.registry.register(req, self.clock.monotonic(), identity, **replacement_rule(self.deps, iid))
+        await note_replacement(self.deps, iid, req, pods_before)
         log.info("instance=%d pod=%s registered ranks=%s nodemanager=%s retired=%s assembled=%s",
                  iid, req.pod.pod_ip, sorted(e.id for e in req.endpoints), req.pod.node_manager_address,
                  list(req.retired_ids), record.assembled)

@@ -264,6 +264,12 @@ class FtRuntimeStore:
         runtime.generation += 1
         return runtime
 
+    def touch(self, instance_id: int) -> FtRuntime:
+        """Something persisted beside the runtime changed (a replacement pod's topology): a new generation."""
+        runtime = self.get(instance_id)
+        runtime.generation += 1
+        return runtime
+
     def set_published(self, instance_id: int, published: bool, error: str | None = None) -> None:
         runtime = self.get(instance_id)
         runtime.serving_published = published

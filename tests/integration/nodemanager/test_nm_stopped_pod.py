@@ -51,3 +51,21 @@ async def test_a_stopped_pod_restarted_in_place_stays_stopped_until_started_agai
     async with running_nm(config) as n:  # a later restart launches every rank
         described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
         assert [(e.running, e.retired) for e in described.engines] == [(True, False), (True, False)]
+
+
+async def test_a_replacement_pod_launches_nothing_and_registers_its_ranks_retired_until_started(
+        controller: FakeController, tmp_path: Path) -> None:
+    config = nm_config(controller.address, tmp_path, replacement_pod=True)
+    async with running_nm(config) as n:
+        register = (await async_wait_for(lambda: controller.registers, 10, "the replacement's registration"))[0]
+        assert sorted(register.retired_ids) == [0, 1]
+        described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
+        assert [(e.running, e.retired, e.pid) for e in described.engines] == [(False, True, 0), (False, True, 0)]
+        mark = len(controller.heartbeats)
+        heartbeat = (await async_wait_for(lambda: controller.heartbeats_since(mark), 5, "a heartbeat"))[0]
+        assert list(heartbeat.alive_endpoint_ids) == [] and n.exits == []
+
+        await n.lifecycle.StartEngines(nm.StartEnginesRequest(instance_id=INSTANCE, request_id="restore-1"),
+                                       timeout=30)
+        described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
+        assert [(e.running, e.retired) for e in described.engines] == [(True, False), (True, False)]
