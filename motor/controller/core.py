@@ -40,6 +40,7 @@ from motor.controller.model.runtime import (
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
 from motor.controller.restoration.replacement import note_replacement, replacement_rule
+from motor.controller.restoration.restorer import Restorer
 from motor.controller.serving import EventPusher, PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
@@ -89,6 +90,7 @@ class ControllerCore:
         )
         self._fast_recovery = fast_recovery
         self.faults = FaultManager(self.deps, fast_recovery, self.metrics.hardware_fault)
+        self.restorer = Restorer(self.deps, lambda: self.faults)
         self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
         # The election start() campaigns through, when replicas elect a leader.
         self._election: LeaderElection | None = None
@@ -156,6 +158,7 @@ class ControllerCore:
         # A failed write is written again until the store has it (a round's post-commit write above all).
         self._acting_tasks.append(asyncio.create_task(self.persister.retry_unsaved(self.clock.sleep),
                                                       name="persist-retry"))
+        self._acting_tasks.append(asyncio.create_task(self.restorer.run(), name="capacity-restore"))
         self.faults.notify()
 
     async def _stop_acting(self) -> None:
@@ -172,6 +175,7 @@ class ControllerCore:
         self.registry.clear()
         self.persister.reset()
         self.pusher.forget()
+        self.restorer.forget()
         self.faults = FaultManager(self.deps, self._fast_recovery, self.metrics.hardware_fault)
         self.monitor = ResourceMonitor.from_config(self.config.hardware_monitor)
 
