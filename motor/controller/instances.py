@@ -38,6 +38,8 @@ class PodRecord:
     # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
     retired: frozenset[int] = frozenset()
     dp_store_port_base: int = 0
+    # Told to stop (StopPod) since it registered: it hosts nothing until it registers again.
+    stop_requested: bool = False
     # The pod URI of the certificate that registered the pod ("" when unknown: plaintext, a
     # certificate without one, or restored from the store until the pod registers again).
     identity: str = ""
@@ -194,7 +196,7 @@ class InstanceRegistry:
                  silent_for_sec: float = 0.0) -> tuple[InstanceRecord, bool]:
         """Records a pod (bound to `identity`, the caller's pod URI); returns the instance and whether
         this call completed its assembly. A pod at a new address that hosts exactly the ranks of a
-        known pod silent for `silent_for_sec`, every one of them in `dead_committed` and registered
+        known pod told to stop or silent for `silent_for_sec`, every one of them in `dead_committed` and registered
         retired, replaces that pod (the orchestrator recreated it: a candidate for capacity
         restoration). A known pod still heartbeating is never replaced, so two live pods cannot take
         the ranks from each other in turn."""
@@ -287,7 +289,7 @@ def _replaced_pod(record: InstanceRecord | None, req: controller_pb2.RegisterReq
     old = next((p for p in record.pods.values() if list(p.ranks) == ids), None)
     if old is None or not set(ids) <= dead_committed or not set(ids) <= set(req.retired_ids):
         return None
-    if old.last_heartbeat_sec > silent_since_sec:
+    if old.last_heartbeat_sec > silent_since_sec and not old.stop_requested:
         return None
     return old
 

@@ -3,7 +3,7 @@
 A retired rank has a ready place when the pod that hosts it (the original pod back after a
 restart, or the replacement that took its place) is registered and has heartbeated within
 `heartbeat_timeout_sec`: its NodeManager will start the rank when the restoration asks. A pod
-stopped by StopPod is silent until it comes back or is replaced. A restoration also needs the
+told to stop (StopPod) has no place until it registers again (back after a restart, or replaced). A restoration also needs the
 instance serving on its survivors (SCALED_DOWN_RUNNING) with no strategy running, and every pod of
 its survivors alive too (the rebuild stops and starts every pod's engines).
 """
@@ -37,7 +37,7 @@ class Readiness:
         parts = []
         if self.unplaced:
             parts.append(f"ranks {list(self.unplaced)} have no ready place yet (pod {', '.join(self.silent_pods)} "
-                         "silent: stopped and not back or replaced)")
+                         "stopped or silent, not registered again or replaced)")
         if self.blocked:
             parts.append(self.blocked)
         return "; ".join(parts)
@@ -54,7 +54,7 @@ def readiness(runtime: FtRuntime, record: InstanceRecord | None, now_sec: float,
     silent: list[str] = []
     survivors_silent: list[str] = []
     for pod in sorted(record.pods.values(), key=lambda p: p.pod_ip):
-        if pod.heartbeat_seen and now_sec - pod.last_heartbeat_sec < heartbeat_timeout_sec:
+        if not pod.stop_requested and pod.heartbeat_seen and now_sec - pod.last_heartbeat_sec < heartbeat_timeout_sec:
             continue
         retired = set(pod.ranks) & runtime.dead_committed
         if retired:

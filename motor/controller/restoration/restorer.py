@@ -133,6 +133,8 @@ class Restorer:
         if strategy is None or req.state != "restoring" or not strategy.is_finished():
             return
         outcome = strategy.txn.outcome if strategy.txn is not None else "failed: not started"
+        if outcome == "running":  # stopped before it ended (the replica stopped acting)
+            outcome = "failed: stopped before it ended"
         req.state = "restored" if outcome == "succeeded" else outcome
         req.message = f"transaction {strategy.request_id} {outcome}"
 

@@ -39,6 +39,14 @@ class RestorationStrategy(ReconfigurationStrategy):
         super().__init__(deps, instance_id, reason, FallbackCause.RETRY)
         self.asked_by = asked_by
 
+    async def execute(self):
+        try:
+            return await super().execute()
+        finally:
+            # Over (restored, or failed and left to the reconfiguration's retries): no longer restoring.
+            if self.deps.runtimes.set_restore(self.instance_id, ""):
+                self.deps.changed(self.instance_id)
+
     def record_decision(self) -> None:
         runtime = self.deps.runtimes.get(self.instance_id)
         self.txn.decision("restore", self.deps.clock.wall(), f"{self.reason} ({self.asked_by})",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from .controller_fakes import FakeCoordinator, assemble, make_core, settle, two_pods
+from .controller_fakes import FakeCoordinator, assemble, make_core, register_request, settle, two_pods
 
 from gen.motor.v1 import controller_pb2
 from motor.common.config.loader import load_config
@@ -182,3 +182,19 @@ async def test_auto_restores_by_itself_after_settling_and_off_never_does() -> No
         assert (runtime.dead_committed == frozenset()) is restored, mode
         if restored:
             assert core.timelines.transactions(7)[-1].strategy == "capacity_restore"
+
+
+async def test_a_pod_told_to_stop_has_no_place_until_it_registers_again() -> None:
+    core, clock, cluster, _ = await _scaled_down()
+    core.registry.get(7).pods[STOPPED].stop_requested = True  # the round that emptied it sent StopPod
+    beat(core, STOPPED, [])  # a heartbeat sent before it exited
+    with pytest.raises(RestoreRefused, match=r"ranks \[0, 1\] have no ready place"):
+        core.restorer.request(7, "r-1", when_ready=False, deadline_sec=0)
+    back = register_request(cluster, "127.0.0.2:1")
+    back.retired_ids.extend([0, 1])
+    await core.register(back)  # restarted in place: its stop record keeps the ranks retired
+    assert core.runtimes.get(7).phase is FtPhase.SCALED_DOWN_RUNNING and core.faults.running(7) is None
+    beat(core, STOPPED, [])
+    assert core.restorer.request(7, "r-2", when_ready=False, deadline_sec=0).state == "restoring"
+    await settle(core)
+    assert core.runtimes.get(7).dead_committed == frozenset()
