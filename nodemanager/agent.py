@@ -266,7 +266,7 @@ class NodeManagerAgent:
             ft_capability=common_pb2.FtCapability(
                 engine_ft_enabled=cap.engine_ft_enabled, scale_down_supported=cap.scale_down_supported,
                 external_lb=cap.external_lb, auto_recovery=cap.auto_recovery, enable_eplb=cap.enable_eplb,
-                num_redundant_experts=cap.num_redundant_experts,
+                num_redundant_experts=cap.num_redundant_experts, supports_scale_up=cap.supports_scale_up,
             ),
             retired_ids=sorted(self.state.retired),
         )

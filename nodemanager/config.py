@@ -67,6 +67,9 @@ class FtCapabilityConfig(ConfigModel):
     engine_ft_enabled: bool = Field(
         default=True, description="Engines run their fault-tolerance framework (vLLM --enable-fault-tolerance).")
     scale_down_supported: bool = Field(default=True, description="Engines accept the scale_down instruction.")
+    supports_scale_up: bool = Field(
+        default=False, description="Engines accept the scale_up instruction (re-admit removed ranks; "
+                                   "docs/engine-protocol-scale-up.md).")
     external_lb: bool = Field(
         default=True, description="Engines run external load balancing (one API server per rank).")
     auto_recovery: bool = Field(

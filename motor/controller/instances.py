@@ -83,6 +83,7 @@ class InstanceRecord:
                 auto_recovery=cap.auto_recovery,
                 enable_eplb=cap.enable_eplb,
                 num_redundant_experts=cap.num_redundant_experts,
+                supports_scale_up=cap.supports_scale_up,
             ),
             "",
         )

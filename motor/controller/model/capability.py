@@ -16,3 +16,5 @@ class Capability:
     auto_recovery: bool
     enable_eplb: bool
     num_redundant_experts: int
+    # The engines re-admit removed ranks (scale_up); not needed by the scale-down gate.
+    supports_scale_up: bool = False
