@@ -1,8 +1,10 @@
 """Capacity restoration over real processes (pods on 127.0.0.110/.111): ranks 1 then 0 removed under
-load empty pod 127.0.0.110, which is told to stop; its NodeManager restarted in place (the shipped
-StatefulSet's restart, same log_dir) launches none of the committed ranks and causes no
-reconfiguration; then the instance gets every original rank back, by `motorctl restore 1`
-(mode manual) or by itself (mode auto), with no request failed."""
+load empty pod 127.0.0.110, which is told to stop. Manual row: MindCluster's replacement pod comes
+up at 127.0.0.112 (fresh log_dir, `replacement_pod`), is taken in place of the stopped one with no
+reconfiguration, and `motorctl restore 1` brings every original rank back on it. Auto row: the
+stopped pod's NodeManager restarted in place (the shipped StatefulSet's restart, same log_dir)
+launches none of the committed ranks, causes no reconfiguration, and the instance restores itself.
+No request fails in either."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 import pytest
 from .watch import counter
 
+from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.cli.motorctl import run as motorctl
 from motor.testing.waits import wait_for
 
@@ -19,7 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 
 ROUND_SEC = 60.0
 RESTORE_SEC = 120.0
-EMPTIED = "127.0.0.110"
+EMPTIED, REPLACEMENT = "127.0.0.110", "127.0.0.112"
 STAGES = ("restore", "RECONFIGURING", "pause", "in_flight_finished", "drain", "stop_engines", "start_engines",
           "NORMAL", "publish")
 
@@ -65,7 +68,7 @@ def _after_restore(cluster, artifacts, load) -> None:
     assert "instance_reconfiguration" not in strategies, strategies  # no accidental one, no fallback
 
 
-def test_manual_restore_after_ranks_1_then_0_and_the_pod_back(start_cluster, artifacts) -> None:
+def test_manual_restore_after_ranks_1_then_0_onto_a_replacement_pod(start_cluster, artifacts) -> None:
     cluster = start_cluster(first_pod_ip=110, enable_dp_scale_up=True,
                             controller_overrides={"capacity_restore.mode": "manual",
                                                   "capacity_restore.in_flight_finish_sec": 5.0})
@@ -73,8 +76,15 @@ def test_manual_restore_after_ranks_1_then_0_and_the_pod_back(start_cluster, art
     load = cluster.load_generator(concurrency=2, max_tokens=8, max_duration_sec=200).start()
     try:
         _remove_ranks_1_then_0(cluster, artifacts, load)
-        _pod_back_in_place(cluster)
-        # The pod back causes no reconfiguration and, the policy not being auto, no restoration:
+        svc = cluster.replace_pod(EMPTIED, REPLACEMENT)
+        with cluster.grpc_channel(f"{REPLACEMENT}:{svc.info['grpc_port']}") as channel:
+            described = node_manager_pb2_grpc.NodeManagerStub(channel).DescribePod(
+                node_manager_pb2.DescribePodRequest(), timeout=10)
+        assert [(e.endpoint.id, e.running, e.retired) for e in described.engines] == [(0, False, True), (1, False, True)]
+        log = cluster.run_dir / "controller.log"
+        wait_for(lambda: f"pod={REPLACEMENT} replaces pod {EMPTIED}" in log.read_text(), 30.0,
+                 "the Controller takes the replacement pod")
+        # The replacement causes no reconfiguration and, the policy not being auto, no restoration:
         # two periodic SETs later the instance still serves on its survivors.
         sets = counter(cluster, "motor_publications_total", event="SET")
         wait_for(lambda: counter(cluster, "motor_publications_total", event="SET") >= sets + 2, 30.0, "two SETs")
@@ -90,7 +100,9 @@ def test_manual_restore_after_ranks_1_then_0_and_the_pod_back(start_cluster, art
         _after_restore(cluster, artifacts, load)
     finally:
         load.stop()
-    _restoration(cluster)
+    txn = _restoration(cluster)
+    starts = [e for e in txn["events"] if e["name"] == "start_engines"]
+    assert sorted(e["target"].split(":")[0] for e in starts) == ["127.0.0.111", REPLACEMENT]
 
 
 def test_auto_restores_by_itself_once_the_pod_is_back(start_cluster, artifacts) -> None:
