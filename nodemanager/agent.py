@@ -103,6 +103,11 @@ class NodeManagerAgent:
                         stopped.request_id or "-", stopped.reason or "no reason given",
                         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stopped.stopped_at_unix_sec)),
                         list(stopped.ranks))
+        if config.replacement_pod:
+            self.state.retire(self.supervisor.ids)
+            log.warning("instance=%d pod=%s is a replacement pod: ranks %s are registered retired and launched only "
+                        "when the Controller starts them (capacity restoration)", self._instance, config.pod_ip,
+                        self.supervisor.ids)
         self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record)
         self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
         build_controller = controller or (lambda on_term: ControllerClient(
@@ -265,6 +270,7 @@ class NodeManagerAgent:
                 engine_ft_enabled=cap.engine_ft_enabled, scale_down_supported=cap.scale_down_supported,
                 external_lb=cap.external_lb, auto_recovery=cap.auto_recovery, enable_eplb=cap.enable_eplb,
                 num_redundant_experts=cap.num_redundant_experts, retry_supported=cap.retry_supported,
+                supports_scale_up=cap.supports_scale_up,
             ),
             retired_ids=sorted(self.state.retired),
         )

@@ -69,6 +69,9 @@ class FtCapabilityConfig(ConfigModel):
     scale_down_supported: bool = Field(default=True, description="Engines accept the scale_down instruction.")
     retry_supported: bool = Field(
         default=True, description="Engines accept the retry instruction (fast recovery needs every pod to say so).")
+    supports_scale_up: bool = Field(
+        default=False, description="Engines accept the scale_up instruction (re-admit removed ranks; "
+                                   "docs/engine-protocol-scale-up.md).")
     external_lb: bool = Field(
         default=True, description="Engines run external load balancing (one API server per rank).")
     auto_recovery: bool = Field(
@@ -178,6 +181,12 @@ class NodeManagerConfig(PostureConfig):
     log_dir: str | None = Field(
         default=None,
         description="Directory of the engines' logs (rank<r>.log, appended); unset: a fresh temporary one.")
+    # A recreated pod (MindCluster replaced the node) must not start ranks the Controller retired:
+    # they would join a DP group that no longer has them.
+    replacement_pod: bool = Field(
+        default=False,
+        description="The pod replaces one whose ranks were retired (capacity restoration): launch no engine and "
+                    "register every local rank retired until the Controller starts them.")
     # Frozen while a scale-down guard is live.
     exit_when_all_engines_dead: bool = Field(
         default=False,

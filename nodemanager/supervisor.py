@@ -160,6 +160,10 @@ class ProcessSupervisor:
 
     def endpoint(self, endpoint_id: int) -> LocalEndpoint:
         s = self._slots[endpoint_id]
+        if not s.port and not s.spec.headless:
+            # Not launched yet (a stopped or replacement pod's retired rank): described at the port
+            # its launch will take (kept while free), never at port 0, which the Controller refuses.
+            s.port = self._choose_port(s)
         return LocalEndpoint(endpoint_id, s.host, s.port, s.spec.headless, tuple(s.spec.device_infos))
 
     def endpoints(self, ids: Iterable[int] | None = None) -> list[LocalEndpoint]:

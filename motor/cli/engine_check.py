@@ -10,7 +10,8 @@ Motor ignores them) and the types of ``fault_info``, ``mask``, ``last_ft_request
 The last status line is the verdict of the NodeManager's own parser (``nodemanager.engine_answers``),
 so this check and the bridge never disagree. Nothing is sent to the engine's apply route unless
 ``--try-retry``: then one ``retry`` (vLLM's released instruction) with our request id, reporting the
-answer and whether the 202 echoes our id or carries one the engine made.
+answer and whether the 202 echoes our id or carries one the engine made. Whether the engine declares
+elastic scale-up (``supported_instructions`` naming ``scale_up``) is reported too, never a failure.
 
 Exit status: 0 when everything conforms, 1 when something does not (each ``FAIL`` line says why),
 2 for a usage error or an engine that cannot be reached.
@@ -47,7 +48,7 @@ SCHEMA_VERSION = 1
 # Entry keys Motor reads or documents (DESIGN §3); anything else is an extra key, ignored.
 _ENTRY_STRING_KEYS = ("fault_info", "last_ft_request_id", "ft_error")
 _ENTRY_KEYS = {"id", "status", "ft_state", "mask", "dp_rank", *_ENTRY_STRING_KEYS}
-_DOCUMENT_KEYS = {"schema_version", "total_engines", "engines"}
+_DOCUMENT_KEYS = {"schema_version", "total_engines", "engines", "supported_instructions"}
 
 
 
@@ -137,7 +138,26 @@ def _check_document(report: Report, doc: Any) -> list[Any] | None:
     extra = [k for k in doc if k not in _DOCUMENT_KEYS]
     if extra:
         report.info(f"extra document keys (ignored by Motor): {_keys(extra)}")
+    _check_scale_up(report, doc)
     return engines
+
+
+def _check_scale_up(report: Report, doc: dict[str, Any]) -> None:
+    """Whether the engine declares elastic scale-up (docs/engine-protocol-scale-up.md): the optional
+    'supported_instructions' list naming 'scale_up'. Not declaring it is no failure: Motor brings
+    the capacity of such an engine back by a planned restoration."""
+    declared = doc.get("supported_instructions")
+    if declared is None:
+        report.info("scale_up: not declared ('supported_instructions' absent): removed ranks come back by a planned "
+                    "restoration (capacity_restore)")
+    elif not isinstance(declared, list) or not all(isinstance(i, str) for i in declared):
+        report.fail(f"'supported_instructions' is {shorten(declared)}, not a list of strings")
+    elif "scale_up" in declared:
+        report.ok(f"scale_up: declared ('supported_instructions' {_keys(declared)}): set "
+                  "ft_capability.supports_scale_up for elastic scale-up")
+    else:
+        report.info(f"scale_up: not declared ('supported_instructions' {_keys(declared)}): removed ranks come back "
+                    "by a planned restoration (capacity_restore)")
 
 
 def _check_identity(report: Report, engines: list[Any], rank: int | None) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@
                                       a mounted-ConfigMap file with --configmap-dir [--via SOURCE]
   motorctl engine-check URL [--prefix P] [--rank N] [--try-retry] [--timeout S]
                                       does an engine's FT API conform to Motor's contract (engine_check)
+  motorctl restore INSTANCE [--when-ready] [--deadline S]
+                                      capacity restoration back to every original rank (restore)
   motorctl certs init DIR             a development CA, a certificate per role (per pod: --pod NAME=IP)
 
 Synchronous gRPC; addresses from --controller / --coordinator or MOTOR_CONTROLLER /
@@ -33,7 +35,7 @@ import grpc
 from google.protobuf import json_format
 
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from motor.cli import engine_check
+from motor.cli import engine_check, restore
 from motor.cli.stage_bar import stage_bar
 from motor.common.config.loader import ConfigError, build_config
 from motor.common.config.tls import ClientTlsConfig
@@ -257,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the ConfigMap here (mindx-dl-deviceinfo-<node>, or mindx-dl-nodeinfo-<node> for "
                          "NodeD) instead of calling the RPC")
     engine_check.add_parser(sub)
+    restore.add_parser(sub)
     ce = sub.add_parser("certs", help="development certificates")
     ce_sub = ce.add_subparsers(dest="certs_command", required=True)
     init = ce_sub.add_parser("init", help="a CA and one certificate per role (keys 0600) into DIR")
@@ -344,6 +347,8 @@ def run(argv: Sequence[str] | None = None, out: TextIO = sys.stdout,
             print(json.dumps(answer), file=out)
         elif args.command == "hw-fault":
             print(hardware_fault(args, channel_factory), file=out)
+        elif args.command == "restore":
+            return restore.run(args, channel_factory, out)
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)

@@ -44,6 +44,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/motor.v1.Controller/GetFaultToleranceStatus": frozenset({OP, C, MON}),
     "/motor.v1.Controller/WatchFaultToleranceStatus": frozenset({OP, C, MON}),
     "/motor.v1.Controller/GetTimeline": frozenset({OP, C, MON}),
+    # Capacity restoration is an operator's decision (it drains the instance for a rebuild).
+    "/motor.v1.Controller/RestoreInstance": frozenset({OP}),
     # A (restarted) Coordinator asks the leader for its whole serving view; operators may too.
     "/motor.v1.Controller/RequestPublication": frozenset({CO, OP}),
     # The FT proxy and engine lifecycle are the Controller's alone.

@@ -31,6 +31,7 @@ Packages:
                    publication goes through
   hardware         MindCluster fault intake: sources, parsing, mapping to original ranks
   console          the operator web console at /ui: fleet rows, instance pages, the live feed (SSE)
+  restoration      capacity restoration: replacement pods, the restoration strategy, RestoreInstance
 
 Layers, each importing only the ones below it (siblings on one line import each other neither; the
 `layers` contract in pyproject.toml checks this):
@@ -39,6 +40,7 @@ Layers, each importing only the ones below it (siblings on one line import each 
   identity                              which pod a NodeManager may speak for
   console                               the operator web console (/ui), read-only
   core                                  the composition root
+  restoration                           capacity restoration (pods replaced, RestoreInstance, auto mode)
   election | metrics | status
   fault_tolerance
   persistence | serving

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from motor.common.config.addresses import check_host_ports
 from motor.common.config.base import ConfigModel, PositiveSec
+from motor.common.config.capacity_restore import CapacityRestoreConfig
 from motor.common.config.fault_tolerance import FaultToleranceConfig
 from motor.common.config.listeners import HttpListenConfig, ServerConfig
 from motor.common.config.posture import PostureConfig, check_posture
@@ -126,6 +127,8 @@ class ControllerConfig(PostureConfig):
         default=HardwareMonitorConfig(), description="Sources of MindCluster hardware faults.")
     leader_election: LeaderElectionConfig = Field(
         default=LeaderElectionConfig(), description="One acting leader among Controller replicas.")
+    capacity_restore: CapacityRestoreConfig = Field(
+        default=CapacityRestoreConfig(), description="Capacity restoration of scaled-down instances (off by default).")
     coordinator_address: str | None = Field(
         default=None, description="host:port of the Coordinator's gRPC server; unset: nothing is published.")
     publication: PublicationConfig = Field(

@@ -40,6 +40,8 @@ from motor.controller.model.runtime import (
 from motor.controller.persistence import RuntimeStore, StoreError
 from motor.controller.persistence.persister import RuntimePersister, read_only_view
 from motor.controller.publishers.fanout import Publication
+from motor.controller.restoration.replacement import note_replacement, replacement_rule
+from motor.controller.restoration.restorer import Restorer
 from motor.controller.serving import PublishError, project_serving_view
 from motor.controller.status import RuntimeBroadcaster
 
@@ -77,19 +79,12 @@ class ControllerCore:
         self.pusher = Publication.from_peers(peers, self.clock.wall, self.metrics.refresh, self.metrics.publisher_call,
                                              self.metrics.publisher_repair)
         self.deps = ControllerDeps(
-            config=config,
-            runtimes=self.runtimes,
-            registry=self.registry,
-            nodemanagers=self.nodemanagers,
-            pusher=self.pusher,
-            timelines=self.timelines,
-            clock=self.clock,
-            persist=self.persister.persist,
-            changed=self.broadcaster.changed,
-            new_id=new_id,
-        )
+            config=config, runtimes=self.runtimes, registry=self.registry, nodemanagers=self.nodemanagers,
+            pusher=self.pusher, timelines=self.timelines, clock=self.clock, persist=self.persister.persist,
+            changed=self.broadcaster.changed, new_id=new_id)
         self._fast_recovery = fast_recovery
         self.faults = FaultManager(self.deps, fast_recovery, self.metrics.hardware_fault)
+        self.restorer = Restorer(self.deps, lambda: self.faults)
         self.monitor = ResourceMonitor.from_config(config.hardware_monitor)
         # The election start() campaigns through, when replicas elect a leader.
         self._election: LeaderElection | None = None
@@ -158,6 +153,7 @@ class ControllerCore:
         # A failed write is written again until the store has it (a round's post-commit write above all).
         self._acting_tasks.append(asyncio.create_task(self.persister.retry_unsaved(self.clock.sleep),
                                                       name="persist-retry"))
+        self._acting_tasks.append(asyncio.create_task(self.restorer.run(), name="capacity-restore"))
         self.faults.notify()
 
     async def _stop_acting(self) -> None:
@@ -175,6 +171,7 @@ class ControllerCore:
         self.registry.clear()
         self.persister.reset()
         self.pusher.forget()
+        self.restorer.forget()
         self.faults = FaultManager(self.deps, self._fast_recovery, self.metrics.hardware_fault)
         self.monitor = ResourceMonitor.from_config(self.config.hardware_monitor)
 
@@ -262,7 +259,9 @@ class ControllerCore:
         iid = req.instance_id
         known = self.registry.get(iid)
         was_bound = known is not None and req.pod.pod_ip in known.bindings()
-        record, newly = self.registry.register(req, self.clock.monotonic(), identity)
+        pods_before = set(known.pods) if known is not None else set()
+        record, newly = self.registry.register(req, self.clock.monotonic(), identity, **replacement_rule(self.deps, iid))
+        await note_replacement(self.deps, iid, req, pods_before)
         log.info("instance=%d pod=%s registered ranks=%s nodemanager=%s retired=%s assembled=%s",
                  iid, req.pod.pod_ip, sorted(e.id for e in req.endpoints), req.pod.node_manager_address,
                  list(req.retired_ids), record.assembled)

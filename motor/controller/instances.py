@@ -38,6 +38,8 @@ class PodRecord:
     # Ranks the pod says it retired in committed rounds (kept with the pod until assembly decides).
     retired: frozenset[int] = frozenset()
     dp_store_port_base: int = 0
+    # Told to stop (StopPod) since it registered: it hosts nothing until it registers again.
+    stop_requested: bool = False
     # The pod URI of the certificate that registered the pod ("" when unknown: plaintext, or a
     # certificate without one). Persisted with the topology, so a restart keeps the binding.
     identity: str = ""
@@ -82,6 +84,7 @@ class InstanceRecord:
                 enable_eplb=cap.enable_eplb,
                 num_redundant_experts=cap.num_redundant_experts,
                 retry_supported=cap.retry_supported,
+                supports_scale_up=cap.supports_scale_up,
             ),
             "",
         )
@@ -198,12 +201,18 @@ class InstanceRegistry:
         return record
 
     def register(self, req: controller_pb2.RegisterRequest, now_sec: float,
-                 identity: str = "") -> tuple[InstanceRecord, bool]:
+                 identity: str = "", dead_committed: frozenset[int] = frozenset(),
+                 silent_for_sec: float = 0.0) -> tuple[InstanceRecord, bool]:
         """Records a pod (bound to `identity`, the caller's pod URI); returns the instance and whether
-        this call completed its assembly."""
+        this call completed its assembly. A pod at a new address that hosts exactly the ranks of a
+        known pod told to stop or silent for `silent_for_sec`, every one of them in `dead_committed` and registered
+        retired, replaces that pod (the orchestrator recreated it: a candidate for capacity
+        restoration). A known pod still heartbeating is never replaced, so two live pods cannot take
+        the ranks from each other in turn."""
         _validate(req)
         pod_ip = req.pod.pod_ip
         record = self._instances.get(req.instance_id)
+        replaced = _replaced_pod(record, req, dead_committed, now_sec - silent_for_sec)
         if record is None and self.max_instances is not None and len(self._instances) >= self.max_instances:
             raise InstanceCapError(
                 f"instance {req.instance_id}: pod {pod_ip} would register instance number "
@@ -226,8 +235,9 @@ class InstanceRegistry:
                 "an instance's ranks are immutable",
                 precondition=True,
             )
-        for other in record.pods.values():
-            clash = sorted(set(ids) & set(other.ranks)) if other.pod_ip != pod_ip else []
+        others = [o for o in record.pods.values() if o.pod_ip != pod_ip and o is not replaced]
+        for other in others:
+            clash = sorted(set(ids) & set(other.ranks))
             if clash:
                 raise RegistrationError(
                     f"instance {req.instance_id}: ranks {clash} of pod {pod_ip} are already hosted by pod {other.pod_ip}",
@@ -236,18 +246,19 @@ class InstanceRegistry:
         address = req.pod.node_manager_address
         # A round calls each pod's NodeManager by address: behind a shared one, one NodeManager
         # would answer for both pods' ranks.
-        sharing = next((o for o in record.pods.values() if o.pod_ip != pod_ip and o.node_manager_address == address),
-                       None)
+        sharing = next((o for o in others if o.node_manager_address == address), None)
         if sharing is not None:
             raise RegistrationError(
                 f"instance {req.instance_id}: pod {pod_ip} registered NodeManager address {address}, which pod "
                 f"{sharing.pod_ip} already has; every pod needs a NodeManager address of its own",
                 precondition=True,
             )
-        if record.assembled and known is None:
+        if record.assembled and known is None and replaced is None:
             raise RegistrationError(
                 f"instance {req.instance_id} is already assembled; pod {pod_ip} is not part of it", precondition=True
             )
+        if replaced is not None:
+            del record.pods[replaced.pod_ip]
         record.pods[pod_ip] = PodRecord(
             pod_ip=pod_ip,
             node_name=req.pod.node_name,
@@ -276,6 +287,20 @@ class InstanceRegistry:
         pod.alive = frozenset(alive)
         pod.heartbeat_seen = True
         return pod
+
+
+def _replaced_pod(record: InstanceRecord | None, req: controller_pb2.RegisterRequest,
+                  dead_committed: frozenset[int], silent_since_sec: float) -> PodRecord | None:
+    """The known pod a registration from a new address replaces, None when it replaces none."""
+    if record is None or not record.assembled or req.pod.pod_ip in record.pods:
+        return None
+    ids = sorted(e.id for e in req.endpoints)
+    old = next((p for p in record.pods.values() if list(p.ranks) == ids), None)
+    if old is None or not set(ids) <= dead_committed or not set(ids) <= set(req.retired_ids):
+        return None
+    if old.last_heartbeat_sec > silent_since_sec and not old.stop_requested:
+        return None
+    return old
 
 
 def expected_alive(pod: PodRecord, dead_committed: Iterable[int], scale_down_enabled: bool) -> frozenset[int]:

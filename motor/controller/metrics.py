@@ -82,6 +82,10 @@ class ControllerMetrics:
                                             "Successful scale-down rounds: first NodeManager observation of the "
                                             "fault to the survivors' publication", buckets=ROUND_BUCKETS_SEC,
                                             registry=r)
+        self.restore_seconds = Histogram("motor_capacity_restore_seconds",
+                                         "Capacity restorations (motor_strategy_runs_total{strategy=\"capacity_restore\"} "
+                                         "counts them by outcome): request to every original rank published",
+                                         buckets=ROUND_BUCKETS_SEC, registry=r)
         self.publications = Counter("motor_publications_total", "Refresh calls to the Coordinator by event",
                                     ["event"], registry=r)
         self.publish_failures = Counter("motor_publish_failures_total",
@@ -171,6 +175,8 @@ class ControllerMetrics:
     def finished(self, txn: Transaction) -> None:
         outcome = run_outcome(txn.outcome)
         self.strategy_runs.labels(txn.strategy, outcome).inc()
+        if txn.strategy == "capacity_restore" and outcome == "succeeded":
+            self.restore_seconds.observe(max(0.0, txn.proto.ended_at_unix_sec - txn.proto.started_at_unix_sec))
         if txn.strategy != "dp_scale_down" or outcome != "succeeded":
             return
         for stage in scale_down_stages(txn.proto):

@@ -25,6 +25,7 @@ from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.identity import IdentityGate, IdentityRefusal, caller_of, require_pod_identity
 from motor.controller.instances import InstanceCapError, RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
+from motor.controller.restoration.restorer import RestoreRefused
 from motor.controller.status import runtime_proto
 
 log = logging.getLogger(__name__)
@@ -191,3 +192,20 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit {request.limit} is negative")
         txns = self.core.timelines.transactions(request.instance_id, request.limit)
         return controller_pb2.GetTimelineResponse(transactions=[t.proto for t in txns])
+
+    async def RestoreInstance(self, request, context):
+        await check_request(request, context)
+        await self._require_leader(context, "RestoreInstance")
+        if not request.request_id or len(request.request_id) > 128:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"request_id {request.request_id!r} must be 1 to 128 characters")
+        if not 0 <= request.deadline_sec <= 86400:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"deadline_sec {request.deadline_sec:g} must be within [0, 86400]")
+        try:
+            req = self.core.restorer.request(request.instance_id, request.request_id, request.when_ready,
+                                             request.deadline_sec)
+        except RestoreRefused as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+        return controller_pb2.RestoreInstanceResponse(state=req.state, transaction_id=req.transaction_id,
+                                                      message=req.message, unplaced_ranks=list(req.unplaced))

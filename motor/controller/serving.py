@@ -179,6 +179,21 @@ class EventPusher:
             log.info("instance=%d drained endpoints %s", topology.id, list(ids))
             return ids
 
+    async def pause(self, topology: common_pb2.Instance) -> bool:
+        """PAUSE of a published instance: the Coordinator sends it no new request and keeps counting
+        its in-flight ones. False when nothing is published for it (nothing to pause)."""
+        async with self._lock:
+            ids = self._published.get(topology.id)
+            if ids is None:
+                return False
+            view = common_pb2.Instance()
+            view.CopyFrom(topology)
+            del view.endpoints[:]
+            view.endpoints.extend(e for e in topology.endpoints if e.id in ids)
+            await self._refresh(coordinator_pb2.REFRESH_EVENT_PAUSE, [view])
+            log.info("instance=%d paused", topology.id)
+            return True
+
     async def set_all(self, compute_views: Callable[[], Iterable[common_pb2.Instance]]) -> list[int]:
         """Replaces everything the Coordinator routes to with exactly the views computed under the
         publication lock (so no drain can slip between computing and sending); returns their ids."""

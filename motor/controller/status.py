@@ -49,6 +49,10 @@ def runtime_proto(runtime: FtRuntime) -> controller_pb2.InstanceFtRuntime:
         reconfiguration_gave_up=runtime.reconfiguration_gave_up,
         migrated_requests=runtime.migrated_requests,
         idle_fault_probes=runtime.idle_fault_probes,
+        capacity_restore=runtime.capacity_restore,
+        restore_waiting_for=runtime.restore_waiting_for,
+        restore_unplaced_ranks=list(runtime.restore_unplaced_ranks),
+        restore_request_id=runtime.restore_request_id,
     )
     if runtime.last_error is not None:
         msg.last_error = runtime.last_error

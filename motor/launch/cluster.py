@@ -306,6 +306,19 @@ class LocalCluster(ClusterObservation):
                                              {"server": "grpc_port", "metrics_http": "metrics_port"})
         return self.nodemanagers[pod_ip]
 
+    def replace_pod(self, old_ip: str, new_ip: str, timeout_sec: float = 180.0) -> ServiceProc:
+        """MindCluster's replacement of a stopped pod: a NodeManager at `new_ip` for the same ranks,
+        with a fresh log_dir and `replacement_pod` (it launches nothing until the Controller starts
+        the ranks); it takes the old pod's place in `nodemanagers`."""
+        old = next(p for p in self.spec.all_pods() if p.ip == old_ip)
+        pod = PodPlan(old.instance_id, old.index, new_ip, list(old.ranks))
+        config = {**self.nodemanager_config(pod), "replacement_pod": True}
+        svc = self._spawn(pod.name, "motor-nodemanager", config).wait(_NM_READY_KEYS, timeout_sec)
+        gone = self.nodemanagers.pop(old_ip)
+        gone.expected_exit = True
+        self.nodemanagers[new_ip] = svc
+        return svc
+
     def _own_etcd(self) -> EtcdServer:
         if self.etcd is None:
             raise RuntimeError("this cluster runs no etcd of its own (start_etcd=False)")

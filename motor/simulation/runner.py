@@ -119,6 +119,8 @@ async def _fire(world: World, event: Event) -> None:
         g.traffic()
     elif event.kind == "coordinator_restart":
         world.coordinator_restart()
+    elif event.kind == "restore":
+        world.restore()
     elif event.kind == "hardware_fault":
         await world.hardware.fire(event)
     elif event.kind == "lossy_network":

@@ -36,6 +36,10 @@ KINDS = {
     "hardware_fault": 4,    # MindCluster reports a card or node fault (motor.simulation.hardware)
 }
 
+# Not generated (a weight here would reshuffle every seed's schedule), for explicit schedules only:
+# "restore", an operator asks for a capacity restoration (RestoreInstance with when_ready).
+EXPLICIT_KINDS = ("restore",)
+
 # The faults of a round-focused schedule (`generate_focused`) and the anchors they land on: a
 # death that starts a round, then faults a few hundred milliseconds into its short phases.
 FOCUSED_KINDS = {"executor_death": 4, "kill_process": 2, "hardware_fault": 4, "unhealthy": 1, "hang_status": 1}

@@ -25,6 +25,7 @@ from motor.common.text_file import MemoryTextFile
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
 from motor.controller.model.runtime import FtPhase
+from motor.controller.restoration.restorer import RestoreRefused
 from motor.coordinator.routing import RoutingTable
 from nodemanager.agent import NodeManagerAgent
 from nodemanager.config import NodeManagerConfig
@@ -59,6 +60,8 @@ def controller_config(idle_fault_probe: bool = False, fast_recovery: bool = Fals
         ("store.etcd_endpoints", [ETCD_ENDPOINT]),
         ("store.key_prefix", KEY_PREFIX),
         ("leader_election.mode", "on"),
+        # The schedule's `restore` events ask for capacity restorations (RestoreInstance's path).
+        ("capacity_restore.mode", "manual"),
         # A standby's read-only view is read by nothing here; its reload costs a load_all a second.
         ("leader_election.standby_refresh_interval_sec", 5.0),
     ])
@@ -111,6 +114,7 @@ class World:
         # Observations the invariants read.
         self.applies: dict[str, set[int]] = {}  # request_id → Controller lives that sent it
         self.relaunches = 0
+        self.restores = 0  # capacity restorations asked for
         self.inflight: dict[str, int] = {}  # strategy request_id → calls in flight
         self.max_concurrent_strategies = 0
         self.pod_addresses = list(self.nm_configs)
@@ -242,6 +246,22 @@ class World:
 
     async def replica_restart(self, down_sec: float) -> None:
         await self.controllers.replica_restart(down_sec)
+
+    def restore(self) -> None:
+        """An operator asks the acting Controller for a capacity restoration, started once every
+        retired rank has a place (as `motorctl restore --when-ready` does); refused when no
+        Controller acts or the instance is not known yet, as the RPC would be."""
+        core = self.core
+        if core is None or core.runtimes.find(INSTANCE_ID) is None:
+            self.note("restore: no acting Controller knows the instance")
+            return
+        self.restores += 1
+        try:
+            req = core.restorer.request(INSTANCE_ID, f"sim-restore-{self.restores}", when_ready=True, deadline_sec=60.0)
+        except RestoreRefused as exc:
+            self.note(f"restore refused: {exc}")
+            return
+        self.note(f"restore requested: {req.state} {req.message}")
 
     def coordinator_restart(self) -> None:
         self.table = RoutingTable()

@@ -69,7 +69,7 @@ class Endpoint(_message.Message):
     def __init__(self, id: _Optional[int] = ..., ip: _Optional[str] = ..., business_port: _Optional[int] = ..., mgmt_port: _Optional[int] = ..., device_infos: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., headless: _Optional[bool] = ...) -> None: ...
 
 class FtCapability(_message.Message):
-    __slots__ = ("engine_ft_enabled", "scale_down_supported", "external_lb", "auto_recovery", "enable_eplb", "num_redundant_experts", "retry_supported")
+    __slots__ = ("engine_ft_enabled", "scale_down_supported", "external_lb", "auto_recovery", "enable_eplb", "num_redundant_experts", "retry_supported", "supports_scale_up")
     ENGINE_FT_ENABLED_FIELD_NUMBER: _ClassVar[int]
     SCALE_DOWN_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_LB_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class FtCapability(_message.Message):
     ENABLE_EPLB_FIELD_NUMBER: _ClassVar[int]
     NUM_REDUNDANT_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_SCALE_UP_FIELD_NUMBER: _ClassVar[int]
     engine_ft_enabled: bool
     scale_down_supported: bool
     external_lb: bool
@@ -84,7 +85,8 @@ class FtCapability(_message.Message):
     enable_eplb: bool
     num_redundant_experts: int
     retry_supported: bool
-    def __init__(self, engine_ft_enabled: _Optional[bool] = ..., scale_down_supported: _Optional[bool] = ..., external_lb: _Optional[bool] = ..., auto_recovery: _Optional[bool] = ..., enable_eplb: _Optional[bool] = ..., num_redundant_experts: _Optional[int] = ..., retry_supported: _Optional[bool] = ...) -> None: ...
+    supports_scale_up: bool
+    def __init__(self, engine_ft_enabled: _Optional[bool] = ..., scale_down_supported: _Optional[bool] = ..., external_lb: _Optional[bool] = ..., auto_recovery: _Optional[bool] = ..., enable_eplb: _Optional[bool] = ..., num_redundant_experts: _Optional[int] = ..., retry_supported: _Optional[bool] = ..., supports_scale_up: _Optional[bool] = ...) -> None: ...
 
 class EngineFtStatus(_message.Message):
     __slots__ = ("id", "status", "ft_state", "fault_info", "last_ft_request_id", "ft_error", "mask", "raw_ft_state", "observed_at_unix_sec")

@@ -248,7 +248,7 @@ class Gate(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reason_codes: _Optional[_Iterable[_Union[GateReason, str]]] = ...) -> None: ...
 
 class InstanceFtRuntime(_message.Message):
-    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation", "reconfiguration_attempts", "reconfiguration_gave_up", "migrated_requests", "idle_fault_probes")
+    __slots__ = ("instance_id", "phase", "original_dp_ranks", "request_id", "dead_committed", "pending_removed_ranks", "alive_dp_ranks", "fallback_strategy", "gate", "engine_statuses", "serving_published", "last_error", "can_serve", "generation", "reconfiguration_attempts", "reconfiguration_gave_up", "migrated_requests", "idle_fault_probes", "capacity_restore", "restore_waiting_for", "restore_unplaced_ranks", "restore_request_id")
     class EngineStatusesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +274,10 @@ class InstanceFtRuntime(_message.Message):
     RECONFIGURATION_GAVE_UP_FIELD_NUMBER: _ClassVar[int]
     MIGRATED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     IDLE_FAULT_PROBES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_RESTORE_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_UNPLACED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     phase: FtPhase
     original_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
@@ -292,7 +296,35 @@ class InstanceFtRuntime(_message.Message):
     reconfiguration_gave_up: bool
     migrated_requests: int
     idle_fault_probes: int
-    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ..., reconfiguration_attempts: _Optional[int] = ..., reconfiguration_gave_up: _Optional[bool] = ..., migrated_requests: _Optional[int] = ..., idle_fault_probes: _Optional[int] = ...) -> None: ...
+    capacity_restore: str
+    restore_waiting_for: str
+    restore_unplaced_ranks: _containers.RepeatedScalarFieldContainer[int]
+    restore_request_id: str
+    def __init__(self, instance_id: _Optional[int] = ..., phase: _Optional[_Union[FtPhase, str]] = ..., original_dp_ranks: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., dead_committed: _Optional[_Iterable[int]] = ..., pending_removed_ranks: _Optional[_Iterable[int]] = ..., alive_dp_ranks: _Optional[_Iterable[int]] = ..., fallback_strategy: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., engine_statuses: _Optional[_Mapping[int, _common_pb2.EngineFtStatus]] = ..., serving_published: _Optional[bool] = ..., last_error: _Optional[str] = ..., can_serve: _Optional[bool] = ..., generation: _Optional[int] = ..., reconfiguration_attempts: _Optional[int] = ..., reconfiguration_gave_up: _Optional[bool] = ..., migrated_requests: _Optional[int] = ..., idle_fault_probes: _Optional[int] = ..., capacity_restore: _Optional[str] = ..., restore_waiting_for: _Optional[str] = ..., restore_unplaced_ranks: _Optional[_Iterable[int]] = ..., restore_request_id: _Optional[str] = ...) -> None: ...
+
+class RestoreInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "request_id", "when_ready", "deadline_sec")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WHEN_READY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_SEC_FIELD_NUMBER: _ClassVar[int]
+    instance_id: int
+    request_id: str
+    when_ready: bool
+    deadline_sec: float
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., when_ready: _Optional[bool] = ..., deadline_sec: _Optional[float] = ...) -> None: ...
+
+class RestoreInstanceResponse(_message.Message):
+    __slots__ = ("state", "transaction_id", "message", "unplaced_ranks")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UNPLACED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    transaction_id: str
+    message: str
+    unplaced_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, state: _Optional[str] = ..., transaction_id: _Optional[str] = ..., message: _Optional[str] = ..., unplaced_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetFaultToleranceStatusRequest(_message.Message):
     __slots__ = ("instance_ids",)

@@ -76,6 +76,11 @@ class ControllerStub:
                 request_serializer=motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.SerializeToString,
                 response_deserializer=motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.FromString,
                 _registered_method=True)
+        self.RestoreInstance = channel.unary_unary(
+                '/motor.v1.Controller/RestoreInstance',
+                request_serializer=motor_dot_v1_dot_controller__pb2.RestoreInstanceRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_controller__pb2.RestoreInstanceResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -140,6 +145,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RestoreInstance(self, request, context):
+        """Brings a scaled-down instance back to every original rank (capacity restoration): drain,
+        bounded finish of in-flight requests, reconfiguration to the full original DP, publish.
+        Idempotent by request_id. Operators only; FAILED_PRECONDITION while capacity_restore.mode is off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +196,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.RequestPublication,
                     request_deserializer=motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.FromString,
                     response_serializer=motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.SerializeToString,
+            ),
+            'RestoreInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreInstance,
+                    request_deserializer=motor_dot_v1_dot_controller__pb2.RestoreInstanceRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_controller__pb2.RestoreInstanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +421,33 @@ class Controller:
             '/motor.v1.Controller/RequestPublication',
             motor_dot_v1_dot_controller__pb2.RequestPublicationRequest.SerializeToString,
             motor_dot_v1_dot_controller__pb2.RequestPublicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/motor.v1.Controller/RestoreInstance',
+            motor_dot_v1_dot_controller__pb2.RestoreInstanceRequest.SerializeToString,
+            motor_dot_v1_dot_controller__pb2.RestoreInstanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,3 +17,5 @@ class Capability:
     enable_eplb: bool
     num_redundant_experts: int
     retry_supported: bool = False
+    # The engines re-admit removed ranks (scale_up); not needed by the scale-down gate.
+    supports_scale_up: bool = False

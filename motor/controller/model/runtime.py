@@ -108,6 +108,12 @@ class FtRuntime:
     reinference_seen: int | None = None
     # Idle-fault probe canaries of the current or last collection window.
     idle_fault_probes: int = 0
+    # Capacity restoration (observed, not persisted): "" | "restore_pending" | "restoring", why a
+    # pending one waits, the retired ranks with no ready place, and the last restoration's id.
+    capacity_restore: str = ""
+    restore_waiting_for: str = ""
+    restore_unplaced_ranks: tuple[int, ...] = ()
+    restore_request_id: str = ""
 
     @property
     def alive_dp_ranks(self) -> list[int]:
@@ -268,6 +274,12 @@ class FtRuntimeStore:
         runtime.generation += 1
         return runtime
 
+    def touch(self, instance_id: int) -> FtRuntime:
+        """Something persisted beside the runtime changed (a replacement pod's topology): a new generation."""
+        runtime = self.get(instance_id)
+        runtime.generation += 1
+        return runtime
+
     def set_published(self, instance_id: int, published: bool, error: str | None = None) -> None:
         runtime = self.get(instance_id)
         runtime.serving_published = published
@@ -285,6 +297,19 @@ class FtRuntimeStore:
         runtime.migrated_requests = cumulative - seen if seen is not None and cumulative >= seen else cumulative
         runtime.reinference_seen = cumulative
         return runtime.migrated_requests
+
+    def set_restore(self, instance_id: int, state: str, waiting_for: str = "", unplaced: Iterable[int] = (),
+                    request_id: str | None = None) -> bool:
+        """The restoration's view of the instance; True when it changed."""
+        runtime = self.get(instance_id)
+        before = (runtime.capacity_restore, runtime.restore_waiting_for, runtime.restore_unplaced_ranks,
+                  runtime.restore_request_id)
+        runtime.capacity_restore, runtime.restore_waiting_for = state, waiting_for
+        runtime.restore_unplaced_ranks = tuple(sorted(unplaced))
+        if request_id is not None:
+            runtime.restore_request_id = request_id
+        return before != (runtime.capacity_restore, runtime.restore_waiting_for, runtime.restore_unplaced_ranks,
+                          runtime.restore_request_id)
 
     def set_idle_fault_probes(self, instance_id: int, count: int) -> None:
         self.get(instance_id).idle_fault_probes = count

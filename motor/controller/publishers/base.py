@@ -30,6 +30,10 @@ class ServingPublisher(Protocol):
     async def drain(self, topology: common_pb2.Instance) -> tuple[int, ...] | None:
         """Withdraws what this peer routes to of the instance; the ids withdrawn (None: nothing was)."""
 
+    async def pause(self, topology: common_pb2.Instance) -> bool:
+        """No new request to the instance, its in-flight ones go on (a restoration lets them finish);
+        False when this peer routes nothing of it."""
+
     async def set_all(self, compute_views: Callable[[], Iterable[common_pb2.Instance]]) -> list[int]:
         """Replaces everything the peer routes to with exactly these views; their instance ids."""
 

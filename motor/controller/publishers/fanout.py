@@ -99,6 +99,11 @@ class Publication:
             results = await self._each("DEL", lambda p: p.drain(topology))
             return next((r for r in results if isinstance(r, tuple)), None)
 
+    async def pause(self, topology: common_pb2.Instance) -> bool:
+        """Whether any publisher routed the instance (and now sends it no new request)."""
+        async with self._lock:
+            return any(r is True for r in await self._each("PAUSE", lambda p: p.pause(topology)))
+
     async def set_all(self, compute_views: Callable[[], Iterable[common_pb2.Instance]]) -> list[int]:
         async with self._lock:
             views = [v for v in compute_views() if v.endpoints]

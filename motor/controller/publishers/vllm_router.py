@@ -121,6 +121,10 @@ class VllmRouterPublisher:
                      sorted(entry))
             return tuple(sorted(entry))
 
+    async def pause(self, topology: common_pb2.Instance) -> bool:
+        """The router holds nothing: its workers are withdrawn, and the requests they run go on."""
+        return await self.drain(topology) is not None
+
     async def set_all(self, compute_views: Callable[[], Iterable[common_pb2.Instance]]) -> list[int]:
         async with self._lock:
             views = [v for v in compute_views() if v.endpoints]

@@ -32,6 +32,8 @@ async def test_a_stopped_pod_restarted_in_place_stays_stopped_until_started_agai
         register = (await async_wait_for(lambda: controller.registers[registered_before:], 10,
                                          "the restarted NodeManager's registration"))[0]
         assert sorted(register.retired_ids) == [0, 1]
+        # Every endpoint at a real port (the one its launch takes): the Controller refuses port 0.
+        assert all(0 < e.business_port <= 65535 for e in register.endpoints), register.endpoints
         described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
         assert [(e.endpoint.id, e.running, e.retired, e.pid) for e in described.engines] == \
             [(0, False, True, 0), (1, False, True, 0)]
@@ -51,3 +53,24 @@ async def test_a_stopped_pod_restarted_in_place_stays_stopped_until_started_agai
     async with running_nm(config) as n:  # a later restart launches every rank
         described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
         assert [(e.running, e.retired) for e in described.engines] == [(True, False), (True, False)]
+
+
+async def test_a_replacement_pod_launches_nothing_and_registers_its_ranks_retired_until_started(
+        controller: FakeController, tmp_path: Path) -> None:
+    config = nm_config(controller.address, tmp_path, replacement_pod=True)
+    async with running_nm(config) as n:
+        register = (await async_wait_for(lambda: controller.registers, 10, "the replacement's registration"))[0]
+        assert sorted(register.retired_ids) == [0, 1]
+        ports = {e.id: e.business_port for e in register.endpoints}
+        assert all(0 < p <= 65535 for p in ports.values()), ports
+        described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
+        assert [(e.running, e.retired, e.pid) for e in described.engines] == [(False, True, 0), (False, True, 0)]
+        mark = len(controller.heartbeats)
+        heartbeat = (await async_wait_for(lambda: controller.heartbeats_since(mark), 5, "a heartbeat"))[0]
+        assert list(heartbeat.alive_endpoint_ids) == [] and n.exits == []
+
+        await n.lifecycle.StartEngines(nm.StartEnginesRequest(instance_id=INSTANCE, request_id="restore-1"),
+                                       timeout=30)
+        described = await n.lifecycle.DescribePod(nm.DescribePodRequest(), timeout=5)
+        assert [(e.running, e.retired) for e in described.engines] == [(True, False), (True, False)]
+        assert {e.endpoint.id: e.endpoint.business_port for e in described.engines} == ports  # launched there

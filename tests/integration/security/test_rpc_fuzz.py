@@ -365,6 +365,8 @@ def _seeds() -> dict[str, Message]:
         "WatchFaultToleranceStatus": c.WatchFaultToleranceStatusRequest(instance_ids=[CTL_INSTANCE]),
         "GetTimeline": c.GetTimelineRequest(instance_id=CTL_INSTANCE, limit=2),
         "RequestPublication": c.RequestPublicationRequest(),
+        "RestoreInstance": c.RestoreInstanceRequest(instance_id=CTL_INSTANCE, request_id="fuzz-restore",
+                                                    when_ready=True, deadline_sec=1.0),
         "Refresh": co.RefreshRequest(event=co.REFRESH_EVENT_PAUSE, instances=[published], revision=2**40),
         "ListInstances": co.ListInstancesRequest(),
         "SendCanary": co.SendCanaryRequest(instance_id=CTL_INSTANCE, endpoint_ids=[0, 1], timeout_sec=1.0,

@@ -214,3 +214,15 @@ def test_unreachable_engine_exits_2() -> None:
     assert code == 2 and out == ""
     assert err.strip() == (f"motorctl engine-check: engine unreachable: GET {URL}/v1/fault_tolerance/status: "
                            "[Errno 111] Connection refused")
+
+
+@pytest.mark.parametrize(("top", "verdict", "text"), [
+    ({}, "info", "scale_up: not declared ('supported_instructions' absent)"),
+    ({"supported_instructions": ["retry", "scale_down"]}, "info", "scale_up: not declared"),
+    ({"supported_instructions": ["retry", "scale_down", "scale_up"]}, "ok", "scale_up: declared"),
+    ({"supported_instructions": "scale_up"}, "FAIL", "'supported_instructions' is"),
+], ids=["absent", "not-listed", "declared", "malformed"])
+def test_scale_up_support_is_reported(top: dict[str, Any], verdict: str, text: str) -> None:
+    report = check_engine(URL, rank=0, transport=Answers(doc({"id": 0, "status": "healthy"}, **top)))
+    assert any(v == verdict and line.startswith(text) for v, line in report.lines), report.render()
+    assert report.conforms is (verdict != "FAIL")

@@ -157,3 +157,34 @@ def test_hw_fault_writes_a_mounted_configmap(tmp_path) -> None:
 def test_hw_fault_refuses_a_bad_level() -> None:
     with pytest.raises(SystemExit, match="level='L9'"):
         run(["hw-fault", "node-a", "Ascend910-1", "--level", "L9"])
+
+
+def test_restore_follows_one_request_id_until_restored() -> None:
+    h = Harness(CONTROLLER)
+    thread = h.start(["restore", "7", "--when-ready", "--deadline", "30", "--request-id", "op-1"])
+    method = CONTROLLER.methods_by_name["RestoreInstance"]
+    answers = [controller_pb2.RestoreInstanceResponse(state="restore_pending", unplaced_ranks=[0, 1],
+                                                      message="ranks [0, 1] have no ready place yet"),
+               controller_pb2.RestoreInstanceResponse(state="restoring", transaction_id="restore-7-abc"),
+               controller_pb2.RestoreInstanceResponse(state="restored", transaction_id="restore-7-abc",
+                                                      message="transaction restore-7-abc succeeded")]
+    for answer in answers:
+        _, request, rpc = h.channel.take_unary_unary(method)
+        assert (request.instance_id, request.request_id, request.when_ready, request.deadline_sec) == (7, "op-1", True, 30)
+        rpc.terminate(answer, (), grpc.StatusCode.OK, "")
+    thread.join(10)
+    lines = h.out.getvalue().splitlines()
+    assert h.code == 0 and len(lines) == 3
+    assert lines[0] == "instance 7 restore_pending: ranks [0, 1] have no ready place yet"
+    assert lines[2] == "instance 7 restored (transaction restore-7-abc): transaction restore-7-abc succeeded"
+
+
+def test_restore_refused_names_the_reason_and_fails() -> None:
+    h = Harness(CONTROLLER)
+    thread = h.start(["restore", "7"])
+    _, request, rpc = h.channel.take_unary_unary(CONTROLLER.methods_by_name["RestoreInstance"])
+    assert not request.when_ready and request.request_id.startswith("motorctl-restore-")
+    rpc.terminate(controller_pb2.RestoreInstanceResponse(), (), grpc.StatusCode.FAILED_PRECONDITION,
+                  "capacity_restore.mode is off")
+    thread.join(10)
+    assert h.code == 1

@@ -229,13 +229,16 @@ class FakeCoordinator:
         self.on_refresh: Callable[[str], None] | None = None
         # Re-inference counts it reports per instance (cumulative, as the real one).
         self.reinference: dict[int, int] = {}
+        # Paused instances, and the requests in flight per published instance (ListInstances' counts).
+        self.paused: set[int] = set()
+        self.outstanding: dict[int, int] = {}
         # Canaries asked for: (instance_id, endpoint_ids, timeout_sec, request_id); the answer comes
         # from `canary_answer(instance_id, endpoint_ids)` (default: served by the first endpoint).
         self.canaries: list[tuple[int, list[int], float, str]] = []
         self.canary_answer: Callable[[int, list[int]], coordinator_pb2.SendCanaryResponse] | None = None
 
     async def refresh(self, event, instances, revision):
-        name = {1: "ADD", 2: "DEL", 3: "SET"}[event]
+        name = {1: "ADD", 2: "DEL", 3: "SET", 4: "PAUSE", 5: "RESUME"}[event]
         ids = {i.id: sorted(e.id for e in i.endpoints) for i in instances}
         self.events.append((name, ids))
         if self.down:
@@ -248,6 +251,8 @@ class FakeCoordinator:
                     raise PeerCallError("refresh:del", self.address, grpc.StatusCode.FAILED_PRECONDITION, "identity")
             for iid in ids:
                 del self.view[iid]
+        elif name in ("PAUSE", "RESUME"):
+            (self.paused.update if name == "PAUSE" else self.paused.difference_update)(ids)
         elif name == "ADD":
             self.view.update(ids)
         else:
@@ -259,7 +264,10 @@ class FakeCoordinator:
     async def list_instances(self) -> coordinator_pb2.ListInstancesResponse:
         if self.down:
             raise PeerCallError("list_instances", self.address, grpc.StatusCode.UNAVAILABLE, "down")
-        return coordinator_pb2.ListInstancesResponse(reinference=[
+        return coordinator_pb2.ListInstancesResponse(instances=[
+            coordinator_pb2.PublishedInstance(instance=common_pb2.Instance(id=iid), paused=iid in self.paused,
+                                              outstanding_requests={ids[0]: self.outstanding.get(iid, 0)} if ids else {})
+            for iid, ids in sorted(self.view.items())], reinference=[
             coordinator_pb2.InstanceReinference(instance_id=iid, migrated_requests=n)
             for iid, n in sorted(self.reinference.items())])
 

@@ -189,6 +189,11 @@ def test_rfc_json_shape() -> None:
         # Re-inference and the idle-fault probe.
         "migrated_requests": 0,
         "idle_fault_probes": 0,
+        # Capacity restoration (nothing asked or due).
+        "capacity_restore": "",
+        "restore_waiting_for": "",
+        "restore_unplaced_ranks": [],
+        "restore_request_id": "",
     }
 
 

@@ -340,5 +340,8 @@ class DpScaleDownStrategy(Strategy):
         if record is None:
             return
         runtime = self.deps.runtimes.get(self.instance_id)
-        await self.calls.stop_pods(p for p in recyclable_pods(record.pod_infos(), runtime.dead_committed)
-                                   if set(p.ranks) & set(plan.removed_this_round))
+        stopping = [p for p in recyclable_pods(record.pod_infos(), runtime.dead_committed)
+                    if set(p.ranks) & set(plan.removed_this_round)]
+        for p in stopping:  # its ranks have no place until the pod registers again (capacity restoration)
+            record.pods[p.pod_ip].stop_requested = True
+        await self.calls.stop_pods(stopping)

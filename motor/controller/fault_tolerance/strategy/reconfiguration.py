@@ -39,13 +39,23 @@ class ReconfigurationStrategy(Strategy):
         super().__init__(deps, instance_id)
         self.reason = reason
         self.cause = cause
-        self.request_id = f"reconf-{instance_id}-{deps.new_id()}"
+        self.request_id = f"{self.request_prefix}-{instance_id}-{deps.new_id()}"
+
+    # A subclass that rebuilds the instance for another reason names its requests and decision.
+    request_prefix = "reconf"
+
+    def record_decision(self) -> None:
+        self.txn.decision("reconfigure", self.deps.clock.wall(), self.reason,
+                          fallback_cause=fallback_cause_proto(self.cause))
+
+    async def before_drain(self) -> None:
+        """Nothing: a failed instance is drained at once (a planned rebuild lets requests finish first)."""
 
     async def execute(self) -> Outcome:
         deps = self.deps
         record = deps.registry.get(self.instance_id)
         self.begin_transaction(self.request_id)
-        self.txn.decision("reconfigure", deps.clock.wall(), self.reason, fallback_cause=fallback_cause_proto(self.cause))
+        self.record_decision()
         log.warning("instance=%d request_id=%s whole-instance reconfiguration (%s): %s", self.instance_id,
                     self.request_id, self.cause, self.reason)
         if deps.runtimes.get(self.instance_id).phase is not FtPhase.RECONFIGURING:
@@ -59,6 +69,7 @@ class ReconfigurationStrategy(Strategy):
         if record is None:
             return self._fail(f"topology of instance {self.instance_id} is unknown")
         timeout = deps.config.reconfiguration_timeout_sec
+        await self.before_drain()
         await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
         # The rebuild's last look at each rank: its NodeManager's answer that its engines started.

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/controller.proto.
  */
 export const file_motor_v1_controller: GenFile = /*@__PURE__*/
-  fileDesc("Chltb3Rvci92MS9jb250cm9sbGVyLnByb3RvEghtb3Rvci52MSLrAQoPUmVnaXN0ZXJSZXF1ZXN0EhoKA3BvZBgBIAEoCzINLm1vdG9yLnYxLlBvZBITCgtpbnN0YW5jZV9pZBgCIAEoAxIcCgRyb2xlGAMgASgOMg4ubW90b3IudjEuUm9sZRINCgVtb2RlbBgEIAEoCRIPCgdkcF9zaXplGAUgASgFEiUKCWVuZHBvaW50cxgGIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50Ei0KDWZ0X2NhcGFiaWxpdHkYByABKAsyFi5tb3Rvci52MS5GdENhcGFiaWxpdHkSEwoLcmV0aXJlZF9pZHMYCCADKAUiWQoTTm9kZU1hbmFnZXJGdENvbmZpZxIiChplbmFibGVfZHBfc2NhbGVfZG93bl9wcm94eRgBIAEoCBIeChZoZWFydGJlYXRfaW50ZXJ2YWxfc2VjGAIgASgBImQKEFJlZ2lzdGVyUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSDwoHbWVzc2FnZRgCIAEoCRItCgZjb25maWcYAyABKAsyHS5tb3Rvci52MS5Ob2RlTWFuYWdlckZ0Q29uZmlnImAKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGcG9kX2lwGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgDEhoKEmFsaXZlX2VuZHBvaW50X2lkcxgDIAMoBRILCgNzZXEYBCABKAMiUQoRSGVhcnRiZWF0UmVzcG9uc2USDQoFa25vd24YASABKAgSLQoGY29uZmlnGAIgASgLMh0ubW90b3IudjEuTm9kZU1hbmFnZXJGdENvbmZpZyKEAgoaUmVwb3J0U29mdHdhcmVGYXVsdFJlcXVlc3QSDgoGcG9kX2lwGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgDEhMKC2VuZHBvaW50X2lkGAMgASgFEikKBGtpbmQYBCABKA4yGy5tb3Rvci52MS5Tb2Z0d2FyZUZhdWx0S2luZBIQCghldmlkZW5jZRgFIAEoCRIoCgZzdGF0dXMYBiABKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1cxIcChRvYnNlcnZlZF9hdF91bml4X3NlYxgHIAEoARInCh9kaWFnbm9zaW5nX29ic2VydmVkX2F0X3VuaXhfc2VjGAggASgBIkAKG1JlcG9ydFNvZnR3YXJlRmF1bHRSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIPCgdtZXNzYWdlGAIgASgJItMBChpSZXBvcnRIYXJkd2FyZUZhdWx0UmVxdWVzdBIRCglub2RlX25hbWUYASABKAkSEAoIbnB1X25hbWUYAiABKAkSEgoKZmF1bHRfY29kZRgDIAEoCRIjCgVsZXZlbBgEIAEoDjIULm1vdG9yLnYxLkZhdWx0TGV2ZWwSEgoKZmF1bHRfdHlwZRgFIAEoCRIWCg5mYXVsdF9oYW5kbGluZxgGIAEoCRIbChNmYXVsdF90aW1lX3VuaXhfc2VjGAcgASgBEg4KBnNvdXJjZRgIIAEoCSJAChtSZXBvcnRIYXJkd2FyZUZhdWx0UmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSDwoHbWVzc2FnZRgCIAEoCSJDCgRHYXRlEg8KB2FsbG93ZWQYASABKAgSKgoMcmVhc29uX2NvZGVzGAIgAygOMhQubW90b3IudjEuR2F0ZVJlYXNvbiL/BAoRSW5zdGFuY2VGdFJ1bnRpbWUSEwoLaW5zdGFuY2VfaWQYASABKAMSIAoFcGhhc2UYAiABKA4yES5tb3Rvci52MS5GdFBoYXNlEhkKEW9yaWdpbmFsX2RwX3JhbmtzGAMgAygFEhIKCnJlcXVlc3RfaWQYBCABKAkSFgoOZGVhZF9jb21taXR0ZWQYBSADKAUSHQoVcGVuZGluZ19yZW1vdmVkX3JhbmtzGAYgAygFEhYKDmFsaXZlX2RwX3JhbmtzGAcgAygFEhkKEWZhbGxiYWNrX3N0cmF0ZWd5GAggASgJEhwKBGdhdGUYCSABKAsyDi5tb3Rvci52MS5HYXRlEkgKD2VuZ2luZV9zdGF0dXNlcxgKIAMoCzIvLm1vdG9yLnYxLkluc3RhbmNlRnRSdW50aW1lLkVuZ2luZVN0YXR1c2VzRW50cnkSGQoRc2VydmluZ19wdWJsaXNoZWQYCyABKAgSFwoKbGFzdF9lcnJvchgMIAEoCUgAiAEBEhEKCWNhbl9zZXJ2ZRgNIAEoCBISCgpnZW5lcmF0aW9uGA4gASgDEiAKGHJlY29uZmlndXJhdGlvbl9hdHRlbXB0cxgPIAEoBRIfChdyZWNvbmZpZ3VyYXRpb25fZ2F2ZV91cBgQIAEoCBIZChFtaWdyYXRlZF9yZXF1ZXN0cxgRIAEoAxIZChFpZGxlX2ZhdWx0X3Byb2JlcxgSIAEoBRpPChNFbmdpbmVTdGF0dXNlc0VudHJ5EgsKA2tleRgBIAEoBRInCgV2YWx1ZRgCIAEoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzOgI4AUINCgtfbGFzdF9lcnJvciI2Ch5HZXRGYXVsdFRvbGVyYW5jZVN0YXR1c1JlcXVlc3QSFAoMaW5zdGFuY2VfaWRzGAEgAygDInsKH0dldEZhdWx0VG9sZXJhbmNlU3RhdHVzUmVzcG9uc2USLgoJaW5zdGFuY2VzGAEgAygLMhsubW90b3IudjEuSW5zdGFuY2VGdFJ1bnRpbWUSKAoKbGVhZGVyc2hpcBgCIAEoCzIULm1vdG9yLnYxLkxlYWRlcnNoaXAilwEKCkxlYWRlcnNoaXASGAoQZWxlY3Rpb25fZW5hYmxlZBgBIAEoCBIRCglpc19sZWFkZXIYAiABKAgSEgoKcmVwbGljYV9pZBgDIAEoCRIPCgdhZGRyZXNzGAQgASgJEhEKCWxlYWRlcl9pZBgFIAEoCRIWCg5sZWFkZXJfYWRkcmVzcxgGIAEoCRIMCgR0ZXJtGAcgASgDIhsKGVJlcXVlc3RQdWJsaWNhdGlvblJlcXVlc3QiQAoaUmVxdWVzdFB1YmxpY2F0aW9uUmVzcG9uc2USFAoMaW5zdGFuY2VfaWRzGAEgAygDEgwKBHRlcm0YAiABKAMiOAogV2F0Y2hGYXVsdFRvbGVyYW5jZVN0YXR1c1JlcXVlc3QSFAoMaW5zdGFuY2VfaWRzGAEgAygDIm4KIVdhdGNoRmF1bHRUb2xlcmFuY2VTdGF0dXNSZXNwb25zZRIsCgdydW50aW1lGAEgASgLMhsubW90b3IudjEuSW5zdGFuY2VGdFJ1bnRpbWUSGwoTY2hhbmdlZF9hdF91bml4X3NlYxgCIAEoASI4ChJHZXRUaW1lbGluZVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSDQoFbGltaXQYAiABKAUi3wYKDVRpbWVsaW5lRXZlbnQSEwoLYXRfdW5peF9zZWMYASABKAESEAoEa2luZBgCIAEoCUICGAESDAoEbmFtZRgDIAEoCRIOCgZ0YXJnZXQYBCABKAkSDwoHb3V0Y29tZRgFIAEoCRIOCgZkZXRhaWwYBiABKAkSFAoMZHVyYXRpb25fc2VjGAcgASgBEi8KCmV2ZW50X2tpbmQYCCABKA4yGy5tb3Rvci52MS5UaW1lbGluZUV2ZW50S2luZBIgCgVwaGFzZRgJIAEoDjIRLm1vdG9yLnYxLkZ0UGhhc2USDQoFcmFua3MYCiADKAUSFAoMZW5kcG9pbnRfaWRzGAsgAygFEjIKDWV2aWRlbmNlX2tpbmQYDCABKA4yGy5tb3Rvci52MS5Tb2Z0d2FyZUZhdWx0S2luZBIcChRvYnNlcnZlZF9hdF91bml4X3NlYxgNIAEoARIcChRyZWNlaXZlZF9hdF91bml4X3NlYxgOIAEoARIyCg1hcHBseV9yZXN1bHRzGA8gAygLMhsubW90b3IudjEuRW5naW5lQXBwbHlSZXN1bHQSFAoMZHBfbWFzdGVyX2lwGBAgASgJEhUKDWRwX3N0b3JlX3BvcnQYESABKAUSFwoPdW5oZWFsdGh5X3JhbmtzGBIgAygFEhYKDmRlYWRfY29tbWl0dGVkGBMgAygFEhQKDGdhdGVfYWxsb3dlZBgUIAEoCBIqCgxnYXRlX3JlYXNvbnMYFSADKA4yFC5tb3Rvci52MS5HYXRlUmVhc29uEjEKD2VuZ2luZV9zdGF0dXNlcxgWIAMoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzEg0KBWVycm9yGBcgASgJEhEKCWxlYXNlX3NlYxgYIAEoARIOCgZjb21taXQYGSABKAgSEgoKcmVxdWVzdF9pZBgaIAEoCRIvCg5mYWxsYmFja19jYXVzZRgbIAEoDjIXLm1vdG9yLnYxLkZhbGxiYWNrQ2F1c2USFgoOaGFyZHdhcmVfcmFua3MYHCADKAUSEAoIc2tld19zZWMYHSABKAESJwofZGlhZ25vc2luZ19vYnNlcnZlZF9hdF91bml4X3NlYxgeIAEoARIZChFtaWdyYXRlZF9yZXF1ZXN0cxgfIAEoAyKlAQoLVHJhbnNhY3Rpb24SEgoKcmVxdWVzdF9pZBgBIAEoCRIQCghzdHJhdGVneRgCIAEoCRIbChNzdGFydGVkX2F0X3VuaXhfc2VjGAMgASgBEhkKEWVuZGVkX2F0X3VuaXhfc2VjGAQgASgBEg8KB291dGNvbWUYBSABKAkSJwoGZXZlbnRzGAYgAygLMhcubW90b3IudjEuVGltZWxpbmVFdmVudCJCChNHZXRUaW1lbGluZVJlc3BvbnNlEisKDHRyYW5zYWN0aW9ucxgBIAMoCzIVLm1vdG9yLnYxLlRyYW5zYWN0aW9uKqECCgdGdFBoYXNlEhgKFEZUX1BIQVNFX1VOU1BFQ0lGSUVEEAASFQoRRlRfUEhBU0VfRElTQUJMRUQQARITCg9GVF9QSEFTRV9OT1JNQUwQAhIVChFGVF9QSEFTRV9ERUNJRElORxADEiEKHUZUX1BIQVNFX1dBSVRJTkdfRU5HSU5FX0ZBVUxUEAQSGQoVRlRfUEhBU0VfU0NBTElOR19ET1dOEAUSHwobRlRfUEhBU0VfUE9TVF9TQ0FMRV9DTEVBTlVQEAYSIAocRlRfUEhBU0VfU0NBTEVEX0RPV05fUlVOTklORxAHEhoKFkZUX1BIQVNFX1JFQ09ORklHVVJJTkcQCBIcChhGVF9QSEFTRV9GQVNUX1JFQ09WRVJJTkcQCSq3AgoKR2F0ZVJlYXNvbhIbChdHQVRFX1JFQVNPTl9VTlNQRUNJRklFRBAAEiAKHEdBVEVfUkVBU09OX0ZFQVRVUkVfRElTQUJMRUQQARIiCh5HQVRFX1JFQVNPTl9FTkdJTkVfRlRfUkVRVUlSRUQQAhIkCiBHQVRFX1JFQVNPTl9FWFRFUk5BTF9MQl9SRVFVSVJFRBADEiYKIkdBVEVfUkVBU09OX0FVVE9fUkVDT1ZFUllfQ09ORkxJQ1QQBBItCilHQVRFX1JFQVNPTl9FTkdJTkVfU0NBTEVfRE9XTl9VTlNVUFBPUlRFRBAFEh0KGUdBVEVfUkVBU09OX0VQTEJfUkVRVUlSRUQQBhIqCiZHQVRFX1JFQVNPTl9FWFBFUlRfUkVEVU5EQU5DWV9SRVFVSVJFRBAHKukBChFTb2Z0d2FyZUZhdWx0S2luZBIjCh9TT0ZUV0FSRV9GQVVMVF9LSU5EX1VOU1BFQ0lGSUVEEAASIQodU09GVFdBUkVfRkFVTFRfS0lORF9VTkhFQUxUSFkQARIcChhTT0ZUV0FSRV9GQVVMVF9LSU5EX0RFQUQQAhIjCh9TT0ZUV0FSRV9GQVVMVF9LSU5EX0VOR0lORV9ERUFEEAMSJgoiU09GVFdBUkVfRkFVTFRfS0lORF9QUk9UT0NPTF9FUlJPUhAEEiEKHVNPRlRXQVJFX0ZBVUxUX0tJTkRfUkVDT1ZFUkVEEAUqoQEKCkZhdWx0TGV2ZWwSGwoXRkFVTFRfTEVWRUxfVU5TUEVDSUZJRUQQABISCg5GQVVMVF9MRVZFTF9MMRABEhIKDkZBVUxUX0xFVkVMX0wyEAISEgoORkFVTFRfTEVWRUxfTDMQAxISCg5GQVVMVF9MRVZFTF9MNBAEEhIKDkZBVUxUX0xFVkVMX0w1EAUSEgoORkFVTFRfTEVWRUxfTDYQBirIAwoNRmFsbGJhY2tDYXVzZRIeChpGQUxMQkFDS19DQVVTRV9VTlNQRUNJRklFRBAAEiEKHUZBTExCQUNLX0NBVVNFX1BST1RPQ09MX0VSUk9SEAESJgoiRkFMTEJBQ0tfQ0FVU0VfU0NBTEVfRE9XTl9ESVNBQkxFRBACEiEKHUZBTExCQUNLX0NBVVNFX0FMTF9SQU5LU19ERUFEEAMSKAokRkFMTEJBQ0tfQ0FVU0VfQUxMX1VOSEVBTFRIWV9USU1FT1VUEAQSJgoiRkFMTEJBQ0tfQ0FVU0VfSU5DT01QTEVURV9TTkFQU0hPVBAFEioKJkZBTExCQUNLX0NBVVNFX0hBUkRXQVJFX05PVF9DT1JSRUxBVEVEEAYSJgoiRkFMTEJBQ0tfQ0FVU0VfSEFSRFdBUkVfVU5NQVBQQUJMRRAHEh8KG0ZBTExCQUNLX0NBVVNFX1BBUlRJQUxfTE9TUxAIEiIKHkZBTExCQUNLX0NBVVNFX1NUUkFURUdZX0ZBSUxFRBAJEiQKIEZBTExCQUNLX0NBVVNFX0lOVEVSUlVQVEVEX1JPVU5EEAoSGAoURkFMTEJBQ0tfQ0FVU0VfUkVUUlkQCyrXAQoRVGltZWxpbmVFdmVudEtpbmQSIwofVElNRUxJTkVfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEiAKHFRJTUVMSU5FX0VWRU5UX0tJTkRfRVZJREVOQ0UQARIgChxUSU1FTElORV9FVkVOVF9LSU5EX0RFQ0lTSU9OEAISHQoZVElNRUxJTkVfRVZFTlRfS0lORF9QSEFTRRADEhwKGFRJTUVMSU5FX0VWRU5UX0tJTkRfQ0FMTBAEEhwKGFRJTUVMSU5FX0VWRU5UX0tJTkRfTk9URRAFMvIFCgpDb250cm9sbGVyEkEKCFJlZ2lzdGVyEhkubW90b3IudjEuUmVnaXN0ZXJSZXF1ZXN0GhoubW90b3IudjEuUmVnaXN0ZXJSZXNwb25zZRJECglIZWFydGJlYXQSGi5tb3Rvci52MS5IZWFydGJlYXRSZXF1ZXN0GhsubW90b3IudjEuSGVhcnRiZWF0UmVzcG9uc2USYgoTUmVwb3J0U29mdHdhcmVGYXVsdBIkLm1vdG9yLnYxLlJlcG9ydFNvZnR3YXJlRmF1bHRSZXF1ZXN0GiUubW90b3IudjEuUmVwb3J0U29mdHdhcmVGYXVsdFJlc3BvbnNlEmIKE1JlcG9ydEhhcmR3YXJlRmF1bHQSJC5tb3Rvci52MS5SZXBvcnRIYXJkd2FyZUZhdWx0UmVxdWVzdBolLm1vdG9yLnYxLlJlcG9ydEhhcmR3YXJlRmF1bHRSZXNwb25zZRJuChdHZXRGYXVsdFRvbGVyYW5jZVN0YXR1cxIoLm1vdG9yLnYxLkdldEZhdWx0VG9sZXJhbmNlU3RhdHVzUmVxdWVzdBopLm1vdG9yLnYxLkdldEZhdWx0VG9sZXJhbmNlU3RhdHVzUmVzcG9uc2USdgoZV2F0Y2hGYXVsdFRvbGVyYW5jZVN0YXR1cxIqLm1vdG9yLnYxLldhdGNoRmF1bHRUb2xlcmFuY2VTdGF0dXNSZXF1ZXN0GisubW90b3IudjEuV2F0Y2hGYXVsdFRvbGVyYW5jZVN0YXR1c1Jlc3BvbnNlMAESSgoLR2V0VGltZWxpbmUSHC5tb3Rvci52MS5HZXRUaW1lbGluZVJlcXVlc3QaHS5tb3Rvci52MS5HZXRUaW1lbGluZVJlc3BvbnNlEl8KElJlcXVlc3RQdWJsaWNhdGlvbhIjLm1vdG9yLnYxLlJlcXVlc3RQdWJsaWNhdGlvblJlcXVlc3QaJC5tb3Rvci52MS5SZXF1ZXN0UHVibGljYXRpb25SZXNwb25zZWIGcHJvdG8z", [file_motor_v1_common, file_motor_v1_node_manager]);
+  fileDesc("Chltb3Rvci92MS9jb250cm9sbGVyLnByb3RvEghtb3Rvci52MSLrAQoPUmVnaXN0ZXJSZXF1ZXN0EhoKA3BvZBgBIAEoCzINLm1vdG9yLnYxLlBvZBITCgtpbnN0YW5jZV9pZBgCIAEoAxIcCgRyb2xlGAMgASgOMg4ubW90b3IudjEuUm9sZRINCgVtb2RlbBgEIAEoCRIPCgdkcF9zaXplGAUgASgFEiUKCWVuZHBvaW50cxgGIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50Ei0KDWZ0X2NhcGFiaWxpdHkYByABKAsyFi5tb3Rvci52MS5GdENhcGFiaWxpdHkSEwoLcmV0aXJlZF9pZHMYCCADKAUiWQoTTm9kZU1hbmFnZXJGdENvbmZpZxIiChplbmFibGVfZHBfc2NhbGVfZG93bl9wcm94eRgBIAEoCBIeChZoZWFydGJlYXRfaW50ZXJ2YWxfc2VjGAIgASgBImQKEFJlZ2lzdGVyUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSDwoHbWVzc2FnZRgCIAEoCRItCgZjb25maWcYAyABKAsyHS5tb3Rvci52MS5Ob2RlTWFuYWdlckZ0Q29uZmlnImAKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGcG9kX2lwGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgDEhoKEmFsaXZlX2VuZHBvaW50X2lkcxgDIAMoBRILCgNzZXEYBCABKAMiUQoRSGVhcnRiZWF0UmVzcG9uc2USDQoFa25vd24YASABKAgSLQoGY29uZmlnGAIgASgLMh0ubW90b3IudjEuTm9kZU1hbmFnZXJGdENvbmZpZyKEAgoaUmVwb3J0U29mdHdhcmVGYXVsdFJlcXVlc3QSDgoGcG9kX2lwGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgDEhMKC2VuZHBvaW50X2lkGAMgASgFEikKBGtpbmQYBCABKA4yGy5tb3Rvci52MS5Tb2Z0d2FyZUZhdWx0S2luZBIQCghldmlkZW5jZRgFIAEoCRIoCgZzdGF0dXMYBiABKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1cxIcChRvYnNlcnZlZF9hdF91bml4X3NlYxgHIAEoARInCh9kaWFnbm9zaW5nX29ic2VydmVkX2F0X3VuaXhfc2VjGAggASgBIkAKG1JlcG9ydFNvZnR3YXJlRmF1bHRSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIPCgdtZXNzYWdlGAIgASgJItMBChpSZXBvcnRIYXJkd2FyZUZhdWx0UmVxdWVzdBIRCglub2RlX25hbWUYASABKAkSEAoIbnB1X25hbWUYAiABKAkSEgoKZmF1bHRfY29kZRgDIAEoCRIjCgVsZXZlbBgEIAEoDjIULm1vdG9yLnYxLkZhdWx0TGV2ZWwSEgoKZmF1bHRfdHlwZRgFIAEoCRIWCg5mYXVsdF9oYW5kbGluZxgGIAEoCRIbChNmYXVsdF90aW1lX3VuaXhfc2VjGAcgASgBEg4KBnNvdXJjZRgIIAEoCSJAChtSZXBvcnRIYXJkd2FyZUZhdWx0UmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSDwoHbWVzc2FnZRgCIAEoCSJDCgRHYXRlEg8KB2FsbG93ZWQYASABKAgSKgoMcmVhc29uX2NvZGVzGAIgAygOMhQubW90b3IudjEuR2F0ZVJlYXNvbiLyBQoRSW5zdGFuY2VGdFJ1bnRpbWUSEwoLaW5zdGFuY2VfaWQYASABKAMSIAoFcGhhc2UYAiABKA4yES5tb3Rvci52MS5GdFBoYXNlEhkKEW9yaWdpbmFsX2RwX3JhbmtzGAMgAygFEhIKCnJlcXVlc3RfaWQYBCABKAkSFgoOZGVhZF9jb21taXR0ZWQYBSADKAUSHQoVcGVuZGluZ19yZW1vdmVkX3JhbmtzGAYgAygFEhYKDmFsaXZlX2RwX3JhbmtzGAcgAygFEhkKEWZhbGxiYWNrX3N0cmF0ZWd5GAggASgJEhwKBGdhdGUYCSABKAsyDi5tb3Rvci52MS5HYXRlEkgKD2VuZ2luZV9zdGF0dXNlcxgKIAMoCzIvLm1vdG9yLnYxLkluc3RhbmNlRnRSdW50aW1lLkVuZ2luZVN0YXR1c2VzRW50cnkSGQoRc2VydmluZ19wdWJsaXNoZWQYCyABKAgSFwoKbGFzdF9lcnJvchgMIAEoCUgAiAEBEhEKCWNhbl9zZXJ2ZRgNIAEoCBISCgpnZW5lcmF0aW9uGA4gASgDEiAKGHJlY29uZmlndXJhdGlvbl9hdHRlbXB0cxgPIAEoBRIfChdyZWNvbmZpZ3VyYXRpb25fZ2F2ZV91cBgQIAEoCBIZChFtaWdyYXRlZF9yZXF1ZXN0cxgRIAEoAxIZChFpZGxlX2ZhdWx0X3Byb2JlcxgSIAEoBRIYChBjYXBhY2l0eV9yZXN0b3JlGBMgASgJEhsKE3Jlc3RvcmVfd2FpdGluZ19mb3IYFCABKAkSHgoWcmVzdG9yZV91bnBsYWNlZF9yYW5rcxgVIAMoBRIaChJyZXN0b3JlX3JlcXVlc3RfaWQYFiABKAkaTwoTRW5naW5lU3RhdHVzZXNFbnRyeRILCgNrZXkYASABKAUSJwoFdmFsdWUYAiABKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1czoCOAFCDQoLX2xhc3RfZXJyb3IiawoWUmVzdG9yZUluc3RhbmNlUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhIKCndoZW5fcmVhZHkYAyABKAgSFAoMZGVhZGxpbmVfc2VjGAQgASgBImkKF1Jlc3RvcmVJbnN0YW5jZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSFgoOdW5wbGFjZWRfcmFua3MYBCADKAUiNgoeR2V0RmF1bHRUb2xlcmFuY2VTdGF0dXNSZXF1ZXN0EhQKDGluc3RhbmNlX2lkcxgBIAMoAyJ7Ch9HZXRGYXVsdFRvbGVyYW5jZVN0YXR1c1Jlc3BvbnNlEi4KCWluc3RhbmNlcxgBIAMoCzIbLm1vdG9yLnYxLkluc3RhbmNlRnRSdW50aW1lEigKCmxlYWRlcnNoaXAYAiABKAsyFC5tb3Rvci52MS5MZWFkZXJzaGlwIpcBCgpMZWFkZXJzaGlwEhgKEGVsZWN0aW9uX2VuYWJsZWQYASABKAgSEQoJaXNfbGVhZGVyGAIgASgIEhIKCnJlcGxpY2FfaWQYAyABKAkSDwoHYWRkcmVzcxgEIAEoCRIRCglsZWFkZXJfaWQYBSABKAkSFgoObGVhZGVyX2FkZHJlc3MYBiABKAkSDAoEdGVybRgHIAEoAyIbChlSZXF1ZXN0UHVibGljYXRpb25SZXF1ZXN0IkAKGlJlcXVlc3RQdWJsaWNhdGlvblJlc3BvbnNlEhQKDGluc3RhbmNlX2lkcxgBIAMoAxIMCgR0ZXJtGAIgASgDIjgKIFdhdGNoRmF1bHRUb2xlcmFuY2VTdGF0dXNSZXF1ZXN0EhQKDGluc3RhbmNlX2lkcxgBIAMoAyJuCiFXYXRjaEZhdWx0VG9sZXJhbmNlU3RhdHVzUmVzcG9uc2USLAoHcnVudGltZRgBIAEoCzIbLm1vdG9yLnYxLkluc3RhbmNlRnRSdW50aW1lEhsKE2NoYW5nZWRfYXRfdW5peF9zZWMYAiABKAEiOAoSR2V0VGltZWxpbmVSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEg0KBWxpbWl0GAIgASgFIt8GCg1UaW1lbGluZUV2ZW50EhMKC2F0X3VuaXhfc2VjGAEgASgBEhAKBGtpbmQYAiABKAlCAhgBEgwKBG5hbWUYAyABKAkSDgoGdGFyZ2V0GAQgASgJEg8KB291dGNvbWUYBSABKAkSDgoGZGV0YWlsGAYgASgJEhQKDGR1cmF0aW9uX3NlYxgHIAEoARIvCgpldmVudF9raW5kGAggASgOMhsubW90b3IudjEuVGltZWxpbmVFdmVudEtpbmQSIAoFcGhhc2UYCSABKA4yES5tb3Rvci52MS5GdFBoYXNlEg0KBXJhbmtzGAogAygFEhQKDGVuZHBvaW50X2lkcxgLIAMoBRIyCg1ldmlkZW5jZV9raW5kGAwgASgOMhsubW90b3IudjEuU29mdHdhcmVGYXVsdEtpbmQSHAoUb2JzZXJ2ZWRfYXRfdW5peF9zZWMYDSABKAESHAoUcmVjZWl2ZWRfYXRfdW5peF9zZWMYDiABKAESMgoNYXBwbHlfcmVzdWx0cxgPIAMoCzIbLm1vdG9yLnYxLkVuZ2luZUFwcGx5UmVzdWx0EhQKDGRwX21hc3Rlcl9pcBgQIAEoCRIVCg1kcF9zdG9yZV9wb3J0GBEgASgFEhcKD3VuaGVhbHRoeV9yYW5rcxgSIAMoBRIWCg5kZWFkX2NvbW1pdHRlZBgTIAMoBRIUCgxnYXRlX2FsbG93ZWQYFCABKAgSKgoMZ2F0ZV9yZWFzb25zGBUgAygOMhQubW90b3IudjEuR2F0ZVJlYXNvbhIxCg9lbmdpbmVfc3RhdHVzZXMYFiADKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1cxINCgVlcnJvchgXIAEoCRIRCglsZWFzZV9zZWMYGCABKAESDgoGY29tbWl0GBkgASgIEhIKCnJlcXVlc3RfaWQYGiABKAkSLwoOZmFsbGJhY2tfY2F1c2UYGyABKA4yFy5tb3Rvci52MS5GYWxsYmFja0NhdXNlEhYKDmhhcmR3YXJlX3JhbmtzGBwgAygFEhAKCHNrZXdfc2VjGB0gASgBEicKH2RpYWdub3Npbmdfb2JzZXJ2ZWRfYXRfdW5peF9zZWMYHiABKAESGQoRbWlncmF0ZWRfcmVxdWVzdHMYHyABKAMipQEKC1RyYW5zYWN0aW9uEhIKCnJlcXVlc3RfaWQYASABKAkSEAoIc3RyYXRlZ3kYAiABKAkSGwoTc3RhcnRlZF9hdF91bml4X3NlYxgDIAEoARIZChFlbmRlZF9hdF91bml4X3NlYxgEIAEoARIPCgdvdXRjb21lGAUgASgJEicKBmV2ZW50cxgGIAMoCzIXLm1vdG9yLnYxLlRpbWVsaW5lRXZlbnQiQgoTR2V0VGltZWxpbmVSZXNwb25zZRIrCgx0cmFuc2FjdGlvbnMYASADKAsyFS5tb3Rvci52MS5UcmFuc2FjdGlvbiqhAgoHRnRQaGFzZRIYChRGVF9QSEFTRV9VTlNQRUNJRklFRBAAEhUKEUZUX1BIQVNFX0RJU0FCTEVEEAESEwoPRlRfUEhBU0VfTk9STUFMEAISFQoRRlRfUEhBU0VfREVDSURJTkcQAxIhCh1GVF9QSEFTRV9XQUlUSU5HX0VOR0lORV9GQVVMVBAEEhkKFUZUX1BIQVNFX1NDQUxJTkdfRE9XThAFEh8KG0ZUX1BIQVNFX1BPU1RfU0NBTEVfQ0xFQU5VUBAGEiAKHEZUX1BIQVNFX1NDQUxFRF9ET1dOX1JVTk5JTkcQBxIaChZGVF9QSEFTRV9SRUNPTkZJR1VSSU5HEAgSHAoYRlRfUEhBU0VfRkFTVF9SRUNPVkVSSU5HEAkqtwIKCkdhdGVSZWFzb24SGwoXR0FURV9SRUFTT05fVU5TUEVDSUZJRUQQABIgChxHQVRFX1JFQVNPTl9GRUFUVVJFX0RJU0FCTEVEEAESIgoeR0FURV9SRUFTT05fRU5HSU5FX0ZUX1JFUVVJUkVEEAISJAogR0FURV9SRUFTT05fRVhURVJOQUxfTEJfUkVRVUlSRUQQAxImCiJHQVRFX1JFQVNPTl9BVVRPX1JFQ09WRVJZX0NPTkZMSUNUEAQSLQopR0FURV9SRUFTT05fRU5HSU5FX1NDQUxFX0RPV05fVU5TVVBQT1JURUQQBRIdChlHQVRFX1JFQVNPTl9FUExCX1JFUVVJUkVEEAYSKgomR0FURV9SRUFTT05fRVhQRVJUX1JFRFVOREFOQ1lfUkVRVUlSRUQQByrpAQoRU29mdHdhcmVGYXVsdEtpbmQSIwofU09GVFdBUkVfRkFVTFRfS0lORF9VTlNQRUNJRklFRBAAEiEKHVNPRlRXQVJFX0ZBVUxUX0tJTkRfVU5IRUFMVEhZEAESHAoYU09GVFdBUkVfRkFVTFRfS0lORF9ERUFEEAISIwofU09GVFdBUkVfRkFVTFRfS0lORF9FTkdJTkVfREVBRBADEiYKIlNPRlRXQVJFX0ZBVUxUX0tJTkRfUFJPVE9DT0xfRVJST1IQBBIhCh1TT0ZUV0FSRV9GQVVMVF9LSU5EX1JFQ09WRVJFRBAFKqEBCgpGYXVsdExldmVsEhsKF0ZBVUxUX0xFVkVMX1VOU1BFQ0lGSUVEEAASEgoORkFVTFRfTEVWRUxfTDEQARISCg5GQVVMVF9MRVZFTF9MMhACEhIKDkZBVUxUX0xFVkVMX0wzEAMSEgoORkFVTFRfTEVWRUxfTDQQBBISCg5GQVVMVF9MRVZFTF9MNRAFEhIKDkZBVUxUX0xFVkVMX0w2EAYqyAMKDUZhbGxiYWNrQ2F1c2USHgoaRkFMTEJBQ0tfQ0FVU0VfVU5TUEVDSUZJRUQQABIhCh1GQUxMQkFDS19DQVVTRV9QUk9UT0NPTF9FUlJPUhABEiYKIkZBTExCQUNLX0NBVVNFX1NDQUxFX0RPV05fRElTQUJMRUQQAhIhCh1GQUxMQkFDS19DQVVTRV9BTExfUkFOS1NfREVBRBADEigKJEZBTExCQUNLX0NBVVNFX0FMTF9VTkhFQUxUSFlfVElNRU9VVBAEEiYKIkZBTExCQUNLX0NBVVNFX0lOQ09NUExFVEVfU05BUFNIT1QQBRIqCiZGQUxMQkFDS19DQVVTRV9IQVJEV0FSRV9OT1RfQ09SUkVMQVRFRBAGEiYKIkZBTExCQUNLX0NBVVNFX0hBUkRXQVJFX1VOTUFQUEFCTEUQBxIfChtGQUxMQkFDS19DQVVTRV9QQVJUSUFMX0xPU1MQCBIiCh5GQUxMQkFDS19DQVVTRV9TVFJBVEVHWV9GQUlMRUQQCRIkCiBGQUxMQkFDS19DQVVTRV9JTlRFUlJVUFRFRF9ST1VORBAKEhgKFEZBTExCQUNLX0NBVVNFX1JFVFJZEAsq1wEKEVRpbWVsaW5lRXZlbnRLaW5kEiMKH1RJTUVMSU5FX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIgChxUSU1FTElORV9FVkVOVF9LSU5EX0VWSURFTkNFEAESIAocVElNRUxJTkVfRVZFTlRfS0lORF9ERUNJU0lPThACEh0KGVRJTUVMSU5FX0VWRU5UX0tJTkRfUEhBU0UQAxIcChhUSU1FTElORV9FVkVOVF9LSU5EX0NBTEwQBBIcChhUSU1FTElORV9FVkVOVF9LSU5EX05PVEUQBTLKBgoKQ29udHJvbGxlchJBCghSZWdpc3RlchIZLm1vdG9yLnYxLlJlZ2lzdGVyUmVxdWVzdBoaLm1vdG9yLnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubW90b3IudjEuSGVhcnRiZWF0UmVxdWVzdBobLm1vdG9yLnYxLkhlYXJ0YmVhdFJlc3BvbnNlEmIKE1JlcG9ydFNvZnR3YXJlRmF1bHQSJC5tb3Rvci52MS5SZXBvcnRTb2Z0d2FyZUZhdWx0UmVxdWVzdBolLm1vdG9yLnYxLlJlcG9ydFNvZnR3YXJlRmF1bHRSZXNwb25zZRJiChNSZXBvcnRIYXJkd2FyZUZhdWx0EiQubW90b3IudjEuUmVwb3J0SGFyZHdhcmVGYXVsdFJlcXVlc3QaJS5tb3Rvci52MS5SZXBvcnRIYXJkd2FyZUZhdWx0UmVzcG9uc2USbgoXR2V0RmF1bHRUb2xlcmFuY2VTdGF0dXMSKC5tb3Rvci52MS5HZXRGYXVsdFRvbGVyYW5jZVN0YXR1c1JlcXVlc3QaKS5tb3Rvci52MS5HZXRGYXVsdFRvbGVyYW5jZVN0YXR1c1Jlc3BvbnNlEnYKGVdhdGNoRmF1bHRUb2xlcmFuY2VTdGF0dXMSKi5tb3Rvci52MS5XYXRjaEZhdWx0VG9sZXJhbmNlU3RhdHVzUmVxdWVzdBorLm1vdG9yLnYxLldhdGNoRmF1bHRUb2xlcmFuY2VTdGF0dXNSZXNwb25zZTABEkoKC0dldFRpbWVsaW5lEhwubW90b3IudjEuR2V0VGltZWxpbmVSZXF1ZXN0Gh0ubW90b3IudjEuR2V0VGltZWxpbmVSZXNwb25zZRJfChJSZXF1ZXN0UHVibGljYXRpb24SIy5tb3Rvci52MS5SZXF1ZXN0UHVibGljYXRpb25SZXF1ZXN0GiQubW90b3IudjEuUmVxdWVzdFB1YmxpY2F0aW9uUmVzcG9uc2USVgoPUmVzdG9yZUluc3RhbmNlEiAubW90b3IudjEuUmVzdG9yZUluc3RhbmNlUmVxdWVzdBohLm1vdG9yLnYxLlJlc3RvcmVJbnN0YW5jZVJlc3BvbnNlYgZwcm90bzM", [file_motor_v1_common, file_motor_v1_node_manager]);
 
 /**
  * A pod's registration.
@@ -577,6 +577,35 @@ export type InstanceFtRuntime = Message<"motor.v1.InstanceFtRuntime"> & {
    * @generated from field: int32 idle_fault_probes = 18;
    */
   idleFaultProbes: number;
+
+  /**
+   * Capacity restoration: "" (none asked or due), "restore_pending" (waiting; see restore_waiting_for)
+   * or "restoring" (the restoration runs).
+   *
+   * @generated from field: string capacity_restore = 19;
+   */
+  capacityRestore: string;
+
+  /**
+   * Why a pending restoration waits (which ranks have no ready place yet), in words.
+   *
+   * @generated from field: string restore_waiting_for = 20;
+   */
+  restoreWaitingFor: string;
+
+  /**
+   * Retired ranks with no ready place yet (their pod silent or not replaced).
+   *
+   * @generated from field: repeated int32 restore_unplaced_ranks = 21;
+   */
+  restoreUnplacedRanks: number[];
+
+  /**
+   * Transaction id of the current or last restoration; empty when none.
+   *
+   * @generated from field: string restore_request_id = 22;
+   */
+  restoreRequestId: string;
 };
 
 /**
@@ -585,6 +614,92 @@ export type InstanceFtRuntime = Message<"motor.v1.InstanceFtRuntime"> & {
  */
 export const InstanceFtRuntimeSchema: GenMessage<InstanceFtRuntime> = /*@__PURE__*/
   messageDesc(file_motor_v1_controller, 10);
+
+/**
+ * RestoreInstance request.
+ *
+ * @generated from message motor.v1.RestoreInstanceRequest
+ */
+export type RestoreInstanceRequest = Message<"motor.v1.RestoreInstanceRequest"> & {
+  /**
+   * Instance to restore.
+   *
+   * @generated from field: int64 instance_id = 1;
+   */
+  instanceId: bigint;
+
+  /**
+   * Caller's id of the request: the same id again returns the first answer's outcome (never a
+   * second restoration). Non-empty, at most 128 characters.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+
+  /**
+   * False: refused (FAILED_PRECONDITION) unless every original rank has a ready place now; true:
+   * accepted as pending and started once they have.
+   *
+   * @generated from field: bool when_ready = 3;
+   */
+  whenReady: boolean;
+
+  /**
+   * With when_ready: give up when the places are not ready within this many seconds (0: no bound).
+   *
+   * @generated from field: double deadline_sec = 4;
+   */
+  deadlineSec: number;
+};
+
+/**
+ * Describes the message motor.v1.RestoreInstanceRequest.
+ * Use `create(RestoreInstanceRequestSchema)` to create a new message.
+ */
+export const RestoreInstanceRequestSchema: GenMessage<RestoreInstanceRequest> = /*@__PURE__*/
+  messageDesc(file_motor_v1_controller, 11);
+
+/**
+ * RestoreInstance response.
+ *
+ * @generated from message motor.v1.RestoreInstanceResponse
+ */
+export type RestoreInstanceResponse = Message<"motor.v1.RestoreInstanceResponse"> & {
+  /**
+   * "restoring", "restore_pending", "restored", "failed: ...", "expired" or "full" (nothing to restore).
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * Transaction id of the restoration once it started (its timeline); empty before.
+   *
+   * @generated from field: string transaction_id = 2;
+   */
+  transactionId: string;
+
+  /**
+   * Why it waits or what it did, in words.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * Ranks with no ready place yet.
+   *
+   * @generated from field: repeated int32 unplaced_ranks = 4;
+   */
+  unplacedRanks: number[];
+};
+
+/**
+ * Describes the message motor.v1.RestoreInstanceResponse.
+ * Use `create(RestoreInstanceResponseSchema)` to create a new message.
+ */
+export const RestoreInstanceResponseSchema: GenMessage<RestoreInstanceResponse> = /*@__PURE__*/
+  messageDesc(file_motor_v1_controller, 12);
 
 /**
  * GetFaultToleranceStatus request.
@@ -605,7 +720,7 @@ export type GetFaultToleranceStatusRequest = Message<"motor.v1.GetFaultTolerance
  * Use `create(GetFaultToleranceStatusRequestSchema)` to create a new message.
  */
 export const GetFaultToleranceStatusRequestSchema: GenMessage<GetFaultToleranceStatusRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 11);
+  messageDesc(file_motor_v1_controller, 13);
 
 /**
  * GetFaultToleranceStatus response.
@@ -633,7 +748,7 @@ export type GetFaultToleranceStatusResponse = Message<"motor.v1.GetFaultToleranc
  * Use `create(GetFaultToleranceStatusResponseSchema)` to create a new message.
  */
 export const GetFaultToleranceStatusResponseSchema: GenMessage<GetFaultToleranceStatusResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 12);
+  messageDesc(file_motor_v1_controller, 14);
 
 /**
  * Leadership among Controller replicas (one leader by an etcd lease; the others are read-only).
@@ -696,7 +811,7 @@ export type Leadership = Message<"motor.v1.Leadership"> & {
  * Use `create(LeadershipSchema)` to create a new message.
  */
 export const LeadershipSchema: GenMessage<Leadership> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 13);
+  messageDesc(file_motor_v1_controller, 15);
 
 /**
  * RequestPublication request.
@@ -711,7 +826,7 @@ export type RequestPublicationRequest = Message<"motor.v1.RequestPublicationRequ
  * Use `create(RequestPublicationRequestSchema)` to create a new message.
  */
 export const RequestPublicationRequestSchema: GenMessage<RequestPublicationRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 14);
+  messageDesc(file_motor_v1_controller, 16);
 
 /**
  * RequestPublication response.
@@ -739,7 +854,7 @@ export type RequestPublicationResponse = Message<"motor.v1.RequestPublicationRes
  * Use `create(RequestPublicationResponseSchema)` to create a new message.
  */
 export const RequestPublicationResponseSchema: GenMessage<RequestPublicationResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 15);
+  messageDesc(file_motor_v1_controller, 17);
 
 /**
  * WatchFaultToleranceStatus request.
@@ -760,7 +875,7 @@ export type WatchFaultToleranceStatusRequest = Message<"motor.v1.WatchFaultToler
  * Use `create(WatchFaultToleranceStatusRequestSchema)` to create a new message.
  */
 export const WatchFaultToleranceStatusRequestSchema: GenMessage<WatchFaultToleranceStatusRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 16);
+  messageDesc(file_motor_v1_controller, 18);
 
 /**
  * One change of an instance's runtime.
@@ -788,7 +903,7 @@ export type WatchFaultToleranceStatusResponse = Message<"motor.v1.WatchFaultTole
  * Use `create(WatchFaultToleranceStatusResponseSchema)` to create a new message.
  */
 export const WatchFaultToleranceStatusResponseSchema: GenMessage<WatchFaultToleranceStatusResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 17);
+  messageDesc(file_motor_v1_controller, 19);
 
 /**
  * GetTimeline request.
@@ -816,7 +931,7 @@ export type GetTimelineRequest = Message<"motor.v1.GetTimelineRequest"> & {
  * Use `create(GetTimelineRequestSchema)` to create a new message.
  */
 export const GetTimelineRequestSchema: GenMessage<GetTimelineRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 18);
+  messageDesc(file_motor_v1_controller, 20);
 
 /**
  * One step of a transaction. Every fact is a typed field; `detail` is only the human line.
@@ -1052,7 +1167,7 @@ export type TimelineEvent = Message<"motor.v1.TimelineEvent"> & {
  * Use `create(TimelineEventSchema)` to create a new message.
  */
 export const TimelineEventSchema: GenMessage<TimelineEvent> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 19);
+  messageDesc(file_motor_v1_controller, 21);
 
 /**
  * One recovery transaction.
@@ -1108,7 +1223,7 @@ export type Transaction = Message<"motor.v1.Transaction"> & {
  * Use `create(TransactionSchema)` to create a new message.
  */
 export const TransactionSchema: GenMessage<Transaction> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 20);
+  messageDesc(file_motor_v1_controller, 22);
 
 /**
  * GetTimeline response.
@@ -1129,7 +1244,7 @@ export type GetTimelineResponse = Message<"motor.v1.GetTimelineResponse"> & {
  * Use `create(GetTimelineResponseSchema)` to create a new message.
  */
 export const GetTimelineResponseSchema: GenMessage<GetTimelineResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_controller, 21);
+  messageDesc(file_motor_v1_controller, 23);
 
 /**
  * Fault-tolerance phase of an instance (RFC §3.1).
@@ -1639,6 +1754,18 @@ export const Controller: GenService<{
     methodKind: "unary";
     input: typeof RequestPublicationRequestSchema;
     output: typeof RequestPublicationResponseSchema;
+  },
+  /**
+   * Brings a scaled-down instance back to every original rank (capacity restoration): drain,
+   * bounded finish of in-flight requests, reconfiguration to the full original DP, publish.
+   * Idempotent by request_id. Operators only; FAILED_PRECONDITION while capacity_restore.mode is off.
+   *
+   * @generated from rpc motor.v1.Controller.RestoreInstance
+   */
+  restoreInstance: {
+    methodKind: "unary";
+    input: typeof RestoreInstanceRequestSchema;
+    output: typeof RestoreInstanceResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_motor_v1_controller, 0);
