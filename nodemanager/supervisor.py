@@ -177,15 +177,20 @@ class ProcessSupervisor:
         return EngineAddress(endpoint_id, s.host, s.port)
 
     # -- start ------------------------------------------------------------------------------
-    def _choose_port(self, s: EngineSlot) -> int:
+    def _choose_port(self, s: EngineSlot, taken: int) -> int:
+        """`taken`: the DP master's port on this host (0: none here). Not bound until the master
+        rank's group forms, so the kernel may offer it as free: never the engine's HTTP port."""
         if s.spec.port:
             return s.spec.port
-        if s.port and port_free(s.host, s.port):
+        if s.port and s.port != taken and port_free(s.host, s.port):
             return s.port  # keep the endpoint's address across relaunches when possible
-        return free_port(s.host)
+        for _ in range(8):
+            if (port := free_port(s.host)) != taken:
+                return port
+        raise ProcessError(f"rank {s.endpoint_id}: no free port on {s.host} but the DP master's {taken}")
 
     def _spawn(self, s: EngineSlot, dp_master_ip: str, dp_master_port: int, request_id: str) -> int | None:
-        s.port = self._choose_port(s)
+        s.port = self._choose_port(s, dp_master_port if dp_master_ip == s.host else 0)
         argv = engine_argv(self._config, dp_rank=s.endpoint_id, port=s.port,
                            dp_master_ip=dp_master_ip, dp_master_port=dp_master_port)
         log_path = self._log_dir / f"rank{s.endpoint_id}.log"

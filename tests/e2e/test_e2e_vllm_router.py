@@ -123,13 +123,13 @@ def _row(start_cluster, artifacts, run_dir: Path, exe, router, url: str) -> None
     router.stop(grace_sec=5)
     router, _ = start_router(exe, run_dir / "vllm-router-restarted.log", port=port)
     try:
-        # It started with no workers (its command line names none); only the reconcile puts them back,
-        # which the publisher's repair count says.
-        wait_for(lambda: list_workers(url) == survivors, 30.0, "the reconcile re-added the survivors")
+        # It started with no workers (its command line names none); the publisher puts them back: its
+        # reconcile loop (counted as repairs) or the periodic SET, whichever runs first.
+        wait_for(lambda: list_workers(url) == survivors, 30.0, "the publisher re-added the survivors")
         status = cluster.controller_status(cluster.controller)
         assert status is not None
         routers = [p for p in status["publishers"] if p["kind"] == "vllm_router"]
-        assert len(routers) == 1 and routers[0]["repairs"] >= 3 and routers[0]["up"], routers
+        assert len(routers) == 1 and routers[0]["up"], routers
         artifacts.record("publishers_after_restart", status["publishers"])
         after = LoadGenerator(url, concurrency=1, max_tokens=4)
         answers = [after.send_one(f"after the router restart {i}") for i in range(4)]
