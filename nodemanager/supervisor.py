@@ -163,7 +163,8 @@ class ProcessSupervisor:
         if not s.port and not s.spec.headless:
             # Not launched yet (a stopped or replacement pod's retired rank): described at the port
             # its launch will take (kept while free), never at port 0, which the Controller refuses.
-            s.port = self._choose_port(s)
+            cfg = self._config
+            s.port = self._choose_port(s, cfg.dp_master_port if cfg.dp_master_ip == s.host else 0)
         return LocalEndpoint(endpoint_id, s.host, s.port, s.spec.headless, tuple(s.spec.device_infos))
 
     def endpoints(self, ids: Iterable[int] | None = None) -> list[LocalEndpoint]:
