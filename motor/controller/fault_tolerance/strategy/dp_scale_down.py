@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 from gen.motor.v1 import common_pb2
@@ -38,7 +38,13 @@ from motor.controller.fault_tolerance.strategy.base import (
     Priority,
     Strategy,
 )
-from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed, StatusRead
+from motor.controller.fault_tolerance.strategy.round_calls import (
+    RoundCalls,
+    RoundFailed,
+    StatusFanOut,
+    StatusRead,
+    read_statuses,
+)
 from motor.controller.fault_tolerance.timeline import gate_reason_proto
 from motor.controller.fault_tolerance.topology import (
     RoundPlan,
@@ -53,8 +59,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A status fan-out of the round: RoundCalls.status, or the guards followed by their pods' reads.
-StatusFanOut = Callable[[RoundPlan, StatusRead], Awaitable[list[common_pb2.EngineFtStatus]]]
 
 
 class Preempted(Exception):
@@ -192,24 +196,6 @@ class DpScaleDownStrategy(Strategy):
         if not gate.allowed:
             raise RoundFailed(f"gate refused: {','.join(gate.reason_codes)}" + (f" ({note})" if note else ""))
 
-    async def _query(self, plan: RoundPlan, read: StatusRead,
-                     fan_out: StatusFanOut) -> dict[int, common_pb2.EngineFtStatus]:
-        # A rank's read is dated when it was asked for: a report that comes in while the fan-out is
-        # out may be newer than that rank's answer, so it is kept for the next decision.
-        asked_mono_sec = self.deps.clock.monotonic()
-        entries = await fan_out(plan, read)
-        self.last_observed_mono_sec = self.deps.clock.monotonic()
-        statuses: dict[int, common_pb2.EngineFtStatus] = {}
-        for entry in entries:
-            statuses[entry.id] = entry
-            self.last_reads[entry.id] = RankRead(asked_mono_sec, entry.observed_at_unix_sec)
-            self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
-        missing = sorted(set(plan.routable_survivors) - read.skip - set(statuses))
-        if missing:
-            raise RoundFailed(f"status has no entry for survivors {missing}")
-        self.deps.changed(self.instance_id)
-        return statuses
-
     def _note_skew(self, results) -> None:
         """Every survivor must check in to the engine's round within its window (10 s in vLLM's PR):
         the spread of the applies' send times is what eats into it."""
@@ -284,7 +270,7 @@ class DpScaleDownStrategy(Strategy):
             await self._renew_guards_if_due()
             asked_mono_sec = self.deps.clock.monotonic()
             settle_sec = max(0.0, min(sd.poll_interval_sec, deadline - asked_mono_sec))
-            statuses = await self._query(plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out)
+            statuses = await read_statuses(self, plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out, "survivors")
             fan_out = self.calls.status
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
             if done_stays_done:

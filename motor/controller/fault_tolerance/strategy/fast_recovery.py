@@ -36,7 +36,7 @@ from motor.controller.fault_tolerance.engine_states import (
 from motor.controller.fault_tolerance.evidence import RankRead
 from motor.controller.fault_tolerance.fast_recovery_policy import AttemptBook, FaultFacts, judge
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Outcome, Priority, Strategy
-from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed, StatusRead
+from motor.controller.fault_tolerance.strategy.round_calls import RoundCalls, RoundFailed, StatusRead, read_statuses
 from motor.controller.fault_tolerance.topology import RoundPlan, TopologyError, plan_round
 from motor.controller.model.runtime import FtPhase
 from motor.controller.persistence import StoreError
@@ -185,21 +185,6 @@ class FastRecoveryStrategy(Strategy):
         return Outcome(True, f"ranks {rank_ranges(ranks)} " + ("healed" if healed else "retried"),
                        observed_mono_sec=self.last_observed_mono_sec, last_reads=dict(self.last_reads))
 
-    async def _query(self, plan: RoundPlan, read: StatusRead, fan_out) -> dict[int, common_pb2.EngineFtStatus]:
-        asked_mono_sec = self.deps.clock.monotonic()
-        entries = await fan_out(plan, read)
-        self.last_observed_mono_sec = self.deps.clock.monotonic()
-        statuses: dict[int, common_pb2.EngineFtStatus] = {}
-        for entry in entries:
-            statuses[entry.id] = entry
-            self.last_reads[entry.id] = RankRead(asked_mono_sec, entry.observed_at_unix_sec)
-            self.deps.runtimes.record_engine_status(self.instance_id, entry.id, entry)
-        missing = sorted(set(plan.routable_survivors) - read.skip - set(statuses))
-        if missing:
-            raise RoundFailed(f"status has no entry for ranks {missing}")
-        self.deps.changed(self.instance_id)
-        return statuses
-
     async def _poll(self, plan: RoundPlan, judge_one: Callable[[common_pb2.EngineFtStatus], Verdict],
                     wait_states: frozenset[tuple[int, int]], *, goal: str, first_fan_out=None,
                     done_stays_done: bool = False, healed_ok: bool = False) -> str:
@@ -216,7 +201,7 @@ class FastRecoveryStrategy(Strategy):
             self._check_stop()
             asked_mono_sec = self.deps.clock.monotonic()
             settle_sec = max(0.0, min(cfg.poll_interval_sec, deadline - asked_mono_sec))
-            statuses = await self._query(plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out)
+            statuses = await read_statuses(self, plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out, "ranks")
             fan_out = self.calls.status
             if healed_ok and statuses and all(s.status == _HEALTH.ENGINE_HEALTH_HEALTHY and not s.ft_state
                                               for s in statuses.values()):

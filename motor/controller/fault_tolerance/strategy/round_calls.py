@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from gen.motor.v1 import common_pb2, node_manager_pb2
 from motor.controller.clients import NodeManagerClients, PeerCallError
+from motor.controller.fault_tolerance.evidence import RankRead
 from motor.controller.fault_tolerance.topology import RoundPlan
 from motor.controller.model.placement import PodInfo
 
@@ -192,3 +193,29 @@ class RoundCalls:
             except PeerCallError as exc:
                 log.warning("instance=%d request_id=%s stop_pod %s failed (not retried): %s", self._instance_id,
                             self._request_id, pod.pod_ip, exc)
+
+
+# A status fan-out of the round: RoundCalls.status, or the guards followed by their pods' reads.
+StatusFanOut = Callable[[RoundPlan, StatusRead], Awaitable[list[common_pb2.EngineFtStatus]]]
+
+
+async def read_statuses(strategy: Any, plan: RoundPlan, read: StatusRead, fan_out: StatusFanOut,
+                        who: str) -> dict[int, common_pb2.EngineFtStatus]:
+    """One status fan-out of a strategy (its `deps`, `instance_id`, `last_reads` and
+    `last_observed_mono_sec`), by rank; RoundFailed when a rank asked for has no entry (`who`
+    names them in the error). A rank's read is dated when it was asked for: a report that comes in
+    while the fan-out is out may be newer than that rank's answer, so it is kept for the next decision."""
+    deps = strategy.deps
+    asked_mono_sec = deps.clock.monotonic()
+    entries = await fan_out(plan, read)
+    strategy.last_observed_mono_sec = deps.clock.monotonic()
+    statuses: dict[int, common_pb2.EngineFtStatus] = {}
+    for entry in entries:
+        statuses[entry.id] = entry
+        strategy.last_reads[entry.id] = RankRead(asked_mono_sec, entry.observed_at_unix_sec)
+        deps.runtimes.record_engine_status(strategy.instance_id, entry.id, entry)
+    missing = sorted(set(plan.routable_survivors) - read.skip - set(statuses))
+    if missing:
+        raise RoundFailed(f"status has no entry for {who} {missing}")
+    deps.changed(strategy.instance_id)
+    return statuses
