@@ -108,3 +108,12 @@ def test_a_survivor_dying_after_its_own_recovery_read_is_removed_by_a_second_rou
     result = run(503, "vllm", events=_SURVIVOR_DIES_AFTER_ITS_READ)
     assert result.violations == [], result.trace
     assert "phase=SCALED_DOWN_RUNNING dead_committed=[0, 2] published=[1, 3]" in "\n".join(result.trace)
+
+
+def test_a_new_engine_dying_after_it_was_ready_and_before_its_pod_answered_the_start_is_acted_on() -> None:
+    # vLLM 0.33.0 refuses the scale-down, so rank 1's death is handled by a rebuild; rank 0's new
+    # engine is ready, then dies while its pod still waits for rank 1's. Its ENGINE_DEAD arrives
+    # before the pod's answer that its engines started: it is about the new engine, not one the
+    # rebuild replaced, and must not be settled away with the rebuild.
+    events = [Event(6.376, "executor_death", rank=1), Event(11.836, "executor_death", rank=0)]
+    assert _violations(12214, events, "vllm-0.33") == []

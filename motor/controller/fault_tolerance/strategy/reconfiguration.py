@@ -72,7 +72,7 @@ class ReconfigurationStrategy(Strategy):
         await self.before_drain()
         await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
-        # The rebuild's last look at each rank: its NodeManager's answer that its engines started.
+        # The rebuild's last look at each rank: when it asked the rank's NodeManager to start it.
         started: dict[int, RankRead] = {}
         try:
             await _all_or_none(
@@ -109,16 +109,17 @@ class ReconfigurationStrategy(Strategy):
         return Outcome(True, "instance reconfigured", observed_mono_sec=starts_sent_mono_sec, last_reads=started)
 
     async def _start(self, pod, master_ip: str, timeout: float, started: dict[int, RankRead]) -> None:
-        """Starts a pod's engines. Evidence of its ranks received after its answer (a new engine dying
-        while the rebuilt view is published) is news for the next decision, not what the rebuild
-        handled; evidence received before it is about the engines the rebuild replaced."""
+        """Starts a pod's engines. Evidence of its ranks received once the start was asked for is
+        about the new engines (one that died after it was ready and before the pod answered, or
+        while the rebuilt view is published): news for the next decision, not what the rebuild
+        handled. Evidence received before it is about the engines the rebuild replaced."""
         deps = self.deps
+        asked = RankRead(deps.clock.monotonic())
         await self.timed_call("start_engines", pod.node_manager_address,
                               lambda: deps.nodemanagers.get(pod.node_manager_address).start_engines(
                                   self.instance_id, self.request_id, master_ip, 0, timeout),
                               {"endpoint_ids": sorted(pod.ranks), "dp_master_ip": master_ip})
-        answered = RankRead(deps.clock.monotonic())
-        started.update({rank: answered for rank in pod.ranks})
+        started.update({rank: asked for rank in pod.ranks})
 
     def _fail(self, reason: str) -> Outcome:
         log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)
