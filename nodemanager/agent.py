@@ -108,7 +108,7 @@ class NodeManagerAgent:
             log.warning("instance=%d pod=%s is a replacement pod: ranks %s are registered retired and launched only "
                         "when the Controller starts them (capacity restoration)", self._instance, config.pod_ip,
                         self.supervisor.ids)
-        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record)
+        self.engines = EngineLifecycle(config, self.supervisor, self.state, self.guard, self.stop_record, clock.wall)
         self.exit_policy = ExitPolicy(config, self.supervisor, self.state, self.guard, exit_hook, self.stop_record)
         build_controller = controller or (lambda on_term: ControllerClient(
             config.controller_targets, timeout_sec=config.controller_request_timeout_sec,

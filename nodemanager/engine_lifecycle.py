@@ -17,7 +17,8 @@ import asyncio
 import ipaddress
 import logging
 import math
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,6 +38,15 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
+class Launch:
+    """Engines a start or relaunch spawned, and when (the NodeManager's wall clock): any fault it
+    observed at or before that instant is about the engines they replaced."""
+
+    endpoints: list[LocalEndpoint]
+    launched_at_unix_sec: float
+
+
+@dataclass(frozen=True)
 class EngineView:
     endpoint: LocalEndpoint
     pid: int
@@ -48,8 +58,10 @@ class EngineView:
 
 class EngineLifecycle:
     def __init__(self, config: NodeManagerConfig, supervisor: ProcessSupervisor, state: PodState,
-                 guard: GuardState, stop_record: PodStopRecord | None = None) -> None:
+                 guard: GuardState, stop_record: PodStopRecord | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self._config = config
+        self._wall = wall
         self._stop_record = stop_record
         self._instance = config.instance_id
         self._supervisor = supervisor
@@ -80,13 +92,14 @@ class EngineLifecycle:
             self.launched.set()
 
     async def start_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
-                            endpoint_ids: list[int], timeout_sec: float | None = None) -> list[LocalEndpoint]:
+                            endpoint_ids: list[int], timeout_sec: float | None = None) -> Launch:
         check_instance(instance_id, self._instance)
         ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, allow_empty=True, allow_headless=True,
                                  allow_retired=True) or self._supervisor.ids
         ip = self._master_ip(dp_master_ip, dp_master_port)
         async with self._lock:  # spawning is serialised; readiness is awaited outside the lock
             port = self._master_port(dp_master_port)
+            launched_at = self._wall()
             failed = self._supervisor.spawn(ids, ip, port, request_id)
             back = self._state.unretire(ids)
             self._release_stop(ids)
@@ -94,7 +107,7 @@ class EngineLifecycle:
             self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s start engines %s master=%s:%d (retired flag cleared for %s)",
                  self._instance, request_id or "-", ids, ip, port, back)
-        return await self._wait_launched(ids, failed, request_id, timeout_sec)
+        return Launch(await self._wait_launched(ids, failed, request_id, timeout_sec), launched_at)
 
     async def stop_engines(self, *, instance_id: int, request_id: str, grace_sec: float,
                            endpoint_ids: list[int]) -> list[int]:
@@ -112,27 +125,28 @@ class EngineLifecycle:
             return await self._supervisor.stop(ids, grace_sec, "StopEngines", request_id)
 
     async def relaunch_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
-                               grace_sec: float, timeout_sec: float | None = None) -> list[LocalEndpoint]:
+                               grace_sec: float, timeout_sec: float | None = None) -> Launch:
         check_instance(instance_id, self._instance)
         grace = self._grace(grace_sec)
         ip = self._master_ip(dp_master_ip, dp_master_port)
         ids = self._supervisor.ids
 
-        async def stop_then_spawn() -> tuple[list[int], int, dict[int, str], list[int]]:
+        async def stop_then_spawn() -> tuple[list[int], int, dict[int, str], list[int], float]:
             async with self._lock:
                 stopped = await self._supervisor.stop(ids, grace, "RelaunchEngines", request_id)
                 port = self._master_port(dp_master_port)  # after the stop: the old store port is free again
+                launched_at = self._wall()
                 failed = self._supervisor.spawn(ids, ip, port, request_id)
                 back = self._state.unretire(ids)
                 self._release_stop(ids)
                 self.dp_master_port = port
                 self._drop_guard_for_new_group(ids, request_id)
-                return stopped, port, failed, back
+                return stopped, port, failed, back, launched_at
 
-        stopped, port, failed, back = await _finished_even_if_abandoned(stop_then_spawn())
+        stopped, port, failed, back, launched_at = await _finished_even_if_abandoned(stop_then_spawn())
         log.info("instance=%d request_id=%s relaunch engines %s (stopped %s, retired flag cleared for %s) "
                  "master=%s:%d", self._instance, request_id or "-", ids, stopped, back, ip, port)
-        return await self._wait_launched(ids, failed, request_id, timeout_sec)
+        return Launch(await self._wait_launched(ids, failed, request_id, timeout_sec), launched_at)
 
     def describe(self) -> list[EngineView]:
         views = []

@@ -21,12 +21,13 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("StartEngines")
     async def StartEngines(self, request: node_manager_pb2.StartEnginesRequest, context: grpc.aio.ServicerContext
                            ) -> node_manager_pb2.StartEnginesResponse:
-        endpoints = await self._agent.engines.start_engines(
+        launch = await self._agent.engines.start_engines(
             instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
             dp_master_port=request.dp_master_port, endpoint_ids=list(request.endpoint_ids),
             timeout_sec=engine_timeout(context),
         )
-        return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in endpoints])
+        return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in launch.endpoints],
+                                                     launched_at_unix_sec=launch.launched_at_unix_sec)
 
     @rpc_method("StopEngines")
     async def StopEngines(self, request: node_manager_pb2.StopEnginesRequest, context: grpc.aio.ServicerContext
@@ -40,11 +41,12 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
     @rpc_method("RelaunchEngines")
     async def RelaunchEngines(self, request: node_manager_pb2.RelaunchEnginesRequest,
                               context: grpc.aio.ServicerContext) -> node_manager_pb2.RelaunchEnginesResponse:
-        endpoints = await self._agent.engines.relaunch_engines(
+        launch = await self._agent.engines.relaunch_engines(
             instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
             dp_master_port=request.dp_master_port, grace_sec=request.grace_sec, timeout_sec=engine_timeout(context),
         )
-        return node_manager_pb2.RelaunchEnginesResponse(endpoints=[e.to_pb() for e in endpoints])
+        return node_manager_pb2.RelaunchEnginesResponse(endpoints=[e.to_pb() for e in launch.endpoints],
+                                                        launched_at_unix_sec=launch.launched_at_unix_sec)
 
     @rpc_method("StopPod")
     async def StopPod(self, request: node_manager_pb2.StopPodRequest, context: grpc.aio.ServicerContext

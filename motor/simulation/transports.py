@@ -181,10 +181,11 @@ class SimNodeManagerClient:
 
     async def start_engines(self, instance_id, request_id, dp_master_ip, dp_master_port, timeout_sec):
         async def fn(nm, term):
-            eps = await nm.engines.start_engines(instance_id=instance_id, request_id=request_id,
-                                                 dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
-                                                 endpoint_ids=[], timeout_sec=self._engine_timeout(timeout_sec))
-            return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in eps])
+            launch = await nm.engines.start_engines(instance_id=instance_id, request_id=request_id,
+                                                    dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
+                                                    endpoint_ids=[], timeout_sec=self._engine_timeout(timeout_sec))
+            return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in launch.endpoints],
+                                                         launched_at_unix_sec=launch.launched_at_unix_sec)
         return await self._call("start_engines", fn, timeout_sec, request_id)
 
     async def stop_pod(self, request_id, reason, instance_id, pod_ip):

@@ -152,10 +152,12 @@ class StartEnginesRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., dp_master_ip: _Optional[str] = ..., dp_master_port: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartEnginesResponse(_message.Message):
-    __slots__ = ("endpoints",)
+    __slots__ = ("endpoints", "launched_at_unix_sec")
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     endpoints: _containers.RepeatedCompositeFieldContainer[_common_pb2.Endpoint]
-    def __init__(self, endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ...) -> None: ...
+    launched_at_unix_sec: float
+    def __init__(self, endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ..., launched_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class StopEnginesRequest(_message.Message):
     __slots__ = ("instance_id", "request_id", "grace_sec", "endpoint_ids")
@@ -190,10 +192,12 @@ class RelaunchEnginesRequest(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., dp_master_ip: _Optional[str] = ..., dp_master_port: _Optional[int] = ..., grace_sec: _Optional[float] = ...) -> None: ...
 
 class RelaunchEnginesResponse(_message.Message):
-    __slots__ = ("endpoints",)
+    __slots__ = ("endpoints", "launched_at_unix_sec")
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_UNIX_SEC_FIELD_NUMBER: _ClassVar[int]
     endpoints: _containers.RepeatedCompositeFieldContainer[_common_pb2.Endpoint]
-    def __init__(self, endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ...) -> None: ...
+    launched_at_unix_sec: float
+    def __init__(self, endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ..., launched_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class StopPodRequest(_message.Message):
     __slots__ = ("request_id", "reason", "instance_id", "pod_ip")

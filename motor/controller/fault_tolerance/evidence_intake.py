@@ -140,14 +140,15 @@ class EvidenceIntake:
         """After a successful strategy: committed ranks are done, a whole rebuild forgets every missing
         heartbeat, and the strategy's engine observations supersede the reports they are newer than.
 
-        A rank the strategy read on its own (`last_reads`: a round's status reads, a rebuild's answer
-        that the rank's engine started) is superseded only by its own last read: a survivor seen
-        healthy after apply is not read again, and a rebuilt engine is not read after it started, so a
-        death reported after that read is news for the next decision, not something the strategy saw. Receipt times are compared with when
-        the read was asked for (a report received at that instant is older than the read), on the Controller's monotonic clock (the NodeManagers' wall clocks may
-        be skewed); a report received later but observed, on its NodeManager's clock, no later than
-        that NodeManager's read is superseded too. Any other rank is superseded by
-        `observed_mono_sec`, the strategy's last observation."""
+        A rank the strategy read on its own (`last_reads`: a round's status reads, a rebuild's start
+        of the rank's engines) is superseded only by its own last read: a survivor seen healthy after
+        apply is not read again, and a rebuilt engine is not read after it started, so a death
+        reported after that read is news for the next decision, not something the strategy saw.
+        Receipt times are compared with when the read was asked for (a report received at that
+        instant is older than the read), on the Controller's monotonic clock (the NodeManagers' wall
+        clocks may be skewed); a report received later but observed, on its NodeManager's clock, no
+        later than that NodeManager's read (or its spawn of the new engines) is superseded too. Any
+        other rank is superseded by `observed_mono_sec`, the strategy's last observation."""
         state = self.of(instance_id)
         reads = last_reads or {}
         for rank, ev in list(state.evidence.items()):

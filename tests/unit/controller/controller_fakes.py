@@ -60,6 +60,8 @@ class FakeCluster:
     lease_deadline: dict[str, float] = field(default_factory=dict)
     # Called when an apply arrives (lets a test make it slow, e.g. by advancing the clock).
     on_apply: Callable[[], None] | None = None
+    # Called when a start arrives, before the pod spawns its engines (by address).
+    on_start: Callable[[str], None] | None = None
     # Entries a pod's Status answers beyond what was asked (identity-contract violations), by address.
     extra_status: dict[str, list[int]] = field(default_factory=dict)
     # When each engine's apply was sent (EngineApplyResult.sent_at_unix_sec), by rank.
@@ -193,10 +195,12 @@ class FakeNodeManagerClient:
         c = self.cluster
         c.calls.append(("start_engines", self.address, master_ip))
         c._maybe_fail("start_engines", self.address)
+        if c.on_start is not None:
+            c.on_start(self.address)
         for r in c.pods[self.address]:
             c.engines[r] = Engine(r)
         c.retired.pop(self.address, None)
-        return node_manager_pb2.StartEnginesResponse()
+        return node_manager_pb2.StartEnginesResponse(launched_at_unix_sec=c.clock.wall() if c.clock else 0.0)
 
     async def stop_pod(self, request_id, reason, instance_id, pod_ip):
         self.cluster.calls.append(("stop_pod", self.address))

@@ -215,3 +215,30 @@ async def test_an_engine_dead_received_after_the_rebuild_started_the_engines_sur
     core.faults.intake.settle(7, frozenset(), outcome.observed_mono_sec, True, outcome.last_reads)
     held = core.faults.evidence(7)
     assert set(held) == {0} and held[0].health is Health.DEAD
+
+
+async def test_an_old_engines_death_delivered_after_the_rebuild_asked_for_the_start_is_handled_by_it() -> None:
+    """Rank 0's old engine died before the rebuild stopped it; its NodeManager's report is still on
+    its way when the rebuild asks that pod to start the new engines. It was observed before the pod
+    spawned them, so the rebuild handled it: no evidence is left to rebuild the instance again."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    core.faults.report_software(7, 1, EvidenceKind.ENGINE_DEAD, "old engine exited (code 9)", clock.wall())
+    old_death_observed_at = clock.wall() + 0.2
+    clock.advance(1.0)
+    delivered: list[str] = []
+
+    def late_report(address: str) -> None:
+        if address in cluster.named("start_engines")[0][1] and not delivered:
+            clock.advance(0.5)
+            core.faults.report_software(7, 0, EvidenceKind.ENGINE_DEAD, "old engine exited (code 9)",
+                                        old_death_observed_at)
+            delivered.append(address)
+
+    cluster.on_start = late_report
+    strategy = ReconfigurationStrategy(core.deps, 7, "test", FallbackCause.STRATEGY_FAILED)
+    outcome = await strategy.run()
+    assert outcome.succeeded and delivered
+    core.faults.intake.settle(7, frozenset(), outcome.observed_mono_sec, True, outcome.last_reads)
+    assert core.faults.evidence(7) == {}

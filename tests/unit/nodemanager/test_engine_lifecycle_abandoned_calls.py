@@ -5,6 +5,7 @@ and the next call finds them stopped, not half-stopped."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -61,14 +62,14 @@ class SlowStopSupervisor:
         return [LocalEndpoint(i, "127.0.0.2", 8000 + i, False, ()) for i in ids]
 
 
-def lifecycle(tmp_path: Path) -> tuple[EngineLifecycle, SlowStopSupervisor]:
+def lifecycle(tmp_path: Path, wall=time.time) -> tuple[EngineLifecycle, SlowStopSupervisor]:
     cfg = NodeManagerConfig.model_validate({
         "controller_address": "127.0.0.1:1", "instance_id": 7, "dp_size": 2, "pod_ip": "127.0.0.2",
         "engines": [{"dp_rank": 0}, {"dp_rank": 1}], "log_dir": str(tmp_path), "dp_master_ip": "127.0.0.2",
         "dp_master_port": 29500,
     })
     sup = SlowStopSupervisor([0, 1])
-    return EngineLifecycle(cfg, sup, PodState(7, True), GuardState()), sup  # type: ignore[arg-type]
+    return EngineLifecycle(cfg, sup, PodState(7, True), GuardState(), wall=wall), sup  # type: ignore[arg-type]
 
 
 async def until(predicate, what: str) -> None:
@@ -80,7 +81,8 @@ async def until(predicate, what: str) -> None:
 
 
 async def test_a_cancelled_stop_still_stops_every_engine_and_the_next_start_launches_them(tmp_path: Path) -> None:
-    lc, sup = lifecycle(tmp_path)
+    wall = [100.0]
+    lc, sup = lifecycle(tmp_path, lambda: wall[0])
     stop = asyncio.create_task(lc.stop_engines(instance_id=7, request_id="reconf-a", grace_sec=0.0, endpoint_ids=[]))
     await until(lambda: set(sup.states.values()) == {RunState.STOPPING}, "both engines stopping")
     stop.cancel()
@@ -92,9 +94,13 @@ async def test_a_cancelled_stop_still_stops_every_engine_and_the_next_start_laun
     await asyncio.sleep(0.05)
     assert not start.done(), start.exception()
     assert sup.spawned == []
+    wall[0] = 105.0
     sup.exited.set()
-    endpoints = await start
-    assert [e.id for e in endpoints] == [0, 1]
+    launch = await start
+    assert [e.id for e in launch.endpoints] == [0, 1]
+    # Stamped when the new engines spawned, after the old ones stopped: what was observed of the
+    # old ones while they stopped is older.
+    assert launch.launched_at_unix_sec == 105.0
     assert sup.spawned == ["reconf-b"] and set(sup.states.values()) == {RunState.READY}
 
 

@@ -72,7 +72,8 @@ class ReconfigurationStrategy(Strategy):
         await self.before_drain()
         await self.drain()
         pods = sorted(record.pods.values(), key=lambda p: p.pod_ip)
-        # The rebuild's last look at each rank: when it asked the rank's NodeManager to start it.
+        # The rebuild's last look at each rank: when it asked the rank's NodeManager to start it, and
+        # when that NodeManager spawned the new engines.
         started: dict[int, RankRead] = {}
         try:
             await _all_or_none(
@@ -109,17 +110,20 @@ class ReconfigurationStrategy(Strategy):
         return Outcome(True, "instance reconfigured", observed_mono_sec=starts_sent_mono_sec, last_reads=started)
 
     async def _start(self, pod, master_ip: str, timeout: float, started: dict[int, RankRead]) -> None:
-        """Starts a pod's engines. Evidence of its ranks received once the start was asked for is
-        about the new engines (one that died after it was ready and before the pod answered, or
-        while the rebuilt view is published): news for the next decision, not what the rebuild
-        handled. Evidence received before it is about the engines the rebuild replaced."""
+        """Starts a pod's engines. Evidence of its ranks received before the start was asked for, or
+        observed (on the pod's clock) no later than the pod spawned the new engines, is about the
+        engines the rebuild replaced: a report of an old engine's death can still be on its way
+        when the start is asked. Any other is about the new engines (one that died after it was
+        ready and before the pod answered, or while the rebuilt view is published): news for the
+        next decision, not what the rebuild handled."""
         deps = self.deps
-        asked = RankRead(deps.clock.monotonic())
-        await self.timed_call("start_engines", pod.node_manager_address,
-                              lambda: deps.nodemanagers.get(pod.node_manager_address).start_engines(
-                                  self.instance_id, self.request_id, master_ip, 0, timeout),
-                              {"endpoint_ids": sorted(pod.ranks), "dp_master_ip": master_ip})
-        started.update({rank: asked for rank in pod.ranks})
+        asked_mono_sec = deps.clock.monotonic()
+        answer = await self.timed_call("start_engines", pod.node_manager_address,
+                                       lambda: deps.nodemanagers.get(pod.node_manager_address).start_engines(
+                                           self.instance_id, self.request_id, master_ip, 0, timeout),
+                                       {"endpoint_ids": sorted(pod.ranks), "dp_master_ip": master_ip})
+        read = RankRead(asked_mono_sec, answer.launched_at_unix_sec)
+        started.update({rank: read for rank in pod.ranks})
 
     def _fail(self, reason: str) -> Outcome:
         log.error("instance=%d request_id=%s reconfiguration failed: %s", self.instance_id, self.request_id, reason)
