@@ -117,3 +117,18 @@ def test_a_new_engine_dying_after_it_was_ready_and_before_its_pod_answered_the_s
     # rebuild replaced, and must not be settled away with the rebuild.
     events = [Event(6.376, "executor_death", rank=1), Event(11.836, "executor_death", rank=0)]
     assert _violations(12214, events, "vllm-0.33") == []
+
+
+@pytest.mark.parametrize(("seed", "dialect", "lossy_sec", "unhealthy_at", "rank", "after_pull_sec"), [
+    (24593, "vllm", 30.498, 10.498, 0, 0.244),
+    (25175, "vllm-0.33", 35.411, 15.411, 0, 0.373),
+    (26105, "rfc", 27.087, 7.087, 2, 0.005),
+])
+def test_a_death_a_pull_read_whose_answer_was_lost_still_reaches_the_controller(
+        seed: int, dialect: str, lossy_sec: float, unhealthy_at: float, rank: int, after_pull_sec: float) -> None:
+    # The rank's NodeManager reads it dead for a pull and counts the death as reported; the answer
+    # is lost on a lossy network while the rank's older UNHEALTHY report arrives. Unless the
+    # Controller reads the rank again, the death never reaches it and it stays published.
+    events = [Event(0.0, "lossy_network", duration_sec=lossy_sec), Event(unhealthy_at, "unhealthy", rank=rank),
+              Event(after_pull_sec, "executor_death", rank=rank, after="pull")]
+    assert _violations(seed, events, dialect) == []

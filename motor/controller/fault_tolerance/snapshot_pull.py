@@ -15,9 +15,13 @@ at once (`poke`) rather than at its next probe tick, so a round's snapshot wait 
 to a tick. One summary log line per read that found something, never one per rank.
 
 Every pull is flagged `taken_as_evidence`: the NodeManagers count the verdicts it read as reported
-and do not send them again, so a survivor's verdict reaches the Controller once. A rank whose
-answer is lost on the way stays without evidence and is asked again by the next full read; an answer
-that arrives after a strategy started is dropped, since the round reads every survivor itself.
+and do not send them again, so a survivor's verdict reaches the Controller once. The NodeManager
+cannot tell that its answer was lost on the way, so a rank whose answer was lost (or dropped for a
+protocol error) is owed a read: it is asked again, with the ranks still lacking evidence, until an
+answer of it arrives, even if a report of it came in meanwhile (that report can be older than what
+the lost answer held: an UNHEALTHY sent before the engine died, the death the pull read and the
+NodeManager will not report). An answer that arrives after a strategy started is dropped, since the
+round reads every survivor itself.
 
 Bounded: one puller per instance, ended by a strategy starting, the snapshot being complete (no rank
 left to read), the evidence clearing, the window closing, the collection timeout, or the Controller
@@ -76,6 +80,8 @@ class SnapshotPuller:
         self.woken = 0  # waits ended by a poke rather than the probe tick
         # (instance, rank) → when a pull first saw the engine diagnosing, told with its verdict.
         self._diagnosing: dict[tuple[int, int], float] = {}
+        # instance → ranks whose last pulled answer never arrived: the NodeManager took what it read.
+        self._owed: dict[int, set[int]] = {}
 
     @property
     def interval_sec(self) -> float:
@@ -103,17 +109,24 @@ class SnapshotPuller:
 
     def _lacking(self, instance_id: int) -> dict[str, list[int]]:
         """Per NodeManager address: the active, routable ranks of the instance without UNHEALTHY/DEAD
-        evidence yet (retired and headless ones have no status to read)."""
+        evidence yet, or short of DEAD and owed a read (retired and headless ones have no status
+        to read)."""
         record = self._deps.registry.get(instance_id)
         runtime = self._deps.runtimes.find(instance_id)
         if record is None or runtime is None:
             return {}
         evidence = self._intake.of(instance_id).evidence
+        owed = self._owed.get(instance_id, set())
         endpoints = record.endpoint_infos()
         active = runtime.active_ranks
+
+        def lacking(rank: int) -> bool:
+            held = evidence.get(rank)
+            return held is None or (rank in owed and held.health is not Health.DEAD)
+
         out: dict[str, list[int]] = {}
         for pod in record.pod_infos():
-            ranks = [r for r in pod.ranks if r in active and not endpoints[r].headless and r not in evidence]
+            ranks = [r for r in pod.ranks if r in active and not endpoints[r].headless and lacking(r)]
             if ranks:
                 out[pod.node_manager_address] = ranks
         return out
@@ -160,16 +173,21 @@ class SnapshotPuller:
                 entries = await self._deps.nodemanagers.get(address).status(instance_id, "", ranks,
                                                                              taken_as_evidence=True)
             except PeerCallError as exc:
-                # The ranks stay without evidence: the next full read asks again, and the NodeManager's
-                # own poll and process watch still report what it did not count as taken.
+                # The NodeManager may have read and taken them: they are owed a read. Its own poll and
+                # process watch still report what it did not count as taken.
                 log.debug("instance=%d snapshot pull from %s failed: %s", instance_id, address, exc)
+                owed.update(ranks)
                 return []
             ids = [e.id for e in entries]
             if len(ids) != len(set(ids)) or not set(ids) <= set(ranks):
                 log.warning("instance=%d snapshot pull from %s: protocol error, answered endpoint ids %s, asked for "
                             "%s: read dropped", instance_id, address, ids, ranks)
+                owed.update(ranks)
                 return []
+            owed.difference_update(ranks)
             return list(entries)
+
+        owed = self._owed.setdefault(instance_id, set())
 
         self.pulls += 1
         self.reads += sum(len(r) for r in targets.values())

@@ -70,6 +70,8 @@ class FakeCluster:
     hold_guard: dict[str, asyncio.Event] = field(default_factory=dict)
     # Called before each status poll; lets a test change engines mid-round (e.g. a late DEAD).
     on_status: Callable[[int], None] | None = None
+    # Pods (by address) whose next status answer is lost on the way back, after the engines were read.
+    lose_next_answer: set[str] = field(default_factory=set)
     status_polls: int = 0
     # Whether each status call asked the NodeManager to count its answer as reported (taken_as_evidence).
     status_taken: list[bool] = field(default_factory=list)
@@ -149,6 +151,9 @@ class FakeNodeManagerClient:
         out += [c.engines[r].proto() for r in c.extra_status.get(self.address, [])]
         if c.long_poll and settle_sec > 0 and any((e.status, e.ft_state) in wait_while for e in out):
             await c.clock.sleep(settle_sec)
+        if self.address in c.lose_next_answer:
+            c.lose_next_answer.discard(self.address)
+            raise PeerCallError("status", self.address, grpc.StatusCode.UNAVAILABLE, "answer lost")
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0,

@@ -126,3 +126,30 @@ async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing()
                          interval_sec=0.005)
     assert all(core.faults.evidence(7)[r].diagnosing_at_sec > 0 for r in (0, 2, 3))
     await core.faults.close()
+
+
+async def test_a_rank_whose_pulled_answer_was_lost_is_read_again_though_an_older_report_of_it_came_in() -> None:
+    """Rank 0's NodeManager reads it dead for a pull and counts that as reported, but the answer is
+    lost; meanwhile its earlier UNHEALTHY report arrives. The death reaches the Controller only if
+    the puller asks rank 0 again: it is owed a read until an answer of it arrives."""
+    cluster, core = await pulling_core(0.02)
+    address0 = next(a for a, ranks in cluster.pods.items() if 0 in ranks)
+    cluster.set(1, DEAD)
+    cluster.set(0, DEAD)
+    core.faults.report_software(7, 1, EvidenceKind.DEAD, "exit 9", core.clock.wall())
+    reported_before_the_death = core.clock.wall()
+    cluster.lose_next_answer.add(address0)
+
+    def older_report_arrives(polls: int) -> None:
+        if polls == 1:
+            core.faults.report_software(7, 0, EvidenceKind.UNHEALTHY, "collective timed out",
+                                        reported_before_the_death)
+
+    cluster.on_status = older_report_arrives
+    await core.faults.evaluate_all()
+    await async_wait_for(lambda: not cluster.lose_next_answer and core.faults.puller.pulls >= 4, BOUND_SEC,
+                         "the lost answer and three reads after it", interval_sec=0.005)
+    assert core.faults.evidence(7)[0].kind is EvidenceKind.DEAD, core.faults.evidence(7)[0]
+    reads = [ids for address, ids in ((c[1], c[2]) for c in cluster.named("status")) if address == address0]
+    assert sum(0 in ids for ids in reads) >= 2, reads
+    await core.faults.close()
