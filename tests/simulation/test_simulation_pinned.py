@@ -132,3 +132,14 @@ def test_a_death_a_pull_read_whose_answer_was_lost_still_reaches_the_controller(
     events = [Event(0.0, "lossy_network", duration_sec=lossy_sec), Event(unhealthy_at, "unhealthy", rank=rank),
               Event(after_pull_sec, "executor_death", rank=rank, after="pull")]
     assert _violations(seed, events, dialect) == []
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_a_card_fault_that_joined_a_window_closed_by_a_recovery_is_still_acted_on(dialect: str) -> None:
+    # Rank 3's status hangs (DEAD evidence), rank 2's card fails while that window is open and its
+    # process dies 2.5 s later; rank 3 recovers in between, which ends the window the card fault
+    # joined. Dropped with it, the card fault left rank 2 published for the whole collection timeout.
+    events = [Event(16.472, "store_outage", duration_sec=14.34), Event(31.519, "hang_status", rank=3, duration_sec=2.595),
+              Event(37.698, "hardware_fault", rank=2, level=4, target="card", hardware_first=True, kill="kill_process",
+                    duration_sec=2.504)]
+    assert _violations(9, events, dialect) == []

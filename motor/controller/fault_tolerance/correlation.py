@@ -16,7 +16,10 @@ A hardware fault that comes while software evidence is already being collected w
 (the FT snapshot decides) but is evidence for that decision, as it is for a running round (RFC
 §4.2): it joins the window matched. A matched entry belongs to the collection window it matched: it
 does not hold the decision back (the snapshot pulls and the idle probe go on as without it), and it
-ends when that window does, so it never judges a later, unrelated fault.
+ends when that window does, so it never judges a later, unrelated fault. Unless the FT framework
+never saw any of its ranks in that window: a card fault that joined another rank's window, which
+then closed by that rank's recovery, is still unperceived. It goes back to waiting as a hardware
+fault at rest, within the window counted from its arrival.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class PendingHardware:
     # The fault's level (controller_pb2.FaultLevel, 0: not said) and codes: the fast-recovery policy's input.
     level: int = 0
     codes: tuple[str, ...] = ()
+    # When it arrived, and which of its ranks had software evidence while it was matched.
+    arrived_sec: float = 0.0
+    perceived: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -66,18 +72,19 @@ class HardwareCorrelation:
         if key in waiting:
             return False
         waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description,
-                                       level=level, codes=codes)
+                                       level=level, codes=codes, arrived_sec=now_sec)
         return True
 
     def join(self, instance_id: int, key: Hashable, ranks: frozenset[int], window_started_sec: float,
-             description: str, level: int = 0, codes: tuple[str, ...] = ()) -> bool:
+             description: str, now_sec: float, level: int = 0, codes: tuple[str, ...] = ()) -> bool:
         """Software came first: the fault is evidence for the decision of the open collection window,
         with no deadline of its own; False when that fault is already known."""
         waiting = self._pending.setdefault(instance_id, {})
         if key in waiting:
             return False
-        waiting[key] = PendingHardware(key, frozenset(ranks), window_started_sec, description, matched=True,
-                                       window_started_sec=window_started_sec, level=level, codes=codes)
+        waiting[key] = PendingHardware(key, frozenset(ranks), now_sec + self.window_sec, description, matched=True,
+                                       window_started_sec=window_started_sec, level=level, codes=codes,
+                                       arrived_sec=now_sec)
         return True
 
     def pending(self, instance_id: int) -> list[PendingHardware]:
@@ -89,21 +96,31 @@ class HardwareCorrelation:
     def deadlines(self) -> list[float]:
         return [p.deadline_sec for waiting in self._pending.values() for p in waiting.values() if not p.matched]
 
-    def _end_stale(self, instance_id: int, window_started_sec: float | None) -> None:
-        """Matched entries whose collection window ended (its evidence cleared) end with it."""
+    def _end_stale(self, instance_id: int, window_started_sec: float | None, evidence_ranks: frozenset[int]) -> None:
+        """Matched entries whose collection window ended (its evidence cleared) end with it, but one
+        none of whose ranks the FT framework saw waits again as at rest; the others of the open
+        window note which of their ranks have evidence now."""
         waiting = self._pending.get(instance_id)
         if not waiting:
             return
         for key, p in list(waiting.items()):
-            if p.matched and p.window_started_sec != window_started_sec:
+            if not p.matched:
+                continue
+            if p.window_started_sec == window_started_sec:
+                waiting[key] = dataclasses.replace(p, perceived=p.perceived | (p.ranks & evidence_ranks))
+            elif p.perceived:
                 del waiting[key]
+            else:
+                waiting[key] = dataclasses.replace(p, matched=False, window_started_sec=None,
+                                                   deadline_sec=p.arrived_sec + self.window_sec)
         if not waiting:
             del self._pending[instance_id]
 
     def judge(self, instance_id: int, decision: Decision, now_sec: float,
-              window_started_sec: float | None) -> Verdict:
-        """`window_started_sec`: the start of the instance's open collection window (None: none open)."""
-        self._end_stale(instance_id, window_started_sec)
+              window_started_sec: float | None, evidence_ranks: frozenset[int] = frozenset()) -> Verdict:
+        """`window_started_sec`: the start of the instance's open collection window (None: none open);
+        `evidence_ranks`: the ranks with UNHEALTHY or DEAD evidence in it."""
+        self._end_stale(instance_id, window_started_sec, evidence_ranks)
         waiting = self.pending(instance_id)
         if not waiting:
             return Verdict("proceed")
@@ -115,7 +132,8 @@ class HardwareCorrelation:
         faults = "; ".join(p.description for p in waiting)
         if decision.action is Action.WAIT and decision.wait_kind is WaitKind.DEAD_RANK:
             self._pending[instance_id] = {
-                p.key: p if p.matched else dataclasses.replace(p, matched=True, window_started_sec=window_started_sec)
+                p.key: p if p.matched else dataclasses.replace(p, matched=True, window_started_sec=window_started_sec,
+                                                               perceived=p.ranks & evidence_ranks)
                 for p in waiting}
             return Verdict("proceed", "the FT framework saw the hardware fault: the collection timeout decides", ranks)
         unmatched = [p for p in waiting if not p.matched]

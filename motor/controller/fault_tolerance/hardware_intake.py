@@ -173,7 +173,7 @@ class HardwareIntake:
         if window_started_sec is not None:
             # Software came first: the FT snapshot decides without waiting, and the fault is evidence for
             # that decision as it is for a running round (RFC §4.2): a survivor's card fault fails it.
-            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe(), fault.level,
+            self.correlation.join(iid, fault.key, ranks, window_started_sec, fault.describe(), now_sec, fault.level,
                                   fault.fault_codes)
             return (f"instance {iid}: software evidence first, decided on the FT snapshot; ranks {sorted(ranks)} "
                     f"must be among its DEAD ranks")

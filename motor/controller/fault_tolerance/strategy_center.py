@@ -198,7 +198,8 @@ class StrategyCenter:
             scale_down_enabled=ft.enable_fault_tolerance and ft.enable_dp_scale_down,
             fast_recovery_applicable=lambda unhealthy: self.fast_recovery.is_applicable(facts(unhealthy)),
         )
-        verdict = self.correlation.judge(instance_id, decision, now, state.window_started_sec)
+        verdict = self.correlation.judge(instance_id, decision, now, state.window_started_sec,
+                                         frozenset(state.evidence))
         if verdict.action == "wait":
             return
         if verdict.action == "reconfigure":

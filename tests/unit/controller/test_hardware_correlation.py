@@ -453,3 +453,32 @@ async def test_unmappable_hardware_fault_while_a_failed_reconfiguration_waits_is
         await settle(core)
     assert [t.strategy for t in core.timelines.transactions(7)] == ["instance_reconfiguration"] * 2
     assert not core.runtimes.get(7).reconfiguring
+
+
+async def test_a_card_fault_that_joined_another_ranks_window_still_waits_after_that_rank_recovers() -> None:
+    """Rank 3's status times out (DEAD evidence: a window opens); rank 2's card fails (it joins that
+    window); rank 3 recovers, which closes the window. The FT framework never saw rank 2: its card
+    fault waits as a hardware fault at rest and, with no matching snapshot, reconfigures at the end
+    of the window counted from its arrival."""
+    cluster = two_pods()
+    core, clock = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.set(3, DEAD)
+    core.faults.report_software(7, 3, EvidenceKind.DEAD, "status did not answer", core.clock.wall())
+    await core.faults.evaluate_all()
+    notes = core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-0", level=4)])
+    assert "software evidence first" in notes[0], notes
+    clock.advance(0.2)
+    cluster.set(3, HEALTHY)
+    core.faults.report_software(7, 3, EvidenceKind.RECOVERED, "", core.clock.wall())
+    await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    assert [(p.ranks, p.matched) for p in core.faults.correlation.pending(7)] == [(frozenset({2}), False)]
+    for _ in range(4):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    clock.advance(1.0)
+    heartbeat_all(core, cluster)
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
