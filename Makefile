@@ -79,8 +79,9 @@ deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(ROUTER_VENV)/.installed $(BUF
 # Three runs at once, each printed when it ends: the e2e rows; the chaos and launcher rows and the
 # simulation's seed range, then the image build; and the tiers of single components. The rows start
 # local clusters, one at a time per run; the two runs' pods have loopback addresses of their own
-# (127.0.0.2 on, 127.0.0.40 on), where the light engines bind their fixed ports. Then the
-# TypeScript client and the image test (their clusters are on the e2e rows' addresses).
+# (127.0.0.2 on, 127.0.0.40 on), where the light engines bind their fixed ports. The TypeScript
+# client's cluster uses the e2e rows' addresses and runs after them; the image test's has its own
+# (127.0.0.130 on) and runs after the image build.
 # tests/deploy runs once, in image-test, where its tools are installed.
 E2E_TESTS := tests/e2e
 # e2e rows with pod addresses of their own (127.0.0.60 and up): they run beside the chaos rows,
@@ -93,23 +94,27 @@ SIMULATION_TESTS := tests/simulation
 CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS)
 
 # Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
-TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok
+# The image's base rootfs builds here too (standard library only: it needs no venv).
+TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok image-base
 
-.PHONY: test-e2e test-chaos test-chaos-then-image-build test-components
+.PHONY: test-e2e test-chaos test-e2e-then-ts test-chaos-then-image test-components
 test:
 	$(MAKE) -j4 --output-sync=target $(TEST_DEPS)
-	$(MAKE) -j3 --output-sync=target test-e2e test-chaos-then-image-build test-components
-	$(MAKE) ts-test
-	$(MAKE) image-test
+	$(MAKE) -j3 --output-sync=target test-e2e-then-ts test-chaos-then-image test-components
 
 test-e2e: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) $(addprefix --ignore=,$(SIDE_E2E_TESTS)) $(E2E_TESTS)
 
+# The TypeScript client's cluster tests use the pods' addresses of the e2e rows: after them.
+test-e2e-then-ts: test-e2e
+	$(MAKE) ts-test
+
 test-chaos: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIDE_E2E_TESTS) $(SIMULATION_TESTS)
 
-test-chaos-then-image-build: test-chaos
+test-chaos-then-image: test-chaos
 	$(MAKE) image-build
+	$(MAKE) image-test
 
 test-components: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/deploy $(addprefix --ignore=,$(CLUSTER_TESTS) $(SIMULATION_TESTS)) tests
@@ -149,7 +154,7 @@ clean:
 # their own venv). Caches (base rootfs, wheels, built images) and podman's own store: .tools/image.
 DEPLOY_VENV := .tools/deploy-venv
 
-.PHONY: image-test image-build
+.PHONY: image-test image-build image-base
 $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 	test -x $(DEPLOY_VENV)/bin/python || python3 -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
@@ -162,6 +167,9 @@ $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 
 # The images of the work tree into podman's store under .tools/image (image-test builds them
 # itself when they are not there).
+image-base: .tools/podman.ok
+	python3 tests/deploy/image_base.py
+
 image-build: $(VENV)/.installed .tools/podman.ok
 	$(PY) -m tests.deploy.image_build
 

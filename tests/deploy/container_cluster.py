@@ -1,7 +1,7 @@
 """LocalCluster with every service in a container: the same configs, run directory, observation and
 injection as the process launcher (motor.launch.cluster), but each of the Controller, the Coordinator
 and the NodeManagers (which start their reference engines inside their own container) runs from the
-image with host networking on loopback (127.0.0.1, and 127.0.0.2 / .3 for the pods)."""
+image with host networking on loopback (127.0.0.1, and the spec's pod addresses)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
   machine needs (runc with cgroupfs, the file events logger, explicit ulimits): nothing is written to
   the system's container storage or configuration.
 - The base: `debootstrap --variant=minbase` of the host's Debian suite (python3, python3-venv,
-  tini) from the mirror apt already uses, kept as a tarball (base-<key>.tar) and imported per build.
+  tini) from the mirror apt already uses, kept as a tarball (base-<key>.tar, `image_base`) and
+  imported per build.
 - The build context holds only the project wheel (`pip wheel --no-deps` of the work tree's files);
   its dependencies, torch's CPU build included, are downloaded once on the host with the host's pip
   configuration into wheels-<key>/ and mounted read-only into the build, which gets a pip.conf as a
@@ -17,30 +18,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .deploy_helpers import DEPLOY, REPO
+from .image_base import TOOLS, BuildReport, _log, _run, _sha, base_tarball, debian_suite
 
 
-TOOLS = REPO / ".tools" / "image"
 TORCH_VERSION = "2.13.0"
-BASE_PACKAGES = ("python3", "python3-venv", "tini")
 IMAGE = "localhost/motor-it"
 DEMO_IMAGE = "localhost/motor-it-demo"
 BASE_IMAGE = "localhost/motor-it-base"
 CONTAINER_PREFIX = "motor-it-"
-# What a minbase rootfs need not carry into the image.
-ROOTFS_EXCLUDES = ("./var/cache/apt/archives/*.deb", "./var/cache/apt/*.bin", "./var/lib/apt/lists/*",
-                   "./usr/share/doc/*", "./usr/share/man/*", "./usr/share/locale/*", "./dev/*", "./proc/*",
-                   "./sys/*", "./run/*", "./tmp/*")
 
 CONTAINERS_CONF = """\
 # podman on this machine (written by tests/deploy/image_build.py): crun cannot start containers with
@@ -53,14 +46,6 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 """
-
-
-def _sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()[:16]
 
 
 class PodmanError(RuntimeError):
@@ -132,89 +117,11 @@ class Podman:
 
 # -- inputs ---------------------------------------------------------------------------------------
 
-def debian_mirror() -> str:
-    """The first Debian mirror apt uses (deb822 .sources or one-line lists), never a fixed host."""
-    candidates: list[Path] = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
-    candidates += [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
-    for path in candidates:
-        if not path.is_file():
-            continue
-        text = path.read_text()
-        if path.suffix == ".sources":
-            for stanza in re.split(r"\n\s*\n", text):
-                fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.+)$", stanza, re.M))
-                suites = fields.get("Suites", "").split()
-                if "deb" in fields.get("Types", "").split() and suites and not suites[0].endswith("-security"):
-                    return fields["URIs"].split()[0]
-        else:
-            for line in text.splitlines():
-                parts = line.split()
-                if parts[:1] == ["deb"]:
-                    parts = [p for p in parts[1:] if not p.startswith("[")]
-                    if len(parts) >= 2 and not parts[1].endswith("-security"):
-                        return parts[0]
-    raise RuntimeError("no Debian mirror found in /etc/apt/sources.list*")
-
-
-def debian_suite() -> str:
-    fields = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', Path("/etc/os-release").read_text(), re.M))
-    return fields["VERSION_CODENAME"]
-
-
 def source_files() -> list[Path]:
     """The work tree's files that go into the wheel (tracked, and new ones git does not ignore)."""
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z", "--", "pyproject.toml", "README.md",
                           "motor", "nodemanager", "gen"], cwd=REPO, capture_output=True, check=True, timeout=60).stdout
     return sorted(p for p in (REPO / f for f in out.decode().split("\0") if f) if p.is_file())
-
-
-@dataclass
-class BuildReport:
-    """What the run cost and made (written to the run's image-test.json)."""
-
-    timings_sec: dict[str, float] = field(default_factory=dict)
-    cache: dict[str, str] = field(default_factory=dict)
-    sizes_bytes: dict[str, int] = field(default_factory=dict)
-    images: dict[str, str] = field(default_factory=dict)
-
-    def timed(self, name: str, start: float) -> None:
-        self.timings_sec[name] = round(time.monotonic() - start, 2)
-
-
-def _log(log: Path, title: str, proc: subprocess.CompletedProcess[str]) -> None:
-    with log.open("a") as f:
-        f.write(f"==== {title} (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}\n")
-
-
-def _run(argv: list[str], log: Path, title: str, timeout_sec: float, **kwargs) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_sec, check=False, **kwargs)
-    _log(log, title, proc)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{title} failed (exit {proc.returncode}), see {log}: {proc.stderr[-1500:]}")
-
-
-def base_tarball(log: Path, report: BuildReport) -> Path:
-    suite = debian_suite()
-    key = _sha(suite.encode(), ",".join(BASE_PACKAGES).encode(), ",".join(ROOTFS_EXCLUDES).encode())
-    tarball = TOOLS / f"base-{suite}-{key}.tar"
-    if tarball.is_file():
-        report.cache["base"] = "hit"
-        return tarball
-    report.cache["base"] = "miss"
-    for old in TOOLS.glob("base-*.tar"):
-        old.unlink()
-    start = time.monotonic()
-    rootfs = TOOLS / "tmp-rootfs"
-    shutil.rmtree(rootfs, ignore_errors=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", suite, str(rootfs),
-          debian_mirror()], log, "debootstrap", timeout_sec=900)
-    partial = tarball.with_suffix(".partial")
-    _run(["tar", "-C", str(rootfs), *[f"--exclude={e}" for e in ROOTFS_EXCLUDES], "-cf", str(partial), "."], log,
-         "tar rootfs", timeout_sec=300)
-    os.replace(partial, tarball)
-    shutil.rmtree(rootfs, ignore_errors=True)
-    report.timed("debootstrap_rootfs", start)
-    return tarball
 
 
 def build_wheel(context: Path, log: Path) -> Path:

@@ -1,6 +1,6 @@
 """The image, built and run here: deploy/Containerfile on a debootstrap minbase (podman + runc), then a
 whole local cluster from containers with host networking (Controller and Coordinator from the runtime
-image, NodeManagers with reference engines on 127.0.0.2 / .3 from the demo image) passes one DP
+image, NodeManagers with reference engines on 127.0.0.130 / .131 from the demo image) passes one DP
 scale-down round under load: executor death on rank 1 through the reference engine's admin route →
 SCALED_DOWN_RUNNING with dead_committed [1], no failed request, completions after the round. Every
 container and image it made is removed, which the test checks.
@@ -104,7 +104,8 @@ def test_containerized_cluster_scale_down_round(podman: Podman, run_dir: Path, c
     runtime, demo = ensure_images(podman, log, report)
     result: dict = {"build": report.__dict__}
     result["render_step"] = _render_step_in_the_image(podman, demo, run_dir)
-    spec = ClusterSpec()
+    # Pods of its own (127.0.0.130 on): it runs while the e2e rows may still run on theirs.
+    spec = ClusterSpec(first_pod_ip=130)
     cluster = ContainerCluster(spec, run_dir, podman, runtime, demo)
     try:
         start = time.monotonic()
