@@ -20,6 +20,10 @@ ROUTER_VENV = ROOT / ".tools" / "vllm-router-venv"
 # The Makefile's ROUTER_VERSION (tests/unit/test_vllm_router_pin.py keeps the two equal).
 ROUTER_VERSION = "0.1.17"
 HOST = "127.0.0.1"
+# The retry budget docs/vllm-router.md recommends beside Motor (about 29 s of backoff: a round's
+# execution deadline): a request the router finds no worker for, or a survivor answers 503 for while
+# it rebuilds, is retried until the survivors are published again, as the Coordinator holds it.
+HOLD_RETRY_ARGS = ("--retry-max-retries", "60", "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "500")
 
 
 def router_executable(venv: Path = ROUTER_VENV) -> Path | None:
@@ -37,9 +41,11 @@ def list_workers(url: str, timeout_sec: float = 2.0) -> list[str] | None:
 
 
 def start_router(exe: Path, log_path: Path, port: int | None = None, worker_urls: list[str] = (),
-                 ready_timeout_sec: float = 60.0, extra_args: list[str] = ()) -> tuple[ManagedProcess, str]:
-    """Starts vllm-router on HOST (round robin; `worker_urls` on its command line, none by default)
-    and waits until its worker API answers; (process, base URL)."""
+                 ready_timeout_sec: float = 60.0, extra_args: list[str] = HOLD_RETRY_ARGS
+                 ) -> tuple[ManagedProcess, str]:
+    """Starts vllm-router on HOST (round robin, the recommended retry budget unless `extra_args`
+    says otherwise; `worker_urls` on its command line, none by default) and waits until its worker
+    API answers; (process, base URL)."""
     port = port or free_port(HOST)
     metrics_port = free_port(HOST)
     argv = [str(exe), "--host", HOST, "--port", str(port), "--policy", "round_robin",

@@ -4,8 +4,9 @@ Controller publishes to both, and completions sent through the router, not the C
 
 An executor death under that load: the round's drain takes the instance's workers out of the
 router's list before the apply (so the dead rank gets nothing sent after it), the survivors are
-back in the list after the commit, and only requests of the round's window fail (the router cannot
-hold or re-infer them, which is what the Coordinator adds). Then the router is restarted with no
+back in the list after the commit, and no request sent after the drain fails: the router, run with
+the retry budget docs/vllm-router.md recommends, retries it until the survivors are back, as the
+Coordinator holds it (it cannot re-infer a stream cut in the middle, which the Coordinator adds). Then the router is restarted with no
 workers, as a crashed router comes back, and the Controller's reconcile loop puts the survivors back.
 """
 
@@ -110,11 +111,10 @@ def _row(start_cluster, artifacts, run_dir: Path, exe, router, url: str) -> None
     artifacts.record("failed_requests", [{"started_sec": r.started_sec, "ended_sec": r.ended_sec, "status": r.status,
                                           "error": r.error[:200]} for r in failed])
     artifacts.record("router_samples", len(poll.samples))
-    # Only the round's window fails: requests in flight when rank 1 died, those the survivors refused
-    # while diagnosing, and those the router then had no open circuit for (its breaker opens on those
-    # 503s; the survivors' re-add after the commit starts them afresh); none sent after the commit.
+    # Only requests in flight on rank 1 when it died may fail; what the survivors refused while
+    # diagnosing and rebuilding, and what found the router's list empty, is retried until the commit.
     artifacts.record("failed_after_drain", len([r for r in failed if r.started_sec > drained_at]))
-    assert all(r.started_sec < published_at for r in failed), [(r.started_sec, r.error) for r in failed]
+    assert not [r for r in failed if r.started_sec > drained_at], [(r.started_sec, r.error) for r in failed]
     assert not [r for r in results if r.rank == 1 and r.started_sec > drained_at], "the dead rank got traffic"
     assert {r.rank for r in results if r.ok and r.started_sec > published_at} <= {0, 2, 3}
     assert counts["succeeded"] > 0
