@@ -18,6 +18,7 @@ import aiohttp
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.dialects.base import EngineDialect
 from nodemanager.engine_address import EngineAddress
+from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
@@ -67,6 +68,8 @@ class EngineHttpClient:
     clock: Clock = SYSTEM_CLOCK
     # How answers are read and commands written (nodemanager.dialects); vLLM's by default.
     dialect: EngineDialect = field(default_factory=lambda: EngineDialect(1))
+    # Where requests and body bytes are counted (none: not counted).
+    metrics: NodeManagerMetrics | None = None
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _apply_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
@@ -100,6 +103,8 @@ class EngineHttpClient:
             try:
                 async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
                     body, truncated = await read_body(resp)
+                    if self.metrics is not None:
+                        self.metrics.engine_http("status", 0, len(body))
                     if truncated:
                         raise EngineStatusMalformed(addr.endpoint_id,
                                                     f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
@@ -134,6 +139,8 @@ class EngineHttpClient:
                 timeout=aiohttp.ClientTimeout(total=bound),
             ) as resp:
                 raw, _ = await read_body(resp)  # only quoted in the outcome: a cut body is fine
+                if self.metrics is not None:
+                    self.metrics.engine_http("apply", len(body), len(raw))
                 answer = self.dialect.parse_apply_answer(resp.status, raw)
                 return outcome(answer.accepted, resp.status, answer.engine_request_id, answer.message, answer.busy)
         except (TimeoutError, asyncio.TimeoutError):
