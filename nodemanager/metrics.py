@@ -39,6 +39,7 @@ class NodeManagerMetrics:
         self.engine_bytes = Counter("motor_nodemanager_engine_body_bytes_total",
                                     "Body bytes of the HTTP requests to the local engines' FT API, by route and "
                                     "direction (headers not counted)", ["route", "direction"], registry=r)
+        self._engine_http_children: dict[str, tuple] = {}
         self.status_rpc_reads = Counter("motor_nodemanager_status_rpc_engine_reads_total",
                                         "Engine status reads made by Status RPCs: the first read of each engine, and "
                                         "the long poll's re-reads", ["read"], registry=r)
@@ -93,9 +94,15 @@ class NodeManagerMetrics:
             self.poll_errors.labels(error).inc()
 
     def engine_http(self, route: str, sent_bytes: int, received_bytes: int) -> None:
-        self.engine_requests.labels(route).inc()
-        self.engine_bytes.labels(route, "sent").inc(sent_bytes)
-        self.engine_bytes.labels(route, "received").inc(received_bytes)
+        # The labelled children looked up once: this runs on every engine request.
+        children = self._engine_http_children.get(route)
+        if children is None:
+            children = self._engine_http_children[route] = (
+                self.engine_requests.labels(route), self.engine_bytes.labels(route, "sent"),
+                self.engine_bytes.labels(route, "received"))
+        children[0].inc()
+        children[1].inc(sent_bytes)
+        children[2].inc(received_bytes)
 
     def engine_exit(self, intentional: bool) -> None:
         self.engine_exits.labels("true" if intentional else "false").inc()
