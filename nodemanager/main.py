@@ -83,6 +83,7 @@ class NodeManagerService:
             f"nodemanager instance={config.instance_id} pod={config.pod_ip}",
             # A deposed Controller leader's FT and lifecycle calls are refused (motor.common.term_fence).
             interceptors=[TermFenceInterceptor(self.agent.term_fence, FENCED_METHODS)],
+            registry=self.agent.metrics.registry,
         )
 
     def _request_exit(self, code: int, reason: str) -> None:

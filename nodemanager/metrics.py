@@ -33,6 +33,16 @@ class NodeManagerMetrics:
             self.poll_errors.labels(kind)
         self.poll_seconds = Histogram("motor_nodemanager_status_poll_seconds", "Latency of one FT status read",
                                       buckets=POLL_BUCKETS_SEC, registry=r)
+        self.engine_requests = Counter("motor_nodemanager_engine_requests_total",
+                                       "HTTP requests to the local engines' FT API (poller and RPCs), by route",
+                                       ["route"], registry=r)
+        self.engine_bytes = Counter("motor_nodemanager_engine_body_bytes_total",
+                                    "Body bytes of the HTTP requests to the local engines' FT API, by route and "
+                                    "direction (headers not counted)", ["route", "direction"], registry=r)
+        self._engine_http_children: dict[str, tuple] = {}
+        self.status_rpc_reads = Counter("motor_nodemanager_status_rpc_engine_reads_total",
+                                        "Engine status reads made by Status RPCs: the first read of each engine, and "
+                                        "the long poll's re-reads", ["read"], registry=r)
         self.reports_sent = Counter("motor_nodemanager_fault_reports_sent_total",
                                     "Fault reports the Controller answered, by kind", ["kind"], registry=r)
         self.reports_taken = Counter("motor_nodemanager_fault_reports_taken_total",
@@ -82,6 +92,17 @@ class NodeManagerMetrics:
         self.poll_seconds.observe(elapsed_sec)
         if error:
             self.poll_errors.labels(error).inc()
+
+    def engine_http(self, route: str, sent_bytes: int, received_bytes: int) -> None:
+        # The labelled children looked up once: this runs on every engine request.
+        children = self._engine_http_children.get(route)
+        if children is None:
+            children = self._engine_http_children[route] = (
+                self.engine_requests.labels(route), self.engine_bytes.labels(route, "sent"),
+                self.engine_bytes.labels(route, "received"))
+        children[0].inc()
+        children[1].inc(sent_bytes)
+        children[2].inc(received_bytes)
 
     def engine_exit(self, intentional: bool) -> None:
         self.engine_exits.labels("true" if intentional else "false").inc()

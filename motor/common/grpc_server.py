@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from motor.common.authz import AuthorizationInterceptor
 from motor.common.cert_reload import reloading_server_credentials
 from motor.common.config.listeners import ServerConfig
 from motor.common.config.tls import ClientTlsConfig, TlsConfig
+from motor.common.grpc_traffic import TrafficInterceptor
 from motor.common.security import roles_enforced
 
 log = logging.getLogger(__name__)
@@ -80,10 +82,14 @@ class GrpcServer:
     """A grpc.aio server with health and reflection; start() returns the bound port."""
 
     def __init__(self, config: ServerConfig, bindings: Sequence[ServiceBinding], service_label: str,
-                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                 registry: CollectorRegistry | None = None) -> None:
+        """`registry`: where the calls and bytes served are counted (motor.common.grpc_traffic)."""
         self._config = config
         # After the role check (e.g. motor.common.term_fence's leader-term fence).
         self._interceptors = list(interceptors)
+        if registry is not None:
+            self._interceptors.insert(0, TrafficInterceptor(registry))
         self._bindings = list(bindings)
         self._label = service_label
         self._server: grpc.aio.Server | None = None

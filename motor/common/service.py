@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 
 from motor.common.config.loader import ConfigError, load_config, parse_override
+from motor.common.profiling import install_profile_toggle
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ def run_service(
         return EXIT_CONFIG_ERROR
     event_loop = resolve_event_loop(getattr(args, "event_loop", "asyncio"))
     log.info("%s runs on the %s event loop", label, event_loop)
+    install_profile_toggle(label)
     try:
         run_loop(_serve(service, args.ready_file, label), event_loop)
     except OSError as exc:

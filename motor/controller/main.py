@@ -65,6 +65,7 @@ class ControllerService:
             server_config(self.config.server, security),
             [ServiceBinding("motor.v1.Controller", lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, s))],
             "controller",
+            registry=core.metrics.registry,
         )
         grpc_port = await self._grpc.start()
         leadership.advertise(election_config.advertise_address or _advertised(self.config.server.host, grpc_port))

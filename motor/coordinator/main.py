@@ -76,6 +76,7 @@ class CoordinatorService:
             ],
             "coordinator",
             interceptors=[TermFenceInterceptor(self.term_fence, FENCED_METHODS, FENCED_READS)],
+            registry=self.metrics.registry,
         )
         self.controller_sync = ControllerSync(LeaderFollowingClient(
             config.controller_addresses, timeout_sec=CONTROLLER_CALL_TIMEOUT_SEC, tls=client_tls(None, config.security),
