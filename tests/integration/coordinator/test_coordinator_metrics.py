@@ -28,7 +28,8 @@ async def scrape(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, tuple
         assert resp.status == 200 and resp.content_type == "text/plain"
         text = await resp.text()
     families = list(text_string_to_metric_families(text))
-    assert families and all(f.name.startswith("motor_coordinator_") for f in families)
+    # The Coordinator's own families, and the calls and bytes every Motor gRPC server counts.
+    assert families and all(f.name.startswith(("motor_coordinator_", "motor_grpc_server_")) for f in families)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
 
 
