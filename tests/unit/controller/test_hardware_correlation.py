@@ -43,6 +43,18 @@ async def reconfiguration_cause(core) -> int:
     return next(e for e in txn.events if e.event_kind == controller_pb2.TIMELINE_EVENT_KIND_DECISION).fallback_cause
 
 
+async def reconfigured_at_the_windows_end(core, cluster, clock) -> None:
+    """Nothing acts within the 5 s correlation window; at its end, a reconfiguration for no match."""
+    for _ in range(4):
+        clock.advance(1.0)
+        heartbeat_all(core, cluster)
+        await core.faults.evaluate_all()
+    assert core.faults.running(7) is None
+    clock.advance(1.0)
+    heartbeat_all(core, cluster)
+    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
+
+
 def report_complete_snapshot(core, dead: set[int]) -> None:
     for r in range(4):
         kind = EvidenceKind.DEAD if r in dead else EvidenceKind.UNHEALTHY
@@ -76,14 +88,7 @@ async def test_hardware_first_without_ft_perception_reconfigures_after_the_windo
     core, clock = make_core(cluster)
     await assemble(core, cluster)
     core.faults.report_hardware([card("node-127.0.0.3", "Ascend910-0")])
-    for _ in range(4):
-        clock.advance(1.0)
-        heartbeat_all(core, cluster)
-        await core.faults.evaluate_all()
-    assert core.faults.running(7) is None
-    clock.advance(1.0)
-    heartbeat_all(core, cluster)
-    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
+    await reconfigured_at_the_windows_end(core, cluster, clock)
     names = [c[0] for c in cluster.calls]
     assert "apply" not in names and names.count("start_engines") == 2
 
@@ -474,11 +479,4 @@ async def test_a_card_fault_that_joined_another_ranks_window_still_waits_after_t
     await core.faults.evaluate_all()
     assert core.faults.running(7) is None
     assert [(p.ranks, p.matched) for p in core.faults.correlation.pending(7)] == [(frozenset({2}), False)]
-    for _ in range(4):
-        clock.advance(1.0)
-        heartbeat_all(core, cluster)
-        await core.faults.evaluate_all()
-    assert core.faults.running(7) is None
-    clock.advance(1.0)
-    heartbeat_all(core, cluster)
-    assert await reconfiguration_cause(core) == controller_pb2.FALLBACK_CAUSE_HARDWARE_NOT_CORRELATED
+    await reconfigured_at_the_windows_end(core, cluster, clock)
