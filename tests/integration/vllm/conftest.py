@@ -2,15 +2,25 @@
 
 The peer runs in the side venv ``.venv-vllm`` (``make test`` creates it through ``make deps``); these
 tests skip only when that venv is absent, and say how to make it.
+
+Each peer costs a cold import of vLLM (tens of seconds here), so every peer the collected tests ask
+for is launched at once, at the first one's set-up, and they import side by side.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from .vllm_peer_helpers import Peer, start_peer, vllm_python
+from .vllm_peer_helpers import Peer, StartingPeer, launch_peer, vllm_python
+
+# Fixture name -> (rank, plain FastAPI errors). Rank 1 twice: two differently configured routers.
+PEERS = {
+    "check_peer": (2, False),
+    "bridge_peer": (1, False),
+    "plain_peer": (1, True),
+}
 
 
 @pytest.fixture(scope="session")
@@ -21,19 +31,44 @@ def peer_python() -> str:
     return python
 
 
-@pytest.fixture(scope="module")
-def spawn_peer(peer_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Peer]]:
-    """Starts peers for the module; every one is stopped by its process group at the end."""
-    started: list[Peer] = []
-
-    def spawn(rank: int, host: str = "127.0.0.1", *, plain_fastapi_errors: bool = False) -> Peer:
-        peer = start_peer(peer_python, rank, host, tmp_path_factory.mktemp(f"vllm-peer-rank{rank}"),
-                          plain_fastapi_errors=plain_fastapi_errors)
-        started.append(peer)
-        return peer
-
+@pytest.fixture(scope="session")
+def vllm_peers(request: pytest.FixtureRequest, peer_python: str,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Peer]]:
+    """The peers the session's tests use (by fixture name), launched together; all stopped at the end."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())
+              if name in PEERS}
+    names = sorted(wanted)
+    starting: dict[str, StartingPeer] = {}
+    ready: dict[str, Peer] = {}
     try:
-        yield spawn
+        for name in names:
+            rank, plain = PEERS[name]
+            starting[name] = launch_peer(peer_python, rank, "127.0.0.1", tmp_path_factory.mktemp(f"vllm-{name}"),
+                                         plain_fastapi_errors=plain)
+        for name, pending in starting.items():
+            ready[name] = pending.ready()
+        yield ready
     finally:
-        for peer in started:
-            peer.proc.stop(grace_sec=5)
+        for pending in starting.values():
+            pending.proc.stop(grace_sec=5)
+
+
+def _peer(vllm_peers: dict[str, Peer], name: str) -> Peer:
+    if name not in vllm_peers:
+        pytest.fail(f"peer {name!r} was not started: name it as a fixture argument of the test")
+    return vllm_peers[name]
+
+
+@pytest.fixture
+def check_peer(vllm_peers: dict[str, Peer]) -> Peer:
+    return _peer(vllm_peers, "check_peer")
+
+
+@pytest.fixture
+def bridge_peer(vllm_peers: dict[str, Peer]) -> Peer:
+    return _peer(vllm_peers, "bridge_peer")
+
+
+@pytest.fixture
+def plain_peer(vllm_peers: dict[str, Peer]) -> Peer:
+    return _peer(vllm_peers, "plain_peer")

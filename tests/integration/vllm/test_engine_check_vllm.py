@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable
 
 import pytest
 
@@ -18,9 +17,9 @@ pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up in
 RANK = 2
 
 
-@pytest.fixture(scope="module")
-def peer(spawn_peer: Callable[..., Peer]) -> Peer:
-    return spawn_peer(RANK, "127.0.0.1")
+@pytest.fixture
+def peer(check_peer: Peer) -> Peer:
+    return check_peer
 
 
 def engine_check(peer: Peer, *argv: str) -> tuple[int, list[str]]:

@@ -27,14 +27,9 @@ pytestmark = pytest.mark.timeout(240)  # per test, the module's peer start-up in
 RANK = 1
 
 
-@pytest.fixture(scope="module")
-def peer(spawn_peer: Callable[..., Peer]) -> Peer:
-    return spawn_peer(RANK, "127.0.0.1")
-
-
-@pytest.fixture(scope="module")
-def plain_peer(spawn_peer: Callable[..., Peer]) -> Peer:
-    return spawn_peer(RANK, "127.0.0.1", plain_fastapi_errors=True)
+@pytest.fixture
+def peer(bridge_peer: Peer) -> Peer:
+    return bridge_peer
 
 
 @pytest.fixture
@@ -120,9 +115,9 @@ async def test_refused_retry_is_correlated_only_by_the_server_request_id(peer: P
 
 
 @pytest.mark.parametrize("served", ["vllm_serve", "bare_fastapi"])
-async def test_scale_down_is_an_invalid_instruction(served: str, request: pytest.FixtureRequest,
+async def test_scale_down_is_an_invalid_instruction(served: str, peer: Peer, plain_peer: Peer,
                                                     bridge: EngineHttpClient) -> None:
-    target: Peer = request.getfixturevalue("peer" if served == "vllm_serve" else "plain_peer")
+    target = peer if served == "vllm_serve" else plain_peer
     target.push("unhealthy")
     before = len(target.handled())
     body = build_scale_down_body("sd-1-abc", [3], "127.0.0.1", 29603)

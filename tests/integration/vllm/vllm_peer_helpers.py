@@ -83,15 +83,29 @@ class Peer:
         return self.request("GET", f"{FT_PREFIX}/status").json()
 
 
-def start_peer(python: str, rank: int, host: str, run_dir: Path, *, plain_fastapi_errors: bool = False) -> Peer:
+@dataclass
+class StartingPeer:
+    """A peer process launched and not yet known to serve: `ready()` waits for its ready file."""
+
+    proc: ManagedProcess
+    rank: int
+    host: str
+    ready_file: Path
+
+    def ready(self) -> Peer:
+        try:
+            doc = self.proc.wait_ready_file(self.ready_file, PEER_READY_TIMEOUT_SEC, required_keys=("port", "pid"))
+        except BaseException:
+            self.proc.stop(grace_sec=2)
+            raise
+        return Peer(self.proc, self.rank, self.host, int(doc["port"]))
+
+
+def launch_peer(python: str, rank: int, host: str, run_dir: Path, *, plain_fastapi_errors: bool = False) -> StartingPeer:
+    """Starts the process and returns at once, so that several peers import vLLM side by side."""
     ready = run_dir / "ready.json"
     argv = [python, str(SERVE_PY), "--dp-rank", str(rank), "--host", host, "--port", "0", "--ready-file", str(ready)]
     if plain_fastapi_errors:
         argv.append("--plain-fastapi-errors")
     proc = start_process(argv, log_path=run_dir / "peer.log", name=f"vllm-peer-rank{rank}", cwd=REPO)
-    try:
-        doc = proc.wait_ready_file(ready, PEER_READY_TIMEOUT_SEC, required_keys=("port", "pid"))
-    except BaseException:
-        proc.stop(grace_sec=2)
-        raise
-    return Peer(proc, rank, host, int(doc["port"]))
+    return StartingPeer(proc, rank, host, ready)
