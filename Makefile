@@ -21,7 +21,7 @@ $(VENV)/.demo-installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.demo-installed
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q -e '.[sim,test,gen]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -q -e '.[sim,test,gen,bench]'
 	touch $@
 
 # vLLM's released FT router as a test peer (tests/vllm_peer/serve.py, tests/integration/vllm,

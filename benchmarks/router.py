@@ -51,6 +51,7 @@ from typing import Any
 
 import grpc
 
+from benchmarks.plots import PlotError, RunInfo, plot_router, require_matplotlib
 from benchmarks.timing import cpu_sec, median, pct
 from gen.motor.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from motor.common.config.publication import VllmRouterConfig
@@ -272,7 +273,9 @@ def measure(backends: Backends, targets: list[str], concurrencies: list[int], re
             row["added_p50_ms"] = row["latency_p50_ms"] - base["latency_p50_ms"]
             row["added_p99_ms"] = row["latency_p99_ms"] - base["latency_p99_ms"]
             row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - base["ttft_p50_ms"]
-    return {"summary": summary, "raw": {t: {c: [{k: v for k, v in r.items() if not k.endswith("_ms")}
+    # Each run keeps its latency samples (to 10 µs) for the charts; TTFT is summarized only.
+    return {"summary": summary, "raw": {t: {c: [{**{k: v for k, v in r.items() if not k.endswith("_ms")},
+                                                 "latency_ms": [round(v, 2) for v in r["latency_ms"]]}
                                                 for r in runs] for c, runs in byc.items()} for t, byc in raw.items()}}
 
 
@@ -321,7 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-router", action="store_true", help="skip vllm-router (Coordinator against direct only)")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json", type=Path, help="write every number here")
+    parser.add_argument("--plot", type=Path, metavar="DIR", help="write the charts here (PNG; the bench extra)")
     args = parser.parse_args(argv)
+    if args.plot:
+        try:
+            require_matplotlib()
+        except PlotError as exc:
+            parser.error(f"--plot {args.plot}: {exc}")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-router-"))
     work.mkdir(parents=True, exist_ok=True)
     concurrencies = [int(x) for x in args.concurrency.split(",")]
@@ -350,12 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"\n(total run time {time.monotonic() - started:.0f} s; load average at the start {load0[0]:.1f}, at the "
           f"end {load[0]:.1f} on {os.cpu_count()} CPUs: other work on the machine shows here)")
+    doc = {"workloads": results, "argv": sys.argv[1:], "max_tokens": {w: tokens[w] for w in workloads},
+           "per_token_latency_sec": args.per_token_latency_sec, "load_average": {"start": load0, "end": load},
+           "run": RunInfo.here(load0[0]).as_dict()}
     if args.json:
-        args.json.write_text(json.dumps({"workloads": results, "argv": sys.argv[1:],
-                                         "max_tokens": {w: tokens[w] for w in workloads},
-                                         "per_token_latency_sec": args.per_token_latency_sec,
-                                         "load_average": {"start": load0, "end": load}}, indent=1))
+        args.json.write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        for path in plot_router(doc, args.plot, RunInfo.of(doc, RunInfo.here())):
+            print(f"wrote {path}")
     return 0
 
 

@@ -61,6 +61,7 @@ from typing import Any
 import grpc
 import psutil
 
+from benchmarks.plots import PlotError, RunInfo, plot_scale, require_matplotlib
 from benchmarks.round_cost import RoundCost, diff
 from benchmarks.round_model import DEFAULT_RTT_MS, call_bursts
 from benchmarks.round_report import cost_summary, render_costs
@@ -478,7 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "CPU numbers then include the profiler's overhead)")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json", type=Path, help="write every number here")
+    parser.add_argument("--plot", type=Path, metavar="DIR", help="write the charts here (PNG; the bench extra)")
     args = parser.parse_args(argv)
+    if args.plot:
+        try:
+            require_matplotlib()
+        except PlotError as exc:
+            parser.error(f"--plot {args.plot}: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="motor-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -522,12 +529,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"\n(total run time {time.monotonic() - started:.0f} s; load average at the start {load0[0]:.1f}, "
           f"at the end {load[0]:.1f} on {os.cpu_count()} CPUs: other work on the machine shows here)")
+    doc = {"summary": summary, "dp_rounds": dps, "steady": steady, "steady_after_faults": steady_after,
+           "simultaneous": simultaneous, "load_average": {"start": load0, "end": load}, "argv": sys.argv[1:],
+           "run": RunInfo.here(load0[0]).as_dict()}
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "dp_rounds": dps, "steady": steady,
-                                         "steady_after_faults": steady_after, "simultaneous": simultaneous,
-                                         "load_average": {"start": load0, "end": load}, "argv": sys.argv[1:]},
-                                        indent=1))
+        args.json.write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+    if args.plot and not dps:
+        print(f"--plot {args.plot}: no DP rounds ran (--dps is empty), so there is nothing to chart")
+    elif args.plot:
+        for path in plot_scale(doc, args.plot, RunInfo.of(doc, RunInfo.here())):
+            print(f"wrote {path}")
     return 0
 
 
