@@ -8,71 +8,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from motor.common.ports import free_port
-from motor.common.process import ManagedProcess, start_process
-from motor.sim.client import SimClient
-from motor.sim.cluster import SimCluster
+from motor.testing.instance_ft_group import InstanceFtGroup as Group
 from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(150)
 
-HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-@dataclass
-class Group:
-    manager: ManagedProcess
-    url: str
-    ranks: SimCluster
-
-    @property
-    def client(self) -> SimClient:
-        return SimClient(self.url, timeout_sec=20)
-
-    def admin(self) -> dict:
-        return self.client.admin_state()
-
-    def stop(self) -> None:
-        try:
-            self.ranks.stop(grace_sec=5)
-        finally:
-            self.manager.stop(grace_sec=5)
-
-
-def start_group(run_dir: Path, token_latency_sec: float = 0.005) -> Group:
-    ready = run_dir / "manager.ready.json"
-    manager = start_process(
-        [sys.executable, "-m", "motor.sim.instance_ft", "--dp-size", "2", "--host", HOST, "--port", "0",
-         "--ready-file", str(ready), "--enable-fault-injection", "--dp-store-port-base", str(free_port(HOST)),
-         "--ft-timeout-sec", "30"],
-        log_path=run_dir / "manager.log", name="ft-manager", cwd=REPO_ROOT)
-    try:
-        port = manager.wait_ready_file(ready, 30, required_keys=["port"])["port"]
-        ranks = SimCluster.start(run_dir, 2, hosts=[HOST, HOST], cwd=REPO_ROOT, ready_timeout_sec=90, extra_args=[
-            "--enable-fault-tolerance", "--enable-fault-injection", "--ft-dialect", "sglang", "--diagnosing-sec",
-            "0", "--ft-manager-address", f"{HOST}:{port}", "--num-experts", "2", "--num-redundant-experts", "2",
-            "--per-token-latency-sec", str(token_latency_sec), "--collective-timeout-sec", "3",
-            "--engine-recovery-timeout-sec", "20"])
-    except BaseException:
-        manager.stop(grace_sec=5)
-        raise
-    group = Group(manager, f"http://{HOST}:{port}", ranks)
-    wait_for(lambda: group.admin()["active_ranks"], 30, "both ranks active", until=lambda a: a == [0, 1],
-             ignoring=OSError)
-    return group
-
-
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
-    g = start_group(tmp_path_factory.mktemp("instance-ft-inference"))
+    g = Group.start(tmp_path_factory.mktemp("instance-ft-inference"))
     try:
         yield g
     finally:
@@ -81,7 +29,7 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
 
 @pytest.fixture
 def own_group(tmp_path: Path) -> Iterator[Group]:
-    g = start_group(tmp_path, token_latency_sec=0.05)
+    g = Group.start(tmp_path, token_latency_sec=0.05)
     try:
         yield g
     finally:
