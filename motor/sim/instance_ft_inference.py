@@ -173,5 +173,6 @@ class InferenceFront:
 
 def admin_counts(state: InstanceFtState) -> dict[str, Any]:
     """The inference part of ``GET /motor/admin/state``."""
-    return {"pinned_requests": state.pinned_requests, "forwarded_requests": state.forwarded_requests,
+    return {"pinned_requests": state.pinned_requests, "unpinned_requests": state.unpinned_requests,
+            "forwarded_requests": state.forwarded_requests,
             "active_ranks": state.active_ranks(time.monotonic())}

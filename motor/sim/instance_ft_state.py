@@ -107,9 +107,11 @@ class InstanceFtState:
     fail_next: str | None = None
     journal: list[dict[str, Any]] = field(default_factory=list)
     # Inference: the last observed view of every rank, the round robin's last rank, and per rank the
-    # requests that named it in routed_dp_rank (admitted or not) and those forwarded to it.
+    # requests that named it in routed_dp_rank (admitted or not) and those forwarded to it; the
+    # requests that named no rank.
     views: dict[int, RankView | None] = field(default_factory=dict)
     last_routed: int = -1
+    unpinned_requests: int = 0
     pinned_requests: dict[int, int] = field(default_factory=dict)
     forwarded_requests: dict[int, int] = field(default_factory=dict)
 
@@ -207,6 +209,8 @@ class InstanceFtState:
         """The rank an inference request goes to (counted as forwarded), or the manager's own answer."""
         if routed_dp_rank is not None:
             self.pinned_requests[routed_dp_rank] = self.pinned_requests.get(routed_dp_rank, 0) + 1
+        else:
+            self.unpinned_requests += 1
         active = self.active_ranks(now)
         if routed_dp_rank is not None and routed_dp_rank not in active:
             return RouteRefusal(503, f"routed_dp_rank={routed_dp_rank} is not active")

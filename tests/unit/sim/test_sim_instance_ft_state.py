@@ -104,6 +104,7 @@ def test_inference_admission_pins_refuses_inactive_ranks_pauses_and_round_robins
     assert state.route(2, 1.0) == RouteRefusal(503, "routed_dp_rank=2 is not active")  # removed: not expected
     assert state.active_ranks(5.0) == []  # every link lapsed
     assert state.pinned_requests == {2: 3, 1: 1, 0: 1} and state.forwarded_requests == {0: 2, 1: 2}
+    assert state.unpinned_requests == 3
 
 
 def test_routed_dp_rank_values() -> None:
