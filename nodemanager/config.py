@@ -157,6 +157,12 @@ class NodeManagerConfig(PostureConfig):
     engine_ft_manager_address: str | None = Field(
         default=None, description="host:port of the instance's FT manager (engine_ft_dialect sglang: one for every "
                                   "rank of the instance); unset for per-rank dialects.")
+    # SGLang's server chooses the DP rank itself unless the request pins one; the Coordinator pins
+    # the rank it chose among the published ones, so a removed rank is never served.
+    engine_inference_address: str | None = Field(
+        default=None, description="host:port of the instance's one inference endpoint (engine_ft_dialect sglang "
+                                  "only): the Coordinator sends this pod's ranks' requests there with routed_dp_rank "
+                                  "= the rank; unset: to each rank's own port.")
     dp_master_ip: str = Field(default="127.0.0.1", description="IP address of the DP group's master (rank 0's host).")
     dp_master_port: Port = Field(
         default=29500, description="Port of the DP group's master; 0 picks a free one (every rank on this pod).")
@@ -220,7 +226,7 @@ class NodeManagerConfig(PostureConfig):
         return value
 
     _check_controllers = field_validator("controller_address", "controller_addresses",
-                                         "engine_ft_manager_address")(check_host_ports)
+                                         "engine_ft_manager_address", "engine_inference_address")(check_host_ports)
 
     @property
     def controller_targets(self) -> list[str]:
@@ -278,6 +284,10 @@ class NodeManagerConfig(PostureConfig):
         if self.engine_ft_dialect == "sglang" and not self.engine_ft_manager_address:
             raise ValueError("engine_ft_dialect=sglang needs engine_ft_manager_address (host:port of the instance's "
                              "FT manager)")
+        if self.engine_inference_address and self.engine_ft_dialect != "sglang":
+            raise ValueError(f"engine_inference_address={self.engine_inference_address!r} needs engine_ft_dialect="
+                             f"sglang (an instance served through one endpoint); engine_ft_dialect="
+                             f"{self.engine_ft_dialect} engines serve inference on their own ports")
         if self.dp_master_port == 0 and len(ranks) != self.dp_size:
             raise ValueError(
                 f"dp_master_port=0 (pick a free port at launch) needs every rank on this pod, but it hosts "

@@ -17,16 +17,18 @@ from nodemanager.errors import InvalidArgument
 
 @dataclass(frozen=True)
 class LocalEndpoint:
-    """One local engine as registered: id, where it listens, its cards."""
+    """One local engine as registered: id, where it listens, its cards, and the instance's one
+    inference endpoint when requests reach the rank through it (engine_inference_address)."""
 
     id: int
     ip: str
     port: int  # 0 until the first launch picked one
     headless: bool
     device_infos: tuple[DeviceInfoConfig, ...] = ()
+    instance_route: tuple[str, int] | None = None
 
     def to_pb(self) -> common_pb2.Endpoint:
-        return common_pb2.Endpoint(
+        msg = common_pb2.Endpoint(
             id=self.id,
             ip=self.ip,
             business_port=self.port,
@@ -37,6 +39,9 @@ class LocalEndpoint:
                 for d in self.device_infos
             ],
         )
+        if self.instance_route is not None and not self.headless:
+            msg.instance_route.host, msg.instance_route.port = self.instance_route
+        return msg
 
 
 def check_instance(instance_id: int, mine: int) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from motor.common.config.addresses import parse_host_port
 from motor.common.ports import free_port, port_free
 from motor.common.process import (
     ManagedProcess,
@@ -142,6 +143,8 @@ class ProcessSupervisor:
         self._on_exit = on_exit
         self._slots = {spec.dp_rank: EngineSlot(spec=spec, host=config.pod_ip) for spec in config.engines}
         self._labels = f"instance={config.instance_id}"
+        address = config.engine_inference_address
+        self._instance_route = parse_host_port(address) if address else None
 
     # -- views ------------------------------------------------------------------------------
     @property
@@ -165,7 +168,8 @@ class ProcessSupervisor:
             # its launch will take (kept while free), never at port 0, which the Controller refuses.
             cfg = self._config
             s.port = self._choose_port(s, cfg.dp_master_port if cfg.dp_master_ip == s.host else 0)
-        return LocalEndpoint(endpoint_id, s.host, s.port, s.spec.headless, tuple(s.spec.device_infos))
+        return LocalEndpoint(endpoint_id, s.host, s.port, s.spec.headless, tuple(s.spec.device_infos),
+                             self._instance_route)
 
     def endpoints(self, ids: Iterable[int] | None = None) -> list[LocalEndpoint]:
         return [self.endpoint(i) for i in (self.ids if ids is None else ids)]

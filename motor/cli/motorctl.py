@@ -34,7 +34,7 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf import json_format
 
-from gen.motor.v1 import controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from motor.cli import engine_check, restore
 from motor.cli.stage_bar import stage_bar
 from motor.common.config.loader import ConfigError, build_config
@@ -145,10 +145,17 @@ def follow_timeline(stub: controller_pb2_grpc.ControllerStub, instance_id: int, 
                 return
 
 
+def _endpoint_text(e: common_pb2.Endpoint) -> str:
+    """``rank@ip:port``, or ``rank@host:port(pinned)`` for a rank reached through its instance's route."""
+    if e.HasField("instance_route"):
+        return f"{e.id}@{e.instance_route.host}:{e.instance_route.port}(pinned)"
+    return f"{e.id}@{e.ip}:{e.business_port}"
+
+
 def instances_text(resp: coordinator_pb2.ListInstancesResponse) -> str:
     lines = [f"revision {resp.revision}"]
     for p in resp.instances:
-        eps = ", ".join(f"{e.id}@{e.ip}:{e.business_port}" for e in sorted(p.instance.endpoints, key=lambda e: e.id))
+        eps = ", ".join(_endpoint_text(e) for e in sorted(p.instance.endpoints, key=lambda e: e.id))
         state = "paused" if p.paused else "routing"
         lines.append(f"instance {p.instance.id} model={p.instance.model} {state}: {eps}")
     return "\n".join(lines)

@@ -163,6 +163,13 @@ def _validate(req: controller_pb2.RegisterRequest) -> None:
             raise RegistrationError(f"pod {pod.pod_ip}: endpoint {ep.id} has ip {ep.ip!r}, not the pod ip")
         if not ep.headless and not 0 < ep.business_port <= 65535:
             raise RegistrationError(f"pod {pod.pod_ip}: endpoint {ep.id} business_port {ep.business_port} invalid")
+        if ep.HasField("instance_route"):
+            route = ep.instance_route
+            if ep.headless:
+                raise RegistrationError(f"pod {pod.pod_ip}: endpoint {ep.id} is headless but has an instance_route")
+            if not route.host or any(ch.isspace() for ch in route.host) or not 0 < route.port <= 65535:
+                raise RegistrationError(f"pod {pod.pod_ip}: endpoint {ep.id} instance_route {route.host!r}:"
+                                        f"{route.port} is not host:port")
     if pod.endpoint_ids and sorted(pod.endpoint_ids) != sorted(ids):
         raise RegistrationError(f"pod {pod.pod_ip}: pod.endpoint_ids {list(pod.endpoint_ids)} != endpoints {ids}")
 

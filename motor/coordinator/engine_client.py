@@ -3,12 +3,15 @@
 One pooled aiohttp session; every request is bounded by the connect timeout and by a total
 timeout (first byte and body included). A failure to get a response (connection refused or reset,
 timeout, malformed reply) is raised as ``UpstreamError`` so the caller can decide whether a retry
-is still possible.
+is still possible. A route through an instance's one inference endpoint carries its rank in the body
+(``engine_body``): the engine serves exactly that rank or refuses, so the Coordinator's choice among
+the published ranks holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -34,6 +37,22 @@ def describe_client_error(exc: BaseException) -> str:
         return "engine closed the connection"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
+
+
+# SGLang's field of CompletionRequest / ChatCompletionRequest (Optional[int]) pinning the DP rank.
+ROUTED_DP_RANK = "routed_dp_rank"
+
+
+def engine_body(route: Route, body: bytes) -> bytes:
+    """The body the engine gets: ``body`` itself, or for a pinned route the same JSON object with
+    ``routed_dp_rank`` set to the route's original rank (replacing any value the client sent)."""
+    if route.pinned_rank is None:
+        return body
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError(f"a pinned request body must be a JSON object, got {type(doc).__name__}")
+    doc[ROUTED_DP_RANK] = route.pinned_rank
+    return json.dumps(doc).encode()
 
 
 def base_url(route: Route) -> str:
@@ -74,7 +93,7 @@ class EngineClient:
         if self._session is None:
             raise RuntimeError("EngineClient.start() was not called")
         try:
-            resp = await self._session.post(base_url(route) + path, data=body, headers=dict(headers))
+            resp = await self._session.post(base_url(route) + path, data=engine_body(route, body), headers=dict(headers))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise UpstreamError(describe_client_error(exc)) from exc
         completed = False

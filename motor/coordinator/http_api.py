@@ -55,6 +55,8 @@ def snapshot_json(snapshot: TableSnapshot) -> dict[str, Any]:
                         "business_port": e.spec.business_port,
                         "mgmt_port": e.spec.mgmt_port,
                         "headless": e.spec.headless,
+                        "instance_route": None if e.spec.instance_route is None else {
+                            "host": e.spec.instance_route.host, "port": e.spec.instance_route.port},
                         "outstanding_requests": e.outstanding,
                         "cooling_down": e.cooling_down,
                     }

@@ -16,6 +16,9 @@ A refused refresh changes nothing (all-or-nothing across the request) and does n
 revision. Validation failures (`motor.coordinator.serving_view`, checked before the revision) are
 INVALID_ARGUMENT and name the offending value.
 
+An endpoint with an ``instance_route`` is reached through its instance's one inference endpoint with
+its rank pinned (``Route.pinned_rank``); it is chosen, counted and cooled down as its own rank.
+
 Selection (``pick``): among published, not-paused instances serving the requested model, the
 routable endpoints (not headless, not excluded for this request, not cooling down after a recent
 failure) are ordered by (outstanding requests, original DP rank); remaining ties rotate round robin
@@ -51,13 +54,21 @@ EndpointKey = tuple[int, int]
 
 @dataclass(frozen=True)
 class Route:
-    """One chosen endpoint for one attempt of one request."""
+    """One chosen endpoint for one attempt of one request. ``pinned_rank``: set when ip:port is the
+    instance's one inference endpoint, which must be told the rank (``routed_dp_rank``)."""
 
     instance_id: int
     rank: int
     ip: str
     port: int
     model: str
+    pinned_rank: int | None = None
+
+    @classmethod
+    def of(cls, instance_id: int, ep: EndpointSpec, model: str) -> Route:
+        if ep.instance_route is not None:
+            return cls(instance_id, ep.id, ep.instance_route.host, ep.instance_route.port, model, pinned_rank=ep.id)
+        return cls(instance_id, ep.id, ep.ip, ep.business_port, model)
 
     @property
     def key(self) -> EndpointKey:
@@ -213,7 +224,7 @@ class RoutingTable:
         ep = next((e for e in inst.endpoints if e.id == rank), None) if inst is not None else None
         if ep is None or ep.headless:
             return None
-        return Route(instance_id=instance_id, rank=rank, ip=ep.ip, port=ep.business_port, model=inst.model)
+        return Route.of(instance_id, ep, inst.model)
 
     def outstanding(self, key: EndpointKey) -> int:
         return self._outstanding.get(key, 0)
@@ -293,8 +304,8 @@ class RoutingTable:
             after = [c for c in tied if (c[3], c[2]) > self._last_pick]
             if after:
                 chosen = after[0]
-        _, _, rank, inst_id, ep, inst = chosen
-        return Route(instance_id=inst_id, rank=rank, ip=ep.ip, port=ep.business_port, model=inst.model)
+        _, _, _, inst_id, ep, inst = chosen
+        return Route.of(inst_id, ep, inst.model)
 
     def acquire(self, route: Route) -> None:
         self._outstanding[route.key] = self._outstanding.get(route.key, 0) + 1

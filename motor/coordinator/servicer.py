@@ -24,7 +24,7 @@ from motor.common.validation import check_request
 from motor.coordinator.canary import Canary, CanaryRefused
 from motor.coordinator.migration_ledger import MigrationLedger
 from motor.coordinator.routing import RoutingTable
-from motor.coordinator.serving_view import EndpointSpec, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
+from motor.coordinator.serving_view import EndpointSpec, InstanceRoute, InstanceSpec, RefreshError, RefreshErrorCode, RefreshEvent
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,9 @@ def instance_from_proto(msg: common_pb2.Instance) -> InstanceSpec:
         role=role,
         dp_size=msg.dp_size,
         endpoints=tuple(
-            EndpointSpec(id=e.id, ip=e.ip, business_port=e.business_port, mgmt_port=e.mgmt_port, headless=e.headless)
+            EndpointSpec(id=e.id, ip=e.ip, business_port=e.business_port, mgmt_port=e.mgmt_port, headless=e.headless,
+                         instance_route=InstanceRoute(e.instance_route.host, e.instance_route.port)
+                         if e.HasField("instance_route") else None)
             for e in msg.endpoints
         ),
         source=source,
@@ -79,8 +81,10 @@ def instance_to_proto(spec: InstanceSpec) -> common_pb2.Instance:
     if spec.role in common_pb2.Role.keys():
         out.role = common_pb2.Role.Value(spec.role)
     for ep in spec.endpoints:
-        out.endpoints.add(id=ep.id, ip=ep.ip, business_port=ep.business_port, mgmt_port=ep.mgmt_port,
-                          headless=ep.headless)
+        added = out.endpoints.add(id=ep.id, ip=ep.ip, business_port=ep.business_port, mgmt_port=ep.mgmt_port,
+                                  headless=ep.headless)
+        if ep.instance_route is not None:
+            added.instance_route.host, added.instance_route.port = ep.instance_route.host, ep.instance_route.port
     return out
 
 

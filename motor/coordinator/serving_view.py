@@ -39,12 +39,21 @@ class RefreshError(Exception):
 
 
 @dataclass(frozen=True)
+class InstanceRoute:
+    """The instance's one inference endpoint; requests for the rank go there with the rank pinned."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
 class EndpointSpec:
     id: int
     ip: str
     business_port: int
     mgmt_port: int = 0
     headless: bool = False
+    instance_route: InstanceRoute | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,15 @@ def validate_published_instance(instance: InstanceSpec) -> None:
             raise _invalid(
                 f"instance {instance.id} endpoint {ep.id}: mgmt_port {ep.mgmt_port} not in 0..{MAX_PORT}"
             )
+        route = ep.instance_route
+        if route is not None:
+            where = f"instance {instance.id} endpoint {ep.id}: instance_route"
+            if ep.headless:
+                raise _invalid(f"{where} is set on a headless endpoint (never routed to)")
+            if not route.host or any(ch.isspace() for ch in route.host):
+                raise _invalid(f"{where} host {route.host!r} is empty or has spaces")
+            if not MIN_PORT <= route.port <= MAX_PORT:
+                raise _invalid(f"{where} port {route.port} not in {MIN_PORT}..{MAX_PORT}")
 
 
 def validate_refresh(event: RefreshEvent | Any, instances: Sequence[InstanceSpec]) -> None:

@@ -1,7 +1,10 @@
 """`SglangEngines`: the reference engine in SGLang's shape (docs/engine-dialects.md). The launcher
 starts one instance FT manager per instance (``motor.sim.instance_ft``, on the instance's first pod
 address, a free port), the NodeManagers launch `motor-engine-sim --ft-dialect sglang` per rank as
-for `ReferenceEngines`, and every NodeManager speaks the ``sglang`` dialect to that manager."""
+for `ReferenceEngines`, and every NodeManager speaks the ``sglang`` dialect to that manager. As with
+SGLang, inference goes through the manager's one endpoint: every NodeManager registers it as its
+endpoints' ``instance_route`` (``engine_inference_address``), so the Coordinator pins each request's
+rank with ``routed_dp_rank``; ``pin_ranks=False`` keeps the ranks' own ports instead."""
 
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan
 
 
 class SglangEngines(ReferenceEngines):
-    def __init__(self, *, manager_args: list[str] | None = None) -> None:
+    def __init__(self, *, manager_args: list[str] | None = None, pin_ranks: bool = True) -> None:
         self.manager_args = list(manager_args or [])
+        self.pin_ranks = pin_ranks
         self.managers: dict[int, tuple[str, int]] = {}
         self._ports: PortsPlan | None = None
 
@@ -39,6 +43,8 @@ class SglangEngines(ReferenceEngines):
                                       "--ft-manager-address", f"{host}:{port}"]
         keys["engine_ft_dialect"] = "sglang"
         keys["engine_ft_manager_address"] = f"{host}:{port}"
+        if self.pin_ranks:
+            keys["engine_inference_address"] = f"{host}:{port}"
         return keys
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:

@@ -4,12 +4,17 @@
 
 * ``GET {prefix}/status`` and ``POST {prefix}/apply`` exactly as SGLang's manager does
   (``motor.sim.instance_ft_state``; docs/engine-dialects.md);
+* inference at the same address, SGLang's one HTTP endpoint for the instance: ``/v1/completions``,
+  ``/v1/chat/completions`` and ``/v1/models``, forwarded to the rank ``routed_dp_rank`` names or
+  to an active rank (``motor.sim.instance_ft_inference``); every rank's status is observed every
+  ``WATCH_SEC`` for it;
 * ``POST /motor/internal/ft/link`` where every rank started with ``--ft-dialect sglang
   --ft-manager-address H:P`` links itself (``motor.sim.instance_link``);
 * with ``--enable-fault-injection``, ``POST /motor/admin/inject`` ``{"fault": "busy_next_applies",
   "count"}`` (the next applies answer 409) | ``{"fault": "fail_next_apply", "ft_error"}`` (the next
   accepted apply ends with that code) | ``{"fault": "clear"}``, and ``GET /motor/admin/state``
-  (expected ranks, links, every apply received and its HTTP status).
+  (expected ranks, links, every apply received and its HTTP status, the inference requests pinned to
+  and forwarded to each rank, the active ranks).
 
 The ranks keep their own FT machine (the RFC dialect, at ``/motor/internal/ft``) and their real
 gloo group: a ``scale_down`` here is sent, with the cumulative removed ranks, the new master (the
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 import aiohttp
 from aiohttp import web
 
+from motor.sim.instance_ft_inference import MAX_REQUEST_BYTES, InferenceFront, admin_counts
 from motor.sim.instance_ft_state import ApplyRefused, InstanceApply, InstanceFtState, RankView, parse_apply
 from motor.sim.instance_link import INTERNAL_PREFIX
 from motor.sim.main import write_ready_file
@@ -44,6 +50,7 @@ log = logging.getLogger("motor.sim.instance_ft")
 
 RANK_TIMEOUT_SEC = 1.0
 POLL_SEC = 0.1
+WATCH_SEC = 0.2
 
 
 class InstanceFtManager:
@@ -56,6 +63,15 @@ class InstanceFtManager:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=RANK_TIMEOUT_SEC))
+        watcher = asyncio.create_task(self._watch())
+        self._tasks.add(watcher)
+        watcher.add_done_callback(self._tasks.discard)
+
+    async def _watch(self) -> None:
+        """The ranks' statuses, for inference admission (each read bounded by RANK_TIMEOUT_SEC)."""
+        while True:
+            self.state.observe(await self.views())
+            await asyncio.sleep(WATCH_SEC)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -144,8 +160,9 @@ class InstanceFtManager:
         return f"{req.instruction}_timed_out"
 
 
-def build_app(manager: InstanceFtManager, prefix: str, injection: bool) -> web.Application:
-    app = web.Application()
+def build_app(manager: InstanceFtManager, prefix: str, injection: bool,
+              front: InferenceFront | None = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     state = manager.state
 
     async def health(_: web.Request) -> web.Response:
@@ -188,12 +205,14 @@ def build_app(manager: InstanceFtManager, prefix: str, injection: bool) -> web.A
     async def admin_state(_: web.Request) -> web.Response:
         return web.json_response({"expected": state.expected, "in_progress": state.in_progress,
                                   "links": {r: link.url for r, link in state.links.items()},
-                                  "applies": state.journal})
+                                  "applies": state.journal, **admin_counts(state)})
 
     app.router.add_get("/health", health)
     app.router.add_get(f"{prefix}/status", status)
     app.router.add_post(f"{prefix}/apply", apply)
     app.router.add_post(f"{INTERNAL_PREFIX}/link", link)
+    if front is not None:
+        front.add_routes(app)
     if injection:
         app.router.add_post("/motor/admin/inject", inject)
         app.router.add_get("/motor/admin/state", admin_state)
@@ -210,6 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-sec", type=float, default=2.0, help="a rank whose link is older reads dead")
     p.add_argument("--ft-timeout-sec", type=float, default=30.0, help="bound on one apply's execution")
     p.add_argument("--dp-store-port-base", type=int, default=29600)
+    p.add_argument("--inference-timeout-sec", type=float, default=600.0,
+                   help="bound on one forwarded inference request, its whole answer included")
     p.add_argument("--enable-fault-injection", action="store_true")
     p.add_argument("--log-level", default="INFO")
     return p
@@ -221,8 +242,11 @@ async def _serve(ns: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     manager = InstanceFtManager(InstanceFtState(ns.dp_size, ns.lease_sec), timeout_sec=ns.ft_timeout_sec,
                                 dp_store_port_base=ns.dp_store_port_base)
+    front = InferenceFront(manager.state, timeout_sec=ns.inference_timeout_sec)
     await manager.start()
-    runner = web.AppRunner(build_app(manager, ns.ft_api_prefix, ns.enable_fault_injection), access_log=None)
+    await front.start()
+    runner = web.AppRunner(build_app(manager, ns.ft_api_prefix, ns.enable_fault_injection, front),
+                           access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, ns.host, ns.port).start()
@@ -234,8 +258,9 @@ async def _serve(ns: argparse.Namespace) -> int:
         await stop.wait()
         return 0
     finally:
-        await manager.close()
         await runner.cleanup()
+        await front.close()
+        await manager.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,10 @@ engine's ranks. The server is ``motor.sim.instance_ft``.
 * An apply: ``retry`` | ``scale_down`` with ``params.removed_dp_ranks`` (only ranks still expected);
   400 ``{"message"}`` for a bad body or a rank out of range, 409 ``ft_operation_in_progress`` while
   one runs, else 202; what fails after the 202 is a code in ``ft_error``.
+* Inference admission (``route``): a rank is *active* while expected, linked and not ``dead`` in the
+  last observed view (``observe``); a request pinned by ``routed_dp_rank`` to another rank is 503
+  ``routed_dp_rank=N is not active``, any request while an apply runs 503 ``fault_tolerance_paused``
+  (SGLang checks in that order), and an unpinned one goes to the next active rank, round robin.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ LINK_INTERVAL_SEC = 0.3
 ACCEPTED_MESSAGE = "Request accepted; poll /v1/fault_tolerance/status for updates."
 BUSY = "ft_operation_in_progress"
 INSTRUCTIONS = ("retry", "scale_down")
+PAUSED = "fault_tolerance_paused"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,14 @@ class InstanceApply:
 
 class ApplyRefused(ValueError):
     """HTTP 400 ``{"message"}``."""
+
+
+@dataclass(frozen=True)
+class RouteRefusal:
+    """An inference request the manager answers itself: the HTTP status and the message."""
+
+    status: int
+    message: str
 
 
 def parse_apply(raw: bytes, dp_size: int) -> InstanceApply:
@@ -93,6 +106,14 @@ class InstanceFtState:
     busy_next: int = 0
     fail_next: str | None = None
     journal: list[dict[str, Any]] = field(default_factory=list)
+    # Inference: the last observed view of every rank, the round robin's last rank, and per rank the
+    # requests that named it in routed_dp_rank (admitted or not) and those forwarded to it; the
+    # requests that named no rank.
+    views: dict[int, RankView | None] = field(default_factory=dict)
+    last_routed: int = -1
+    unpinned_requests: int = 0
+    pinned_requests: dict[int, int] = field(default_factory=dict)
+    forwarded_requests: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.expected:
@@ -175,3 +196,30 @@ class InstanceFtState:
         self.last_ft_request_id = req.request_id
         self.ft_error = error
         self.in_progress = False
+
+    def observe(self, views: dict[int, RankView | None]) -> None:
+        self.views = dict(views)
+
+    def active_ranks(self, now: float) -> list[int]:
+        linked = self.linked(now)
+        return [r for r in range(self.dp_size) if self.expected[r] and r in linked
+                and (view := self.views.get(r)) is not None and view.status != "dead"]
+
+    def route(self, routed_dp_rank: int | None, now: float) -> int | RouteRefusal:
+        """The rank an inference request goes to (counted as forwarded), or the manager's own answer."""
+        if routed_dp_rank is not None:
+            self.pinned_requests[routed_dp_rank] = self.pinned_requests.get(routed_dp_rank, 0) + 1
+        else:
+            self.unpinned_requests += 1
+        active = self.active_ranks(now)
+        if routed_dp_rank is not None and routed_dp_rank not in active:
+            return RouteRefusal(503, f"routed_dp_rank={routed_dp_rank} is not active")
+        if self.in_progress:
+            return RouteRefusal(503, PAUSED)
+        if routed_dp_rank is None:
+            if not active:
+                return RouteRefusal(503, "no DP rank is active")
+            routed_dp_rank = next((r for r in active if r > self.last_routed), active[0])
+            self.last_routed = routed_dp_rank
+        self.forwarded_requests[routed_dp_rank] = self.forwarded_requests.get(routed_dp_rank, 0) + 1
+        return routed_dp_rank

@@ -4,7 +4,8 @@ that speak the `sglang` dialect to it. Pod block 127.0.0.80.
 
 Each row checks what differs from the per-rank dialects: one apply per round to the manager (from
 the lowest survivor's pod), the manager told only the round's ranks, a 409 while busy sent again,
-and a failure after the 202 read from the sticky top-level `ft_error` of the round's request id."""
+a failure after the 202 read from the sticky top-level `ft_error` of the round's request id, and
+inference through the manager's one endpoint with the rank pinned (`routed_dp_rank`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def _start(start_cluster, **kwargs):
     engines = SglangEngines()
     cluster = start_cluster(engines=engines, first_pod_ip=POD_BLOCK, **kwargs)
     return cluster, engines
+
+
+def _pinned(engines: SglangEngines, rank: int) -> int:
+    """Inference requests that reached the manager naming `rank` in routed_dp_rank (admitted or not)."""
+    return int(_manager(engines, "/motor/admin/state")["pinned_requests"].get(str(rank), 0))
 
 
 def _round_applies(engines: SglangEngines, request_id: str) -> list[dict]:
@@ -129,3 +135,35 @@ def test_sglang_failed_scale_down_falls_back_with_the_code(start_cluster, artifa
     assert rt["alive_dp_ranks"] == [0, 1, 2, 3] and rt["dead_committed"] == []
     status = _manager(engines, "/v1/fault_tolerance/status")
     assert [e["status"] for e in status["engines"]] == ["healthy"] * 4
+
+
+def test_sglang_requests_pinned_through_the_manager_and_none_to_the_removed_rank(start_cluster, artifacts) -> None:
+    cluster, engines = _start(start_cluster)
+    host, port = engines.managers[1]
+    with urllib.request.urlopen(cluster.coordinator_http + "/coordinator/instances", timeout=10) as resp:
+        listed = json.loads(resp.read())["instances"][0]["endpoints"]
+    assert [e["instance_route"] for e in listed] == [{"host": host, "port": port}] * 4
+    load = cluster.load_generator(concurrency=3, max_tokens=8, max_duration_sec=150).start()
+    try:
+        wait_for(lambda: load.counts()["succeeded"] >= 6 and _pinned(engines, 1) > 0, 60.0,
+                 "completions under load, some pinned to rank 1")
+        artifacts.injection(cluster, 1, "executor_death")
+        rt = cluster.wait_serving(ROUND_SEC, alive=[0, 2, 3])
+        # The round is over, the drain long before it: rank 1 is never named again while the load
+        # goes on over the survivors.
+        after_round, served = _pinned(engines, 1), load.counts()["succeeded"]
+        wait_for(lambda: load.counts()["succeeded"] >= served + 12, 60.0, "completions after the round")
+        state = _manager(engines, "/motor/admin/state")
+    finally:
+        load.stop()
+    counts = load.counts()
+    artifacts.record("load", counts)
+    artifacts.record("manager_inference", {k: state[k] for k in ("pinned_requests", "unpinned_requests",
+                                                                  "forwarded_requests", "active_ranks")})
+    assert counts["succeeded"] > 0 and counts["failed"] == 0, counts
+    assert int(state["pinned_requests"].get("1", 0)) == after_round
+    assert state["active_ranks"] == [0, 2, 3]
+    data = artifacts.collect(cluster)
+    assert rt["dead_committed"] == [1] and data["coordinator_endpoints"] == {1: [0, 2, 3]}
+    assert data["controller_timeline"][-1]["outcome"] == "succeeded"
+    assert state["unpinned_requests"] == 0  # every request the Coordinator sent named its rank

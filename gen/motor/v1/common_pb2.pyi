@@ -53,20 +53,30 @@ class DeviceInfo(_message.Message):
     def __init__(self, device_id: _Optional[str] = ..., device_ip: _Optional[str] = ..., device_type: _Optional[str] = ...) -> None: ...
 
 class Endpoint(_message.Message):
-    __slots__ = ("id", "ip", "business_port", "mgmt_port", "device_infos", "headless")
+    __slots__ = ("id", "ip", "business_port", "mgmt_port", "device_infos", "headless", "instance_route")
     ID_FIELD_NUMBER: _ClassVar[int]
     IP_FIELD_NUMBER: _ClassVar[int]
     BUSINESS_PORT_FIELD_NUMBER: _ClassVar[int]
     MGMT_PORT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_INFOS_FIELD_NUMBER: _ClassVar[int]
     HEADLESS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ROUTE_FIELD_NUMBER: _ClassVar[int]
     id: int
     ip: str
     business_port: int
     mgmt_port: int
     device_infos: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     headless: bool
-    def __init__(self, id: _Optional[int] = ..., ip: _Optional[str] = ..., business_port: _Optional[int] = ..., mgmt_port: _Optional[int] = ..., device_infos: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., headless: _Optional[bool] = ...) -> None: ...
+    instance_route: InstanceRoute
+    def __init__(self, id: _Optional[int] = ..., ip: _Optional[str] = ..., business_port: _Optional[int] = ..., mgmt_port: _Optional[int] = ..., device_infos: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., headless: _Optional[bool] = ..., instance_route: _Optional[_Union[InstanceRoute, _Mapping]] = ...) -> None: ...
+
+class InstanceRoute(_message.Message):
+    __slots__ = ("host", "port")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    port: int
+    def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class FtCapability(_message.Message):
     __slots__ = ("engine_ft_enabled", "scale_down_supported", "external_lb", "auto_recovery", "enable_eplb", "num_redundant_experts", "retry_supported", "supports_scale_up")

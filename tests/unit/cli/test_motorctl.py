@@ -122,11 +122,13 @@ def test_instances_lists_what_the_coordinator_routes() -> None:
     inst = common_pb2.Instance(id=7, model="m")
     inst.endpoints.add(id=2, ip="127.0.0.3", business_port=8002)
     inst.endpoints.add(id=0, ip="127.0.0.2", business_port=8000)
+    inst.endpoints.add(id=3, ip="127.0.0.3", business_port=8003, instance_route={"host": "127.0.0.2", "port": 30000})
     resp = coordinator_pb2.ListInstancesResponse(revision=42)
     resp.instances.add(instance=inst, paused=False)
     rpc.terminate(resp, (), grpc.StatusCode.OK, "")
     thread.join(10)
-    assert h.out.getvalue().splitlines() == ["revision 42", "instance 7 model=m routing: 0@127.0.0.2:8000, 2@127.0.0.3:8002"]
+    assert h.out.getvalue().splitlines() == ["revision 42", "instance 7 model=m routing: 0@127.0.0.2:8000, "
+                                             "2@127.0.0.3:8002, 3@127.0.0.2:30000(pinned)"]
 
 
 def test_inject_refuses_malformed_params() -> None:

@@ -161,3 +161,16 @@ def test_restartable_light_placeholders_report_to_the_groups_control_listener() 
     assert argv[argv.index("--control") + 1] == "127.0.0.2:17999"
     assert "--control" not in LightEngines().group_argv(spec, 1, RUN_DIR / "ready.json")
     NodeManagerConfig.model_validate(cfg)
+
+
+@pytest.mark.parametrize("pin_ranks", [True, False])
+def test_sglang_nodemanager_config_routes_inference_through_the_manager_unless_told_not_to(pin_ranks: bool) -> None:
+    from motor.launch.sglang_engines import SglangEngines
+
+    spec = ClusterSpec(dp_size=4, ranks_per_pod=2, first_pod_ip=80)
+    engines = SglangEngines(pin_ranks=pin_ranks)
+    engines.managers[1] = ("127.0.0.80", 30000)  # plan_ports picks a free one
+    pod = spec.all_pods()[1]
+    cfg = NodeManagerConfig.model_validate(_nm(spec, pod, engines))
+    assert (cfg.engine_ft_dialect, cfg.engine_ft_manager_address) == ("sglang", "127.0.0.80:30000")
+    assert cfg.engine_inference_address == ("127.0.0.80:30000" if pin_ranks else None)

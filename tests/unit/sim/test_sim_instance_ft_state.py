@@ -81,3 +81,44 @@ def test_links_lapse_to_dead_and_a_relaunched_rank_is_expected_again() -> None:
     state.busy_next = 1
     req = parse_apply(body(instruction="retry"), 2)
     assert state.admit(req)[0] == 409 and state.admit(req)[0] == 202
+
+
+def test_inference_admission_pins_refuses_inactive_ranks_pauses_and_round_robins() -> None:
+    from motor.sim.instance_ft_state import RouteRefusal
+
+    state = InstanceFtState(3, lease_sec=2.0)
+    for r in range(3):
+        state.register(r, f"http://h:{r}/motor/internal/ft", "run", now=0.0)
+    assert state.active_ranks(1.0) == []  # no view observed yet
+    state.observe({0: H, 1: U, 2: D})
+    assert state.active_ranks(1.0) == [0, 1]  # unhealthy still takes requests (it answers 503 itself)
+    assert state.route(2, 1.0) == RouteRefusal(503, "routed_dp_rank=2 is not active")
+    assert [state.route(None, 1.0) for _ in range(3)] == [0, 1, 0]
+    assert state.route(1, 1.0) == 1
+    req = parse_apply(body(instruction="scale_down", params={"removed_dp_ranks": [2]}), 3)
+    state.admit(req)
+    assert state.route(0, 1.0) == RouteRefusal(503, "fault_tolerance_paused")
+    assert state.route(2, 1.0) == RouteRefusal(503, "routed_dp_rank=2 is not active")  # checked first, as SGLang
+    state.finish(req, None)
+    state.observe({0: H, 1: H, 2: H})
+    assert state.route(2, 1.0) == RouteRefusal(503, "routed_dp_rank=2 is not active")  # removed: not expected
+    assert state.active_ranks(5.0) == []  # every link lapsed
+    assert state.pinned_requests == {2: 3, 1: 1, 0: 1} and state.forwarded_requests == {0: 2, 1: 2}
+    assert state.unpinned_requests == 3
+
+
+def test_routed_dp_rank_values() -> None:
+    from motor.sim.instance_ft_inference import BadRequest, inference_url, parse_routed_dp_rank
+
+    assert parse_routed_dp_rank(body(prompt="x"), 4) is None
+    assert parse_routed_dp_rank(body(routed_dp_rank=None), 4) is None
+    assert parse_routed_dp_rank(body(routed_dp_rank=3), 4) == 3
+    for value in ["1", 1.0, False, -1, 4]:
+        with pytest.raises(BadRequest, match=f"routed_dp_rank must be an integer in 0..3, got {json.dumps(value)}"):
+            parse_routed_dp_rank(body(routed_dp_rank=value), 4)
+    for raw in (b"{", b"[]"):
+        with pytest.raises(BadRequest, match="request body"):
+            parse_routed_dp_rank(raw, 4)
+    state = InstanceFtState(1, lease_sec=2.0)
+    state.register(0, "http://h:7/motor/internal/ft", "run", now=0.0)
+    assert inference_url(state, 0, "/v1/completions") == "http://h:7/v1/completions"

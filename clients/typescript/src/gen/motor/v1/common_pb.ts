@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/common.proto.
  */
 export const file_motor_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChVtb3Rvci92MS9jb21tb24ucHJvdG8SCG1vdG9yLnYxIkcKCkRldmljZUluZm8SEQoJZGV2aWNlX2lkGAEgASgJEhEKCWRldmljZV9pcBgCIAEoCRITCgtkZXZpY2VfdHlwZRgDIAEoCSKKAQoIRW5kcG9pbnQSCgoCaWQYASABKAUSCgoCaXAYAiABKAkSFQoNYnVzaW5lc3NfcG9ydBgDIAEoBRIRCgltZ210X3BvcnQYBCABKAUSKgoMZGV2aWNlX2luZm9zGAUgAygLMhQubW90b3IudjEuRGV2aWNlSW5mbxIQCghoZWFkbGVzcxgGIAEoCCLbAQoMRnRDYXBhYmlsaXR5EhkKEWVuZ2luZV9mdF9lbmFibGVkGAEgASgIEhwKFHNjYWxlX2Rvd25fc3VwcG9ydGVkGAIgASgIEhMKC2V4dGVybmFsX2xiGAMgASgIEhUKDWF1dG9fcmVjb3ZlcnkYBCABKAgSEwoLZW5hYmxlX2VwbGIYBSABKAgSHQoVbnVtX3JlZHVuZGFudF9leHBlcnRzGAYgASgFEhcKD3JldHJ5X3N1cHBvcnRlZBgHIAEoCBIZChFzdXBwb3J0c19zY2FsZV91cBgIIAEoCCLtAQoORW5naW5lRnRTdGF0dXMSCgoCaWQYASABKAUSJgoGc3RhdHVzGAIgASgOMhYubW90b3IudjEuRW5naW5lSGVhbHRoEiMKCGZ0X3N0YXRlGAMgASgOMhEubW90b3IudjEuRnRTdGF0ZRISCgpmYXVsdF9pbmZvGAQgASgJEhoKEmxhc3RfZnRfcmVxdWVzdF9pZBgFIAEoCRIQCghmdF9lcnJvchgGIAEoCRIMCgRtYXNrGAcgAygFEhQKDHJhd19mdF9zdGF0ZRgIIAEoCRIcChRvYnNlcnZlZF9hdF91bml4X3NlYxgJIAEoASKPAQoDUG9kEg4KBnBvZF9pcBgBIAEoCRIRCglub2RlX25hbWUYAiABKAkSHAoUbm9kZV9tYW5hZ2VyX2FkZHJlc3MYAyABKAkSFAoMZW5kcG9pbnRfaWRzGAQgAygFEhoKEmRwX3N0b3JlX3BvcnRfYmFzZRgFIAEoBRIVCg1ib3VuZF9wb2RfdXJpGAYgASgJIscBCghJbnN0YW5jZRIKCgJpZBgBIAEoAxIcCgRyb2xlGAIgASgOMg4ubW90b3IudjEuUm9sZRINCgVtb2RlbBgDIAEoCRIbCgRwb2RzGAQgAygLMg0ubW90b3IudjEuUG9kEiUKCWVuZHBvaW50cxgFIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50Eg8KB2RwX3NpemUYBiABKAUSLQoNZnRfY2FwYWJpbGl0eRgHIAEoCzIWLm1vdG9yLnYxLkZ0Q2FwYWJpbGl0eSpPCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIQCgxST0xFX1BSRUZJTEwQARIPCgtST0xFX0RFQ09ERRACEg4KClJPTEVfVU5JT04QAyqbAQoMRW5naW5lSGVhbHRoEh0KGUVOR0lORV9IRUFMVEhfVU5TUEVDSUZJRUQQABIZChVFTkdJTkVfSEVBTFRIX0hFQUxUSFkQARIbChdFTkdJTkVfSEVBTFRIX1VOSEVBTFRIWRACEhYKEkVOR0lORV9IRUFMVEhfREVBRBADEhwKGEVOR0lORV9IRUFMVEhfRElBR05PU0lORxAEKmcKB0Z0U3RhdGUSGAoURlRfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNGVF9TVEFURV9SRUNPVkVSSU5HEAESEwoPRlRfU1RBVEVfRkFJTEVEEAISFAoQRlRfU1RBVEVfVU5LTk9XThADYgZwcm90bzM");
+  fileDesc("ChVtb3Rvci92MS9jb21tb24ucHJvdG8SCG1vdG9yLnYxIkcKCkRldmljZUluZm8SEQoJZGV2aWNlX2lkGAEgASgJEhEKCWRldmljZV9pcBgCIAEoCRITCgtkZXZpY2VfdHlwZRgDIAEoCSK7AQoIRW5kcG9pbnQSCgoCaWQYASABKAUSCgoCaXAYAiABKAkSFQoNYnVzaW5lc3NfcG9ydBgDIAEoBRIRCgltZ210X3BvcnQYBCABKAUSKgoMZGV2aWNlX2luZm9zGAUgAygLMhQubW90b3IudjEuRGV2aWNlSW5mbxIQCghoZWFkbGVzcxgGIAEoCBIvCg5pbnN0YW5jZV9yb3V0ZRgHIAEoCzIXLm1vdG9yLnYxLkluc3RhbmNlUm91dGUiKwoNSW5zdGFuY2VSb3V0ZRIMCgRob3N0GAEgASgJEgwKBHBvcnQYAiABKAUi2wEKDEZ0Q2FwYWJpbGl0eRIZChFlbmdpbmVfZnRfZW5hYmxlZBgBIAEoCBIcChRzY2FsZV9kb3duX3N1cHBvcnRlZBgCIAEoCBITCgtleHRlcm5hbF9sYhgDIAEoCBIVCg1hdXRvX3JlY292ZXJ5GAQgASgIEhMKC2VuYWJsZV9lcGxiGAUgASgIEh0KFW51bV9yZWR1bmRhbnRfZXhwZXJ0cxgGIAEoBRIXCg9yZXRyeV9zdXBwb3J0ZWQYByABKAgSGQoRc3VwcG9ydHNfc2NhbGVfdXAYCCABKAgi7QEKDkVuZ2luZUZ0U3RhdHVzEgoKAmlkGAEgASgFEiYKBnN0YXR1cxgCIAEoDjIWLm1vdG9yLnYxLkVuZ2luZUhlYWx0aBIjCghmdF9zdGF0ZRgDIAEoDjIRLm1vdG9yLnYxLkZ0U3RhdGUSEgoKZmF1bHRfaW5mbxgEIAEoCRIaChJsYXN0X2Z0X3JlcXVlc3RfaWQYBSABKAkSEAoIZnRfZXJyb3IYBiABKAkSDAoEbWFzaxgHIAMoBRIUCgxyYXdfZnRfc3RhdGUYCCABKAkSHAoUb2JzZXJ2ZWRfYXRfdW5peF9zZWMYCSABKAEijwEKA1BvZBIOCgZwb2RfaXAYASABKAkSEQoJbm9kZV9uYW1lGAIgASgJEhwKFG5vZGVfbWFuYWdlcl9hZGRyZXNzGAMgASgJEhQKDGVuZHBvaW50X2lkcxgEIAMoBRIaChJkcF9zdG9yZV9wb3J0X2Jhc2UYBSABKAUSFQoNYm91bmRfcG9kX3VyaRgGIAEoCSLHAQoISW5zdGFuY2USCgoCaWQYASABKAMSHAoEcm9sZRgCIAEoDjIOLm1vdG9yLnYxLlJvbGUSDQoFbW9kZWwYAyABKAkSGwoEcG9kcxgEIAMoCzINLm1vdG9yLnYxLlBvZBIlCgllbmRwb2ludHMYBSADKAsyEi5tb3Rvci52MS5FbmRwb2ludBIPCgdkcF9zaXplGAYgASgFEi0KDWZ0X2NhcGFiaWxpdHkYByABKAsyFi5tb3Rvci52MS5GdENhcGFiaWxpdHkqTwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASEAoMUk9MRV9QUkVGSUxMEAESDwoLUk9MRV9ERUNPREUQAhIOCgpST0xFX1VOSU9OEAMqmwEKDEVuZ2luZUhlYWx0aBIdChlFTkdJTkVfSEVBTFRIX1VOU1BFQ0lGSUVEEAASGQoVRU5HSU5FX0hFQUxUSF9IRUFMVEhZEAESGwoXRU5HSU5FX0hFQUxUSF9VTkhFQUxUSFkQAhIWChJFTkdJTkVfSEVBTFRIX0RFQUQQAxIcChhFTkdJTkVfSEVBTFRIX0RJQUdOT1NJTkcQBCpnCgdGdFN0YXRlEhgKFEZUX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTRlRfU1RBVEVfUkVDT1ZFUklORxABEhMKD0ZUX1NUQVRFX0ZBSUxFRBACEhQKEEZUX1NUQVRFX1VOS05PV04QA2IGcHJvdG8z");
 
 /**
  * One accelerator card bound to an endpoint (one DP rank may span several cards).
@@ -98,6 +98,15 @@ export type Endpoint = Message<"motor.v1.Endpoint"> & {
    * @generated from field: bool headless = 6;
    */
   headless: boolean;
+
+  /**
+   * Set when the rank's inference is reached through its instance's one HTTP endpoint (SGLang's
+   * server): requests for this rank go to that address with the rank pinned, never to
+   * ip:business_port. Unset: the rank serves inference on ip:business_port itself.
+   *
+   * @generated from field: motor.v1.InstanceRoute instance_route = 7;
+   */
+  instanceRoute?: InstanceRoute | undefined;
 };
 
 /**
@@ -106,6 +115,36 @@ export type Endpoint = Message<"motor.v1.Endpoint"> & {
  */
 export const EndpointSchema: GenMessage<Endpoint> = /*@__PURE__*/
   messageDesc(file_motor_v1_common, 1);
+
+/**
+ * The one inference endpoint of an instance whose server chooses the DP rank itself (SGLang). A
+ * request sent there names its rank in the body's `routed_dp_rank` (the Endpoint's id, an original
+ * global DP rank); the server refuses a rank it no longer serves (503) instead of choosing another.
+ *
+ * @generated from message motor.v1.InstanceRoute
+ */
+export type InstanceRoute = Message<"motor.v1.InstanceRoute"> & {
+  /**
+   * Host of the instance's inference server: an IP address or a DNS name.
+   *
+   * @generated from field: string host = 1;
+   */
+  host: string;
+
+  /**
+   * TCP port of its OpenAI-compatible inference API.
+   *
+   * @generated from field: int32 port = 2;
+   */
+  port: number;
+};
+
+/**
+ * Describes the message motor.v1.InstanceRoute.
+ * Use `create(InstanceRouteSchema)` to create a new message.
+ */
+export const InstanceRouteSchema: GenMessage<InstanceRoute> = /*@__PURE__*/
+  messageDesc(file_motor_v1_common, 2);
 
 /**
  * Static fault-tolerance capability of an engine, reported by the NodeManager at registration.
@@ -179,7 +218,7 @@ export type FtCapability = Message<"motor.v1.FtCapability"> & {
  * Use `create(FtCapabilitySchema)` to create a new message.
  */
 export const FtCapabilitySchema: GenMessage<FtCapability> = /*@__PURE__*/
-  messageDesc(file_motor_v1_common, 2);
+  messageDesc(file_motor_v1_common, 3);
 
 /**
  * One entry of an engine's FT status, after the NodeManager checked its identity.
@@ -256,7 +295,7 @@ export type EngineFtStatus = Message<"motor.v1.EngineFtStatus"> & {
  * Use `create(EngineFtStatusSchema)` to create a new message.
  */
 export const EngineFtStatusSchema: GenMessage<EngineFtStatus> = /*@__PURE__*/
-  messageDesc(file_motor_v1_common, 3);
+  messageDesc(file_motor_v1_common, 4);
 
 /**
  * A NodeManager's pod as part of an instance.
@@ -315,7 +354,7 @@ export type Pod = Message<"motor.v1.Pod"> & {
  * Use `create(PodSchema)` to create a new message.
  */
 export const PodSchema: GenMessage<Pod> = /*@__PURE__*/
-  messageDesc(file_motor_v1_common, 4);
+  messageDesc(file_motor_v1_common, 5);
 
 /**
  * An inference instance: one DP group of engines serving one model in one role.
@@ -379,7 +418,7 @@ export type Instance = Message<"motor.v1.Instance"> & {
  * Use `create(InstanceSchema)` to create a new message.
  */
 export const InstanceSchema: GenMessage<Instance> = /*@__PURE__*/
-  messageDesc(file_motor_v1_common, 5);
+  messageDesc(file_motor_v1_common, 6);
 
 /**
  * The role an instance plays in a disaggregated deployment.
