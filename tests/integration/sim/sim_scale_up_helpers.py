@@ -102,3 +102,13 @@ def assert_every_rank_serves_in_lockstep(clients: Sequence[SimClient]) -> None:
         assert results[r].status == 200, results[r].body
         assert results[r].body["motor_dp_rank"] == r
         assert results[r].body["choices"][0]["text"] == expected_completion(f"grown {r}", 12)
+
+
+def assert_missing_rank_failed_the_round(failed: dict[int, Entry], missing: int, request_id: str) -> None:
+    """Rank 0 serves the round's store and its check-in window ends first: it names the rank that
+    never came; the others fail on the same window or on the store closing with it."""
+    assert f"dp ranks [{missing}] did not join DP group '{request_id}' (members [0, 1, 2, 3])" in (
+        failed[0]["ft_error"]), failed
+    for r, e in failed.items():
+        assert e["status"] == "unhealthy" and e["last_ft_request_id"] == request_id, failed
+        assert e["ft_error"].startswith("scale_up failed: ") or r == missing, failed
