@@ -207,7 +207,8 @@ def test_join_flag() -> None:
 
 
 @pytest.mark.parametrize("args, named", [
-    (["--dp-size", "1", "--enable-fault-tolerance", "--join"], "--join needs --dp-size >= 2 (the original DP size), got 1"),
+    (["--dp-size", "1", "--enable-fault-tolerance", "--join"],
+     "--join needs --dp-size >= 2 (the original DP size), got 1"),
     (["--dp-size", "2", "--join"], "--join needs --enable-fault-tolerance"),
     (["--dp-size", "2", "--enable-fault-tolerance", "--join", "--ft-dialect", "sglang",
       "--ft-manager-address", "127.0.0.1:1"], "--join is refused with --ft-dialect sglang"),
