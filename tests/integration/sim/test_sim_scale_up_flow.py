@@ -7,7 +7,9 @@ an injected apply failure, a survivor whose apply never comes, and a no vote (su
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,7 @@ from .sim_scale_up_helpers import (
 
 pytestmark = pytest.mark.timeout(400)
 
-CHECKIN_SEC = 4.0
+CHECKIN_SEC = 6.0
 ARGS = ["--ft-dialect", "vllm", "--diagnosing-sec", "0.3", "--scale-down-checkin-sec", f"{CHECKIN_SEC:g}",
         "--idle-step-interval-sec", "0.05"]
 SURVIVORS = (0, 2, 3)
@@ -68,12 +70,24 @@ def _scale_up_re_admits_rank_1(cluster: SimCluster) -> None:
     clients = [cluster.client(r) for r in range(4)]
     before = pids(clients, SURVIVORS)
     port = free_port(HOSTS[0])
+    # A request the drain left running on rank 3 (every survivor steps for it).
+    outcome: dict[str, Any] = {}
+    stream = threading.Thread(target=lambda: outcome.setdefault("events", clients[3].stream(
+        "/v1/completions", {"prompt": "long", "max_tokens": 2000}, timeout_sec=60)))
+    stream.start()
+    wait_for(lambda: clients[3].admin_state()["in_flight_requests"] == 1, 10, "stream in flight", ignoring=Exception)
     res = clients[0].scale_up("up-1", [1], [], HOSTS[0], port)
     assert res.status == 202 and res.body["request_id"] == "up-1", res.body
     assert clients[0].entry() == {"id": 0, "status": "unhealthy"}  # left healthy before the 202
     # Rank 0 left the group at a batch boundary and took its peers along: they wait, healthy, for
-    # their own apply, and serve nothing meanwhile.
-    wait_for(lambda: clients[2].admin_state()["standby"], 5, "rank 2 paused by its peer's round", ignoring=Exception)
+    # their own apply, and serve nothing meanwhile; the running request ends with a 503 event.
+    for r in (2, 3):
+        wait_for(lambda r=r: clients[r].admin_state()["standby"], 5, f"rank {r} paused by its peer's round",
+                 ignoring=Exception)
+    stream.join(30)
+    status, _, events = outcome["events"]
+    assert status == 200 and events[-1]["error"]["code"] == 503 and "[DONE]" not in events, events[-1:]
+    assert len(events) - 1 < 2000  # cut short
     assert clients[2].entry() == {"id": 2, "status": "healthy"}
     assert clients[2].complete("while paused", 2).status == 503
     for r in (2, 3, 1):
