@@ -6,7 +6,8 @@ Two layers, because they fail differently (DESIGN.md §3):
   reaches the engine (``parse_apply_body``);
 * the params' types (``removed_dp_ranks``, ``dp_master_ip``, ``dp_store_port``) -- a bad one is a
   rejection the engine records in status after its 202, like every other refusal of a well-formed
-  command (``validate_params``).
+  command (``validate_params``); ``scale_up``'s (``added_dp_ranks`` too, ``removed_dp_ranks`` may be
+  empty) are typed by ``validate_scale_up_params`` and refused with HTTP 400.
 
 Every message names the key and the bad value; pydantic's own wording is replaced because callers
 (and their logs) quote these messages.
@@ -41,11 +42,13 @@ MAX_PORT = 65535
 class Instruction(StrEnum):
     SCALE_DOWN = "scale_down"
     RETRY = "retry"
+    SCALE_UP = "scale_up"
 
 
 KNOWN_PARAMS: dict[Instruction, frozenset[str]] = {
     Instruction.SCALE_DOWN: frozenset({"removed_dp_ranks", "dp_master_ip", "dp_store_port"}),
     Instruction.RETRY: frozenset({"dp_master_ip", "dp_store_port"}),
+    Instruction.SCALE_UP: frozenset({"added_dp_ranks", "removed_dp_ranks", "dp_master_ip", "dp_store_port"}),
 }
 _CHOICES = ", ".join(i.value for i in Instruction)
 
@@ -162,17 +165,29 @@ class ParamsError(ValueError):
     """A params value of the wrong type or range; the message names the key and the value."""
 
 
+class ScaleUpParams(BaseModel):
+    """Typed ``params`` of ``scale_up``: ``removed_dp_ranks`` (the ranks still removed after the
+    round) may be empty; absent keys stay None (the rules name them)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    added_dp_ranks: Annotated[list[_Rank] | None, _Present, Field(min_length=1)] = None
+    removed_dp_ranks: Annotated[list[_Rank] | None, _Present] = None
+    dp_master_ip: Annotated[StrictStr | None, _Present, AfterValidator(_ip_address)] = None
+    dp_store_port: Annotated[StrictInt | None, _Present, Field(ge=1, le=MAX_PORT)] = None
+
+
 def _params_message(errors: list[ErrorDetails], dp_size: int) -> str:
     first = errors[0]
     field, value = first["loc"][0], first.get("input")
-    if field == "removed_dp_ranks":
+    if field in ("removed_dp_ranks", "added_dp_ranks"):
         items = [e.get("input") for e in errors if e["loc"][0] == field and len(e["loc"]) > 1]
         if items:
-            return (f"params.removed_dp_ranks has invalid ranks {_quoted(items)} "
+            return (f"params.{field} has invalid ranks {_quoted(items)} "
                     f"(original dp ranks are 0..{dp_size - 1})")
         if first["type"] == "too_short":
-            return "params.removed_dp_ranks is empty"
-        return f"params.removed_dp_ranks must be a list of ranks, got {_quoted(value)}"
+            return f"params.{field} is empty"
+        return f"params.{field} must be a list of ranks, got {_quoted(value)}"
     if field == "dp_master_ip":
         if isinstance(value, str):
             return f"params.dp_master_ip {value!r} is not an IP address"
@@ -184,5 +199,13 @@ def validate_params(params: dict[str, Any], dp_size: int) -> ApplyParams:
     """Types and ranges of ``params`` (ranks are original ranks in ``0..dp_size-1``) or ParamsError."""
     try:
         return ApplyParams.model_validate(params, context={"dp_size": dp_size})
+    except ValidationError as exc:
+        raise ParamsError(_params_message(exc.errors(), dp_size)) from None
+
+
+def validate_scale_up_params(params: dict[str, Any], dp_size: int) -> ScaleUpParams:
+    """Types and ranges of ``scale_up``'s ``params`` or ParamsError (the message names the value)."""
+    try:
+        return ScaleUpParams.model_validate(params, context={"dp_size": dp_size})
     except ValidationError as exc:
         raise ParamsError(_params_message(exc.errors(), dp_size)) from None

@@ -17,65 +17,19 @@
   list to omit earlier rounds' ranks (they stay removed) and, when the master survives, reuses its
   store if no new address is given; the RFC dialect requires the cumulative list and an address.
   A named address always gets a fresh store: the same port as the round before cannot be bound.
+* ``scale_up`` (re-admitting removed ranks into a healthy group): ``scale_up_rules``.
 * Unknown keys in ``params`` are ignored (logged by the caller), not rejected.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from motor.sim.apply_body import KNOWN_PARAMS, ApplyParams, ApplyRequest, Instruction, ParamsError, validate_params
+from motor.sim.apply_plan import ApplyDecision, GroupContext, RecoveryPlan
 from motor.sim.ft_state import EngineStatus, FtStatus
 from motor.sim.placement import ExpertPlacement, PlacementError, replace_after_scale_down
+from motor.sim.scale_up_rules import decide_scale_up
 
-
-@dataclass(frozen=True)
-class GroupContext:
-    """What a rank knows about its DP group when an apply arrives."""
-
-    rank: int
-    dp_size: int
-    members: tuple[int, ...]  # current members, original ranks, sorted
-    removed: tuple[int, ...]  # cumulative removed original ranks, sorted
-    master_ip: str
-    master_port: int
-
-    @property
-    def master_rank(self) -> int:
-        return min(self.members)
-
-
-@dataclass(frozen=True)
-class RecoveryPlan:
-    request_id: str
-    instruction: Instruction
-    members: tuple[int, ...]  # new members (original ranks), sorted; new dense rank = index
-    removed: tuple[int, ...]  # cumulative removed original ranks, sorted
-    newly_removed: tuple[int, ...]
-    master_ip: str
-    master_port: int
-    placement: ExpertPlacement
-    # A scale_down that names the store address forms the new group through a fresh store there,
-    # even when it is the current one (whose server still holds that port, so it cannot bind).
-    new_store: bool = False
-
-    @property
-    def master_rank(self) -> int:
-        return self.members[0]
-
-
-@dataclass(frozen=True)
-class ApplyDecision:
-    """``plan`` set: accept. ``rejection`` set: record in status. ``ignored`` set: log only.
-
-    ``not_ready``: the rejection is about the rank's state, not the command (vLLM answers 400).
-    """
-
-    plan: RecoveryPlan | None = None
-    rejection: str | None = None
-    ignored: str | None = None
-    not_ready: bool = False
-    warnings: list[str] = field(default_factory=list)
+__all__ = ["ApplyDecision", "GroupContext", "RecoveryPlan", "decide_apply"]
 
 
 def _master(params: ApplyParams, required: bool, why: str = "") -> tuple[str, int] | str | None:
@@ -113,6 +67,8 @@ def decide_apply(
         )
     if req.request_id == status.handled_id:
         return ApplyDecision(ignored=f"duplicate apply {req.request_id} (already ended, status unchanged)")
+    if req.instruction is Instruction.SCALE_UP:
+        return decide_scale_up(status, req, ctx, placement, warnings)
     if status.status is EngineStatus.DEAD:
         return ApplyDecision(
             rejection=f"rank {ctx.rank} is dead; {req.instruction.value} needs an unhealthy engine", not_ready=True
@@ -123,6 +79,9 @@ def decide_apply(
             "while the engine is unhealthy",
             not_ready=True,
         )
+    if not ctx.in_group:
+        return ApplyDecision(rejection=f"rank {ctx.rank} is in no DP group (started to join one); "
+                             f"{req.instruction.value} needs a group, only scale_up admits this rank")
     if req.instruction is Instruction.RETRY:
         return _decide_retry(req, ctx, placement, warnings)
     return _decide_scale_down(req, ctx, placement, warnings, vllm=status.vllm)

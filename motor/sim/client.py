@@ -65,6 +65,11 @@ class SimClient:
         return self.apply("scale_down", request_id,
                           {"removed_dp_ranks": removed, "dp_master_ip": master_ip, "dp_store_port": store_port})
 
+    def scale_up(self, request_id: str, added: list[int], removed: list[int], master_ip: str,
+                 store_port: int) -> HttpResult:
+        return self.apply("scale_up", request_id, {"added_dp_ranks": added, "removed_dp_ranks": removed,
+                                                   "dp_master_ip": master_ip, "dp_store_port": store_port})
+
     # -- admin (needs --enable-fault-injection) -------------------------------------------
     def inject(self, fault: str, **params: Any) -> HttpResult:
         return self.request("POST", "/motor/admin/inject", {"fault": fault, **params})

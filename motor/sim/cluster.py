@@ -2,6 +2,8 @@
 
 Each rank is its own process group, logs to ``<run_dir>/rank<r>.log`` and announces its HTTP port
 in ``<run_dir>/rank<r>.ready.json``. Ranks may sit on different loopback addresses to emulate pods.
+``start_joiner`` replaces one rank's processes by a ``--join`` process for an elastic scale-up
+(``<run_dir>/rank<r>.join<n>.log``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class SimCluster:
     master_port: int
     ranks: list[SimRank] = field(default_factory=list)
     startup_sec: float = 0.0
+    extra_args: tuple[str, ...] = ()
+    cwd: Path | None = None
+    joins: int = 0
 
     @classmethod
     def start(
@@ -77,7 +82,8 @@ class SimCluster:
         if len(host_list) != dp_size:
             raise ValueError(f"hosts has {len(host_list)} entries for dp_size {dp_size}")
         master_ip = host_list[0]
-        cluster = cls(run_dir=run, master_ip=master_ip, master_port=free_port(master_ip))
+        cluster = cls(run_dir=run, master_ip=master_ip, master_port=free_port(master_ip),
+                      extra_args=tuple(extra_args), cwd=Path(cwd))
         started = time.monotonic()
         try:
             for rank, host in enumerate(host_list):
@@ -96,6 +102,26 @@ class SimCluster:
             raise
         cluster.startup_sec = time.monotonic() - started
         return cluster
+
+    def start_joiner(self, rank: int, *, ready_timeout_sec: float = 120.0,
+                     extra_args: Sequence[str] = ()) -> SimRank:
+        """Stop rank ``rank``'s processes (by pid) and start a ``--join`` process for it on the same
+        host with the group's flags (+ ``extra_args``); returns it once it serves."""
+        old = self.ranks[rank]
+        old.proc.stop(5.0)
+        self.joins += 1
+        ready = self.run_dir / f"rank{rank}.join{self.joins}.ready.json"
+        ready.unlink(missing_ok=True)
+        argv = engine_argv(rank, len(self.ranks), host=old.host, master_ip=self.master_ip,
+                           master_port=self.master_port, ready_file=ready,
+                           extra_args=[*self.extra_args, *extra_args, "--join"])
+        proc = start_process(argv, log_path=self.run_dir / f"rank{rank}.join{self.joins}.log",
+                             name=f"sim-rank{rank}-join{self.joins}", cwd=self.cwd)
+        joiner = SimRank(rank=rank, host=old.host, proc=proc, ready_file=ready)
+        self.ranks[rank] = joiner
+        doc = proc.wait_ready_file(ready, ready_timeout_sec, required_keys=("port",))
+        joiner.port = int(doc["port"])
+        return joiner
 
     def client(self, rank: int, timeout_sec: float = 10.0) -> SimClient:
         return self.ranks[rank].client(timeout_sec)

@@ -56,6 +56,9 @@ class SimConfig:
     apply_journal: str | None = None
     # --ft-dialect sglang: host:port of the instance FT manager (motor.sim.instance_ft) to link to.
     ft_manager_address: str | None = None
+    # --join: an added original rank of an elastic scale-up; forms no group at start and serves
+    # nothing until a scale_up round that names it commits (--dp-master-ip/--dp-master-port unused).
+    join: bool = False
 
     @property
     def slots_per_rank(self) -> int:
@@ -156,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dp-master-port", type=_int_in(0, 65535), default=29500, help="port of the initial group's TCPStore (0 only with --dp-size 1)")
     g.add_argument("--dp-init-timeout-sec", type=_seconds(0, inclusive=False), default=600.0, help="bound on forming the initial DP group")
     g.add_argument("--collective-timeout-sec", type=_seconds(0, inclusive=False), default=30.0, help="a collective that takes longer fails (peer hung)")
+    g.add_argument("--join", action="store_true",
+                   help="start as a joiner of an elastic scale-up: form no group (--dp-master-ip/--dp-master-port "
+                        "are ignored), answer /health and the FT status as healthy, refuse inference until a "
+                        "scale_up apply naming --dp-rank commits; --dp-size is the original DP size")
     g.add_argument("--wave-poll-interval-sec", type=_seconds(0, inclusive=False), default=0.02, help="how often an idle rank checks the store for a peer's new wave")
     h = p.add_argument_group("serving")
     h.add_argument("--host", type=_host, default="127.0.0.1", help="HTTP bind address")
@@ -213,7 +220,14 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if ns.dp_rank >= ns.dp_size:
         parser.error(f"--dp-rank {ns.dp_rank} must be less than --dp-size {ns.dp_size}")
-    if ns.dp_master_port == 0 and ns.dp_size > 1:
+    if ns.join:
+        if ns.dp_size < 2:
+            parser.error(f"--join needs --dp-size >= 2 (the original DP size), got {ns.dp_size}")
+        if not ns.enable_fault_tolerance:
+            parser.error("--join needs --enable-fault-tolerance (the scale_up apply that admits the rank)")
+        if ns.ft_dialect is FtDialect.SGLANG:
+            parser.error("--join is refused with --ft-dialect sglang: SGLang's instance manager has no scale_up")
+    elif ns.dp_master_port == 0 and ns.dp_size > 1:
         parser.error(f"--dp-master-port 0 is only allowed with --dp-size 1 (got --dp-size {ns.dp_size})")
     try:
         slots_per_rank(ns.num_experts, ns.num_redundant_experts, ns.dp_size)
@@ -258,6 +272,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         mode=ns.mode,
         apply_journal=ns.apply_journal,
         ft_manager_address=ns.ft_manager_address,
+        join=ns.join,
     )
     refusal = injection_refusal(cfg)
     if refusal is not None:

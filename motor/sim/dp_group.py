@@ -174,16 +174,20 @@ class DpGroup:
         }
 
     def allreduce_sum(self, value: int, timeout_sec: float) -> int:
+        return self.allreduce_sums([value], timeout_sec)[0]
+
+    def allreduce_sums(self, values: Sequence[int], timeout_sec: float) -> list[int]:
+        """Element-wise sums over the members, in one collective."""
         if self._pg is None:
             raise CollectiveError("DP group is shut down")
-        tensor = torch.tensor([value], dtype=torch.int64)
+        tensor = torch.tensor(list(values), dtype=torch.int64)
         opts = AllreduceOptions()
         opts.timeout = _td(timeout_sec)
         try:
             self._pg.allreduce([tensor], opts).wait()
         except Exception as exc:
             raise CollectiveError(clean_error(exc)) from None
-        return int(tensor.item())
+        return [int(v) for v in tensor.tolist()]
 
     def shutdown(self) -> None:
         """Close the group's sockets so peers blocked in a collective fail at once."""

@@ -7,7 +7,6 @@ All state here is touched only on the event loop; the executor's messages arrive
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -17,25 +16,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from motor.sim.apply_body import ApplyRequest, Instruction
-from motor.sim.apply_rules import GroupContext, RecoveryPlan, decide_apply
 from motor.sim.config import SimConfig
+from motor.sim.engine_rounds import SUPPORTED_INSTRUCTIONS, EngineRounds
 from motor.sim.executor_client import ExecutorHandle
-from motor.sim.ft_state import (
-    RECOVERY_FAILED_INFO,
-    SCHEMA_VERSION,
-    VLLM_DEAD_INFO,
-    VLLM_FAULT_INFO,
-    EngineStatus,
-    FtStatus,
-)
+from motor.sim.ft_state import SCHEMA_VERSION, VLLM_DEAD_INFO, VLLM_FAULT_INFO, EngineStatus, FtStatus
 from motor.sim.injection_state import InjectionState
 from motor.sim.placement import initial_placement
 from motor.sim.toy_model import text_state
 
 log = logging.getLogger("motor.sim.engine")
-
-_RECOVERY_GRACE_SEC = 15.0  # the executor enforces the deadline itself; this only catches a wedged one
 
 
 class EngineUnavailable(Exception):
@@ -51,7 +40,7 @@ class _Stream:
     queue: asyncio.Queue[tuple[int, bool] | EngineUnavailable] = field(default_factory=asyncio.Queue)
 
 
-class SimEngine:
+class SimEngine(EngineRounds):
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.rank = cfg.dp_rank
@@ -60,9 +49,14 @@ class SimEngine:
         self.fault_detail: str | None = None
         self._diagnosis: asyncio.TimerHandle | None = None
         self._diagnosed_mask: list[int] | None = None
-        self.members: tuple[int, ...] = tuple(range(cfg.dp_size))
+        # A joiner (--join) is in no group until its scale_up commits, and serves nothing meanwhile.
+        self.members: tuple[int, ...] = () if cfg.join else tuple(range(cfg.dp_size))
         self.removed: tuple[int, ...] = ()
-        self.master: tuple[str, int] = (cfg.dp_master_ip, cfg.dp_master_port)
+        self.master: tuple[str, int] | None = None if cfg.join else (cfg.dp_master_ip, cfg.dp_master_port)
+        self.ft.standby = cfg.join
+        self.standby_reason: str | None = (
+            f"dp rank {self.rank} waits to join a DP group (started with --join)" if cfg.join else None)
+        self._standby_timer: asyncio.TimerHandle | None = None
         self.placement = initial_placement(cfg.num_experts, cfg.num_redundant_experts, cfg.dp_size)
         self.injections = InjectionState()
         self.group_info: dict[str, Any] | None = None
@@ -90,6 +84,7 @@ class SimEngine:
 
     async def stop(self) -> None:
         self._stopping = True
+        self._cancel_standby_timer()
         self.injections.clear()
         self._fail_streams("engine is shutting down")
         if self._recovery_task is not None:
@@ -107,6 +102,8 @@ class SimEngine:
             return None
         if self.ft.recovering_id is not None:
             return f"dp rank {self.rank} is recovering (request_id={self.ft.recovering_id})"
+        if self.ft.standby and self.ft.status is EngineStatus.HEALTHY:
+            return self.standby_reason
         return f"dp rank {self.rank} is {self.ft.status.value}: {self.fault_detail}"
 
     async def generate(self, prompt: str, max_tokens: int) -> AsyncIterator[int]:
@@ -181,6 +178,11 @@ class SimEngine:
                 self.master = (msg["group"]["master"]["ip"], int(msg["group"]["master"]["port"]))
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(None)
+        elif ev == "joining":
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif ev == "paused":
+            self._on_paused(msg.get("request_id"))
         elif ev == "init_failed":
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(StartupError(f"initial DP group failed: {msg['error']}"))
@@ -229,113 +231,12 @@ class SimEngine:
             if not fut.done():
                 fut.set_result({"ev": "rebuild_failed", "request_id": request_id, "error": info})
 
-    # -- fault tolerance ------------------------------------------------------------------
+    # -- fault tolerance (the rounds: engine_rounds) ---------------------------------------
     def status_doc(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "total_engines": 1, "engines": [self.ft.to_entry()]}
-
-    def group_context(self) -> GroupContext:
-        return GroupContext(
-            rank=self.rank, dp_size=self.cfg.dp_size, members=self.members, removed=self.removed,
-            master_ip=self.master[0], master_port=self.master[1],
-        )
-
-    def journal_apply(self, req: ApplyRequest) -> None:
-        """One line per well-formed apply received, before it is judged (append-only, survives a restart)."""
-        if not self.cfg.apply_journal:
-            return
-        line = {"at_unix_sec": time.time(), "rank": self.rank, "request_id": req.request_id,
-                "instruction": req.instruction.value, "params": req.params}
-        with open(self.cfg.apply_journal, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
-
-    def apply(self, req: ApplyRequest) -> str | None:
-        """Decide at once (visible in status before the answer goes out); rebuild in the background.
-
-        Returns the detail of an HTTP 400 (vllm dialect: the rank is not unhealthy), else None (202).
-        """
-        decision = decide_apply(self.ft, req, self.group_context(), self.placement)
-        for warning in decision.warnings:
-            log.warning("rank=%d request_id=%s %s", self.rank, req.request_id, warning)
-        if decision.ignored is not None:
-            log.warning("rank=%d request_id=%s apply %s ignored: %s",
-                        self.rank, req.request_id, req.instruction.value, decision.ignored)
-            return None
-        if decision.rejection is not None:
-            self.ft.reject(req.request_id, decision.rejection)
-            log.warning("rank=%d request_id=%s apply %s rejected: %s",
-                        self.rank, req.request_id, req.instruction.value, decision.rejection)
-            return decision.rejection if decision.not_ready and self.ft.vllm else None
-        plan = decision.plan
-        assert plan is not None
-        self.ft.begin_recovery(plan.request_id)
-        log.info("rank=%d request_id=%s apply %s accepted: members=%s removed=%s newly_removed=%s master=%s:%d",
-                 self.rank, plan.request_id, plan.instruction.value, list(plan.members), list(plan.removed),
-                 list(plan.newly_removed), plan.master_ip, plan.master_port)
-        self._recovery_task = asyncio.create_task(self._recover(plan), name=f"recover-{plan.request_id}")
-        return None
-
-    async def _recover(self, plan: RecoveryPlan) -> None:
-        assert self._executor is not None
-        rid = plan.request_id
-        started = time.monotonic()
-        timeout_sec = self.cfg.engine_recovery_timeout_sec
-        injected_failure = self.injections.take_fail_next_apply()
-        if injected_failure is not None:
-            self._executor.send({"op": "teardown", "reason": f"injected apply failure request_id={rid}"})
-            self._fail_recovery(plan, f"injected failure: {injected_failure}", 0.0)
-            return
-        if self.injections.take_stall_next_apply():
-            self._executor.send({"op": "teardown", "reason": f"injected apply stall request_id={rid}"})
-            log.warning("rank=%d request_id=%s recovery stalled (injected); it will not complete", self.rank, rid)
-            return
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._rebuilds[rid] = fut
-        try:
-            sent = self._executor.send({
-                "op": "rebuild", "request_id": rid, "members": list(plan.members),
-                "master_ip": plan.master_ip, "master_port": plan.master_port, "new_store": plan.new_store,
-                "timeout_sec": timeout_sec, "delay_sec": self.injections.slow_rebuild_sec,
-                "fail_vote": self.injections.take_fail_vote(),
-                # vLLM only (the RFC-era engine waits for peers until the recovery timeout): a round
-                # fails when a survivor does not check in within the window; once a scale_down
-                # committed, idle ranks keep stepping so that a later death shows without traffic.
-                "checkin_sec": self.cfg.scale_down_checkin_sec if self.ft.vllm else None,
-                "keep_stepping": self.ft.vllm and bool(plan.removed),
-            })
-            if not sent:
-                result: dict[str, Any] = {"ev": "rebuild_failed", "error": "executor is unreachable"}
-            else:
-                try:
-                    result = await asyncio.wait_for(fut, timeout=timeout_sec + _RECOVERY_GRACE_SEC)
-                except TimeoutError:
-                    result = {"ev": "rebuild_failed", "error": f"rebuild did not finish within {timeout_sec:g}s"}
-        finally:
-            self._rebuilds.pop(rid, None)
-        elapsed = time.monotonic() - started
-        if self.ft.status is EngineStatus.DEAD:
-            return
-        if result["ev"] != "rebuilt":
-            self._fail_recovery(plan, f"{plan.instruction.value} failed: {result['error']}", elapsed)
-            return
-        group = result["group"]
-        self.members = plan.members
-        self.removed = plan.removed
-        self.master = (group["master"]["ip"], int(group["master"]["port"]))
-        self.placement = plan.placement
-        self.group_info = group
-        self.ft.finish_recovery(rid)
-        self.fault_detail = None
-        log.info("rank=%d request_id=%s recovered in %.2fs: healthy, members=%s dense_rank=%d",
-                 self.rank, rid, elapsed, list(plan.members), group["dense_rank"])
-
-    def _fail_recovery(self, plan: RecoveryPlan, error: str, elapsed_sec: float) -> None:
-        # vLLM: survivors that cannot commit a scale_down are beyond repair; a failed retry is not.
-        fatal = plan.instruction is Instruction.SCALE_DOWN
-        self.ft.fail_recovery(plan.request_id, error, fatal=fatal)
-        if self.ft.status is EngineStatus.DEAD:
-            self.fault_detail = f"{RECOVERY_FAILED_INFO}: {error}"
-        log.error("rank=%d request_id=%s recovery failed after %.2fs (status %s): %s",
-                  self.rank, plan.request_id, elapsed_sec, self.ft.status.value, error)
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "total_engines": 1, "engines": [self.ft.to_entry()]}
+        if self.scale_up_supported:
+            doc["supported_instructions"] = list(SUPPORTED_INSTRUCTIONS)
+        return doc
 
     # -- injection hooks ------------------------------------------------------------------
     def log_injection(self, body: dict[str, Any]) -> None:
@@ -370,9 +271,10 @@ class SimEngine:
             "model": self.cfg.model,
             "status": self.ft.to_entry(),
             "serving": self.ft.serving,
+            "standby": self.ft.standby,  # healthy, in no serving group: a joiner, or paused for a scale_up
             "members": list(self.members),
             "removed_dp_ranks": list(self.removed),
-            "master": {"ip": self.master[0], "port": self.master[1]},
+            "master": {"ip": self.master[0], "port": self.master[1]} if self.master is not None else None,
             "group": self.group_info,
             "group_size": len(self.members),
             "dense_rank": dense,

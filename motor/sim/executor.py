@@ -15,18 +15,25 @@ failed/timed-out collective is a fault: the group is shut down (so peers blocked
 collective fail at once) and the API process is told (UNHEALTHY).
 
 A rebuild (an accepted apply) forms the new group (every member must check in within the
-rebuild's ``checkin_sec`` when given, else before its deadline), then the members vote with one all-reduce: the round commits only if
-every member votes yes. With ``keep_stepping`` (vLLM after a committed scale_down) the members
+rebuild's ``checkin_sec`` when given, else before its deadline), then the members vote with one
+all-reduce: the round commits only if every member votes yes. A ``scale_up`` survivor's group is
+live and its peers may be stepping with it, so it does not break it: with ``pause`` its rebuild
+waits for the next step (starting a wave when idle), whose all-reduce carries a pause count beside
+the work count; every member sees it in the same step and leaves the group there, at one batch
+boundary, without a fault. A member that had no round of its own reports ``paused`` (the API
+process then waits for its apply). A ``--join`` executor forms no group at start and waits for its
+round. With ``keep_stepping`` (vLLM after a committed scale_down) the members
 never go idle again: they run a dummy step every ``--idle-step-interval-sec`` while there is no
 work, so a peer that dies later is seen without traffic.
 
 Protocol with the API process (dicts over a multiprocessing Pipe):
   in:  add{rid, state, max_tokens} | abort{rid} | teardown{reason} | shutdown
        | rebuild{request_id, members, master_ip, master_port, new_store, timeout_sec, checkin_sec,
-                 delay_sec, fail_vote, keep_stepping}
-  out: loaded | group{group, initial} | init_failed{error} | tokens{items} | rejected{rid, reason}
-       | fault{info, wave} | fault_mask{mask} | wave{...} | rebuilt{request_id, group}
-       | rebuild_failed{request_id, error}
+                 delay_sec, fail_vote, keep_stepping, pause}
+       | pause{request_id, reason}  (leave the group as a scale_up does, form none)
+  out: loaded | group{group, initial} | joining | init_failed{error} | tokens{items}
+       | rejected{rid, reason} | fault{info, wave} | fault_mask{mask} | wave{...}
+       | rebuilt{request_id, group} | rebuild_failed{request_id, error, vote} | paused{request_id}
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from motor.sim.config import SimConfig
+from motor.sim.executor_rounds import ExecutorRounds
 from motor.sim.toy_model import extend_state, next_token
 
 log = logging.getLogger("motor.sim.executor")
@@ -72,7 +80,7 @@ class _Request:
     produced: int = 0
 
 
-class Executor:
+class Executor(ExecutorRounds):
     def __init__(self, cfg: SimConfig, conn: Connection) -> None:
         from motor.sim import dp_group  # torch: imported in the executor process only
 
@@ -95,6 +103,8 @@ class Executor:
         self._next_poll = 0.0
         self._poll_failures = 0
         self._last_poll_warning = 0.0
+        # A scale_up's rebuild (or pause) waiting for the step at which every member leaves the group.
+        self.pending_round: dict[str, Any] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -123,6 +133,11 @@ class Executor:
             log.info("rank=%d loading model %s (%.1fs)", self.rank, self.cfg.model, self.cfg.model_load_sec)
             time.sleep(self.cfg.model_load_sec)
         self.send({"ev": "loaded"})
+        if self.cfg.join:
+            log.info("rank=%d joiner: no DP group until a scale_up round admits this rank", self.rank)
+            self.send({"ev": "joining"})
+            self._loop()
+            return
         deadline = time.monotonic() + self.cfg.dp_init_timeout_sec
         try:
             group = self._dp.form_group(
@@ -142,6 +157,9 @@ class Executor:
     def _loop(self) -> None:
         # The engine's busy loop lives as long as the process; each pass is bounded by a timeout.
         while True:
+            if self.group is None and self.pending_round is not None:
+                self._run_pending()  # the group went away before the pause step: nothing to leave
+                continue
             if self.group is None:
                 try:
                     self._handle(self._cmds.get(timeout=_CMD_WAIT_SEC))
@@ -184,8 +202,8 @@ class Executor:
             self.requests.pop(cmd["rid"], None)
         elif op == "teardown":
             self._teardown(str(cmd.get("reason", "requested")))
-        elif op == "rebuild":
-            self._rebuild(cmd)
+        elif op in ("rebuild", "pause"):
+            self._round(cmd)
         else:
             log.warning("rank=%d executor ignoring unknown command %r", self.rank, op)
 
@@ -234,12 +252,16 @@ class Executor:
         group = self.group
         wave = self.wave_completed + 1
         try:
-            total = group.allreduce_sum(len(self.requests), self.cfg.collective_timeout_sec)
+            total, pauses = group.allreduce_sums([len(self.requests), int(self.pending_round is not None)],
+                                                 self.cfg.collective_timeout_sec)
         except self._dp.CollectiveError as exc:
             self._fault(f"collective all_reduce failed in DP group {group.tag!r} wave {wave} step "
                         f"{self.steps + 1}: {exc}", wave=wave)
             return
         self.steps += 1
+        if pauses:
+            self._leave_for_round(pauses)
+            return
         if total == 0 and self.keep_stepping:
             self._idle_tick()
             return
@@ -294,74 +316,15 @@ class Executor:
                 self.send({"ev": "fault_mask", "mask": mask})
 
     def _recovery_waiting(self) -> bool:
+        if self.pending_round is not None:
+            return True
         with self._cmds.mutex:
-            return any(cmd.get("op") in ("rebuild", "teardown") for cmd in self._cmds.queue)
+            return any(cmd.get("op") in ("rebuild", "pause", "teardown") for cmd in self._cmds.queue)
 
     def _teardown(self, reason: str) -> None:
         if self.group is not None:
             log.warning("rank=%d tearing down DP group %r: %s", self.rank, self.group.tag, reason)
         self._drop_group()
-
-    def _rebuild(self, cmd: dict[str, Any]) -> None:
-        request_id = cmd["request_id"]
-        started = time.monotonic()
-        deadline = started + float(cmd["timeout_sec"])
-        self._teardown(f"rebuild request_id={request_id}")
-        delay_sec = float(cmd.get("delay_sec") or 0.0)
-        if delay_sec > 0:
-            log.warning("rank=%d request_id=%s rebuild slowed by %.1fs (injected)", self.rank, request_id, delay_sec)
-            time.sleep(delay_sec)
-        members = list(cmd["members"])
-        log.info("rank=%d request_id=%s forming DP group members=%s master=%s:%d",
-                 self.rank, request_id, members, cmd["master_ip"], cmd["master_port"])
-        try:
-            group = self._dp.form_group(
-                tag=request_id, generation=self.generation + 1, members=members, rank=self.rank,
-                master_ip=cmd["master_ip"], master_port=int(cmd["master_port"]),
-                gloo_host=self.cfg.gloo_host, deadline=deadline,
-                reuse_store=None if cmd.get("new_store") else self.store, checkin_sec=cmd.get("checkin_sec"),
-            )
-        except self._dp.DpGroupError as exc:
-            self._rebuild_failed(request_id, started, str(exc))
-            return
-        if self.store is not None and self.store is not group.store and self.store.is_server:
-            self.old_store_servers.append(self.store)
-        self.store = group.store  # kept even when the vote fails: a retry may reuse it
-        vote_error = self._vote(group, request_id, cmd.get("fail_vote"), deadline)
-        if vote_error is not None:
-            group.shutdown()
-            self._rebuild_failed(request_id, started, vote_error)
-            return
-        self.generation += 1
-        self.group = group
-        self.keep_stepping = self.keep_stepping or bool(cmd.get("keep_stepping"))
-        self.in_wave = self.keep_stepping
-        self.wave_completed = 0
-        self._next_poll = time.monotonic()
-        self._poll_failures = 0
-        log.info("rank=%d request_id=%s DP group rebuilt in %.2fs: %s",
-                 self.rank, request_id, time.monotonic() - started, group.describe())
-        self.send({"ev": "rebuilt", "request_id": request_id, "group": group.describe()})
-        self._wave_event()
-
-    def _rebuild_failed(self, request_id: str, started: float, error: str) -> None:
-        log.error("rank=%d request_id=%s rebuild failed after %.2fs: %s",
-                  self.rank, request_id, time.monotonic() - started, error)
-        self.send({"ev": "rebuild_failed", "request_id": request_id, "error": error})
-
-    def _vote(self, group: Any, request_id: str, against: str | None, deadline: float) -> str | None:
-        """Every member says whether it can commit the round; None when all can, else why not."""
-        if against is not None:
-            log.warning("rank=%d request_id=%s voting against the round (injected): %s", self.rank, request_id, against)
-        try:
-            yes = group.allreduce_sum(0 if against is not None else 1,
-                                      max(0.001, min(self.cfg.collective_timeout_sec, deadline - time.monotonic())))
-        except self._dp.CollectiveError as exc:
-            return f"recovery vote of round {request_id} failed: {exc}"
-        if yes == group.size:
-            return None
-        mine = f"; this rank voted no: {against}" if against is not None else ""
-        return f"recovery vote of round {request_id} failed: {yes} of {group.size} members voted to commit{mine}"
 
 
 def executor_main(conn: Connection, cfg_json: dict[str, Any], parent_pid: int) -> None:

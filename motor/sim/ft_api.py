@@ -3,7 +3,8 @@
 ``GET {prefix}/status`` -> ``{"schema_version": 1, "total_engines": 1, "engines": [entry]}``;
 ``POST {prefix}/apply`` -> 202 ``{"message", "request_id"}`` once the body is well-formed (the
 outcome is only visible in status), 400 ``{"detail": "..."}`` otherwise -- and, in the vllm
-dialect, also when the rank is not ``unhealthy`` (the entry then names the request and the error).
+dialect, also when the rank is not ``unhealthy`` (the entry then names the request and the error),
+and for a refused ``scale_up`` in every dialect (the status untouched).
 Any Content-Type is accepted; the body must be JSON.
 """
 

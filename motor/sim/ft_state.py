@@ -26,6 +26,11 @@ Choices where the upstream contract is silent (callers rely on these):
   so the rank reads (``unhealthy``, –), i.e. apply-ready, for the next round.
 * Both: duplicate deliveries are recognised by request id even after the visible
   ``last_ft_request_id`` is gone (``handled_id``).
+* ``standby``: ``healthy`` but in no serving group, so inference is refused -- a joiner (``--join``)
+  before its ``scale_up`` commits, or a survivor whose peers left the group for a ``scale_up`` round
+  before this rank's own apply came. The entry does not show it: the rank is ready for the round.
+* ``scale_up`` leaves ``healthy`` as it is accepted (``begin_scale_up``, before the 202): ``unhealthy``
+  (rfc: with ``ft_state: recovering``) until the grown group commits.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class FtStatus:
     ft_error: str | None = None
     recovering_id: str | None = None  # the running recovery's request id (shown as ft_state in rfc)
     handled_id: str | None = None  # the last request accepted, rejected or ended: duplicate detection
+    standby: bool = False  # healthy, in no serving group (see the module docstring)
 
     def to_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"id": self.rank, "status": self.status.value}
@@ -98,7 +104,7 @@ class FtStatus:
 
     @property
     def serving(self) -> bool:
-        return self.status is EngineStatus.HEALTHY and self.recovering_id is None
+        return self.status is EngineStatus.HEALTHY and self.recovering_id is None and not self.standby
 
     def _push(self, status: EngineStatus, fault_info: str | None = None, mask: Sequence[int] | None = None) -> None:
         """A status change: vLLM replaces the whole entry; the RFC dialect keeps last_ft_request_id."""
@@ -161,8 +167,14 @@ class FtStatus:
             self.ft_error = None
             self.last_ft_request_id = request_id
 
+    def begin_scale_up(self, request_id: str) -> None:
+        """A scale_up is accepted on a healthy rank: it leaves healthy before the 202 goes out."""
+        self._push(EngineStatus.UNHEALTHY)
+        self.begin_recovery(request_id)
+
     def finish_recovery(self, request_id: str) -> None:
         self.recovering_id = None
+        self.standby = False
         self.handled_id = request_id
         self._push(EngineStatus.HEALTHY)
         if not self.vllm:

@@ -11,12 +11,15 @@ or 400 ``{"detail"}``. Faults:
   window ends (no duration: until ``clear``).
 * ``unhealthy`` ``{"reason"?: str}`` – the executor tears its DP group down and the rank reports
   ``unhealthy`` (peers fail on their next collective).
-* ``fail_next_apply`` ``{"reason"?: str}`` – the next accepted apply tears the group down and ends
-  ``failed`` with ``ft_error`` naming the injection.
+* ``fail_next_apply`` ``{"reason"?: str}`` – the next accepted apply tears the group down (a
+  ``scale_up`` survivor leaves it with its peers at one batch boundary) and ends ``failed`` with
+  ``ft_error`` naming the injection; the other participants fail the round on its missing check-in.
 * ``fail_vote`` ``{"reason"?: str}`` – in the next round this rank forms the new group, then votes
-  against committing it: every survivor's round fails (vllm dialect, scale_down: all ``dead`` with
-  "Recovery failed; full restart required"; otherwise ``unhealthy`` with ``ft_error``).
-* ``stall_next_apply`` – the next accepted apply tears the group down and stays ``recovering``.
+  against committing it: every participant's round fails (vllm dialect, scale_down and a scale_up's
+  survivors: ``dead`` with "Recovery failed; full restart required"; otherwise ``unhealthy`` with
+  ``ft_error``).
+* ``stall_next_apply`` – the next accepted apply tears the group down (a ``scale_up`` survivor
+  leaves it with its peers) and stays ``recovering``.
 * ``slow_rebuild`` ``{"delay_sec": >=0}`` – every rebuild waits this long first (counts against
   ``--engine-recovery-timeout-sec``); 0 turns it off.
 * ``clear`` – disarm everything above that is still armed and release hung status requests.

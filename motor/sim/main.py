@@ -1,8 +1,8 @@
 """``motor-engine-sim``: one process per DP rank (API here, executor in a child process).
 
 Start-up: parse flags (bad values: one line, exit 2) -> start the executor (imports torch, loads
-the "model", forms the initial DP group with every rank) -> bind HTTP -> write ``--ready-file``
-atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
+the "model", forms the initial DP group with every rank; with ``--join`` none) -> bind HTTP ->
+write ``--ready-file`` atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
 Exit 1 when the engine cannot start (initial group, HTTP bind).
 """
 
@@ -56,9 +56,12 @@ async def _serve(cfg: SimConfig) -> int:
     engine = SimEngine(cfg)
     runner: web.AppRunner | None = None
     try:
-        log.info("rank=%d starting: dp_size=%d master=%s:%d experts=%d+%d fault_tolerance=%s injection=%s",
-                 cfg.dp_rank, cfg.dp_size, cfg.dp_master_ip, cfg.dp_master_port, cfg.num_experts,
-                 cfg.num_redundant_experts, cfg.enable_fault_tolerance, cfg.enable_fault_injection)
+        master = f"{cfg.dp_master_ip}:{cfg.dp_master_port}"
+        if cfg.join:
+            master = "none (--join: a scale_up round admits this rank)"
+        log.info("rank=%d starting: dp_size=%d master=%s experts=%d+%d fault_tolerance=%s injection=%s",
+                 cfg.dp_rank, cfg.dp_size, master, cfg.num_experts, cfg.num_redundant_experts,
+                 cfg.enable_fault_tolerance, cfg.enable_fault_injection)
         start = asyncio.create_task(engine.start())
         stop_wait = asyncio.create_task(stop.wait())
         await asyncio.wait({start, stop_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -5,9 +5,9 @@ physical expert slots, split evenly over the DP ranks (``slots_per_rank``). A lo
 have several replicas (redundant experts, as EPLB places them); a rank's weights are gone when it
 dies, so a scale-down is feasible only if every logical expert still has a replica on a survivor.
 
-Placement rule (used for the initial layout and after every scale-down): replica counts are as
-even as possible (every expert gets one, the spare slots go one each to the lowest-numbered
-experts, round after round), and the replicas are striped: list every replica grouped by expert,
+Placement rule (used for the initial layout and after every scale-down or scale-up): replica
+counts are as even as possible (every expert gets one, the spare slots go one each to the
+lowest-numbered experts, round after round), and the replicas are striped: list every replica grouped by expert,
 then deal the list over the ranks like cards (replica ``k`` goes to the ``k % n``-th rank, slot
 ``k // n``). Because one expert's replicas are consecutive in that list, they land on distinct
 ranks whenever the expert has at most ``n`` replicas, and every rank gets exactly
@@ -141,3 +141,14 @@ def replace_after_scale_down(placement: ExpertPlacement, survivors: Iterable[int
     if lost:
         raise InsufficientRedundancyError(lost, survivor_list)
     return place(placement.num_logical_experts, survivor_list, placement.slots_per_rank)
+
+
+def replace_after_scale_up(placement: ExpertPlacement, grown: Iterable[int]) -> ExpertPlacement:
+    """New placement over the grown group (same slots per rank): the re-admitted ranks get replicas
+    back, and every logical expert has one (the grown group has at least the survivors' slots)."""
+    grown_list = sorted(set(grown))
+    new = place(placement.num_logical_experts, grown_list, placement.slots_per_rank)
+    lost = lost_experts(new, grown_list)
+    if lost:  # place() never leaves an expert out; kept as the engine's feasibility check
+        raise InsufficientRedundancyError(lost, grown_list)
+    return new

@@ -61,6 +61,8 @@ def test_reference_engine_conforms(sim: str) -> None:
     lines = out.splitlines()
     assert "ok    identity: one entry, id 0 = --rank" in lines and "ok    status: 'healthy'" in lines
     assert "ok    Motor's NodeManager bridge reads endpoint 0: status=healthy" in lines
+    scale_up = [line for line in lines if "scale_up:" in line]
+    assert len(scale_up) == 1 and scale_up[0].startswith("ok    scale_up: declared ('supported_instructions' "), out
 
 
 def test_reference_engine_with_the_wrong_rank_fails(sim: str) -> None:

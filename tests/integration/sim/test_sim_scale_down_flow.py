@@ -124,7 +124,8 @@ def test_concurrent_requests_on_all_ranks(clients: list[SimClient]) -> None:
 def test_status_document_and_group(clients: list[SimClient]) -> None:
     for rank, client in enumerate(clients):
         assert client.status() == {"schema_version": 1, "total_engines": 1,
-                                   "engines": [{"id": rank, "status": "healthy"}]}
+                                   "engines": [{"id": rank, "status": "healthy"}],
+                                   "supported_instructions": ["retry", "scale_down", "scale_up"]}
         state = client.admin_state()
         assert state["group"]["members"] == [0, 1, 2, 3]
         assert state["group"]["dense_rank"] == rank

@@ -73,3 +73,15 @@ def test_the_default_prefix_is_not_vllm_0_33s(peer: Peer) -> None:
     assert code == 1
     assert "HTTP 404, expected 200 (no route there: is --prefix right? vLLM 0.33.0 serves /fault_tolerance)" \
         in out.getvalue()
+
+
+def test_vllm_0_33_has_no_scale_up(peer: Peer) -> None:
+    """vLLM's released router declares no supported_instructions and refuses scale_up as it refuses
+    scale_down: removed ranks come back by a planned restoration."""
+    peer.push("healthy")
+    code, lines = engine_check(peer)
+    assert code == 0 and any(line.startswith("info  scale_up: not declared") for line in lines), lines
+    reply = peer.request("POST", f"{FT_PREFIX}/apply", {
+        "instruction": "scale_up", "request_id": "up-1",
+        "params": {"added_dp_ranks": [1], "removed_dp_ranks": [], "dp_master_ip": "127.0.0.1", "dp_store_port": 1}})
+    assert reply.status == 400 and "Invalid instruction" in reply.text, reply.text
