@@ -127,11 +127,11 @@ def check_scale_up(pod: PodView, removed: list[int], added: list[int], dp_master
                               f"that added_dp_ranks {sorted(added)} does not re-admit")
     _master(dp_master_ip, dp_master_rank, pod.dp_size, removed)
     # Joiners of this pod take the apply beside the survivors; other retired ranks do not.
-    ids = _targets(pod, endpoint_ids, removed, pod.retired - pod.joining)
-    not_started = sorted(r for r in ids if r in added and r not in pod.joining)
+    not_started = sorted(r for r in set(endpoint_ids) if r in pod.local and r in added and r not in pod.joining)
     if not_started:
         raise InvalidArgument(f"endpoint_ids {not_started} are in added_dp_ranks but were not started as joiners "
                               "(StartEngines with join)")
+    ids = _targets(pod, endpoint_ids, removed, pod.retired - pod.joining)
     stray = sorted(r for r in ids if r in pod.joining and r not in added)
     if stray:
         raise InvalidArgument(f"endpoint_ids {stray} are joiners that added_dp_ranks {sorted(added)} does not name")
