@@ -101,6 +101,8 @@ class Knobs:
 class SimGroup:
     """The DP group of one instance: membership, fault propagation, scale-down rounds, formation."""
 
+    round_type = _Round
+
     def __init__(self, ranks: list[int], dialect: str, knobs: Knobs, on_change=lambda: None) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"dialect {dialect!r} is not one of {DIALECTS}")

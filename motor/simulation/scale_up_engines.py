@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from motor.simulation.engines import SimGroup
+# `engines.SimGroup` (which imports this module): its engines and rounds are made by its own types.
+SimGroup = Any
 
 SCALE_UP_DIALECTS = ("vllm", "rfc")
 
@@ -30,9 +30,7 @@ def _refuse(message: str) -> tuple[int, bytes]:
 
 def spawn_joiner(group: SimGroup, rank: int) -> None:
     """A fresh process in join mode: ready (healthy, no group) once loaded; it forms no group."""
-    from motor.simulation.engines import SimEngine
-
-    group.engines[rank] = eng = SimEngine(rank, process_up=True, joiner=True)
+    group.engines[rank] = eng = type(group.engines[rank])(rank, process_up=True, joiner=True)
     group.members.discard(rank)
     group._forming.discard(rank)
 
@@ -46,8 +44,6 @@ def spawn_joiner(group: SimGroup, rank: int) -> None:
 
 def apply_scale_up(group: SimGroup, rank: int, doc: dict) -> tuple[int, bytes]:
     """(HTTP status, body) of a `scale_up` apply to `rank`, decided before the answer goes out."""
-    from motor.simulation.engines import _Round
-
     eng = group.engines[rank]
     if group.dialect not in SCALE_UP_DIALECTS:
         return _refuse("Invalid instruction")
@@ -85,7 +81,7 @@ def apply_scale_up(group: SimGroup, rank: int, doc: dict) -> tuple[int, bytes]:
     if rnd is None or rnd.request_id != request_id:
         if rnd is not None and rnd.task is not None:
             rnd.task.cancel()
-        rnd = group._round = _Round(request_id, participants, scale_up=True)
+        rnd = group._round = group.round_type(request_id, participants, scale_up=True)
         rnd.task = asyncio.get_running_loop().create_task(group._run_round(rnd))
     rnd.checked_in.add(rank)
     group._on_change()
