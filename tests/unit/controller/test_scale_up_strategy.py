@@ -27,6 +27,7 @@ from gen.motor.v1 import common_pb2, controller_pb2, node_manager_pb2
 from motor.common.config.loader import load_config
 from motor.controller.config import ControllerConfig
 from motor.controller.fault_tolerance.engine_states import Verdict
+from motor.controller.fault_tolerance.stages import SCALE_UP_STAGES, transaction_stages
 from motor.controller.fault_tolerance.strategy.base import publish_serving_view
 from motor.controller.fault_tolerance.topology import TopologyError
 from motor.controller.model.placement import EndpointInfo, PodInfo
@@ -118,6 +119,7 @@ async def test_a_scale_up_readmits_the_removed_ranks_without_restarting_the_surv
     assert set(order) <= set(names) and sorted(order, key=names.index) == order, names
     assert core.metrics.registry.get_sample_value("motor_strategy_runs_total",
                                                   {"strategy": "scale_up", "outcome": "succeeded"}) == 1
+    assert [s.name for s in transaction_stages(txn.proto)] == list(SCALE_UP_STAGES)
 
 
 async def test_without_the_declaration_the_restoration_is_the_planned_rebuild() -> None:
