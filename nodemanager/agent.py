@@ -10,8 +10,8 @@ same agent over simulated processes and engines.
 
 Start-up: the initial launch of every local engine runs in the background (the gRPC server is
 already serving); once it has ended the pod registers and heartbeats. Engine exits that were not
-asked for are reported as ENGINE_DEAD once per run, unless the endpoint is retired, and may end the
-pod (`exit_policy`).
+asked for are reported as ENGINE_DEAD once per run, unless the endpoint is retired (a joiner of a
+scale-up is reported like any engine), and may end the pod (`exit_policy`).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class NodeManagerAgent:
             self.controller, pod_ip=config.pod_ip, instance_id=config.instance_id,
             queue_size=config.fault_report_queue_size, attempts=config.fault_report_attempts,
             hold_sec=config.fault_report_hold_sec, retry_max_sec=config.controller_retry_max_backoff_sec,
-            registered=registered, is_retired=self.state.is_retired, metrics=self.metrics,
+            registered=registered, is_retired=self._unreported, metrics=self.metrics,
             on_dropped=lambda endpoint_id: self.poller.rearm([endpoint_id]), clock=clock.monotonic, jitter=jitter,
         )
         self.poller = EngineFtManager(
@@ -138,7 +138,8 @@ class NodeManagerAgent:
             defer_recovered=self.guard.is_live, metrics=self.metrics, clock=clock,
         )
         self.proxy = FtProxy(config, self.state, self.supervisor, self.http, self.guard, on_commit=self._on_commit,
-                             on_taken=self.poller.taken, metrics=self.metrics, clock=clock,
+                             on_taken=self.poller.taken, on_scale_up_commit=self._on_scale_up_commit,
+                             on_abort=self._on_abort, metrics=self.metrics, clock=clock,
                              current_term=lambda: self.term_fence.term)
         self.metrics.read_at_scrape(guard_live=self.guard.is_live, guard_remaining_sec=self.guard.remaining_sec,
                                     report_queue=lambda: self.reporter.pending, watched=lambda: len(self.poller.watched),
@@ -202,10 +203,24 @@ class NodeManagerAgent:
         self.poller.unwatch(endpoint_id)
         self.link.poke()
 
+    def _unreported(self, endpoint_id: int) -> bool:
+        """Faults of retired engines are not reported; a joiner's are (its round must see them)."""
+        return self.state.is_retired(endpoint_id) and not self.state.is_joining(endpoint_id)
+
     def _on_exit(self, ev: EngineExit) -> None:
         self.metrics.engine_exit(ev.intentional)
         self.poller.unwatch(ev.endpoint_id)
         self.link.poke()
+        if self.state.is_joining(ev.endpoint_id):
+            # A dead joiner stays its round's until the round ends: the round reads it unreachable.
+            if ev.intentional:
+                self.state.end_join([ev.endpoint_id])
+            elif not self.exit_policy.exiting:
+                log.error("instance=%d rank=%d joiner died before its scale-up committed: %s", self._instance,
+                          ev.endpoint_id, ev.description)
+                self.reporter.submit(FaultReport(ev.endpoint_id, ENGINE_DEAD, ev.description, None,
+                                                 self._clock.wall()))
+            return
         if ev.intentional or self.exit_policy.exiting:
             return
         if self.state.is_retired(ev.endpoint_id):
@@ -225,6 +240,33 @@ class NodeManagerAgent:
         self._spawn_background(
             self.supervisor.stop(newly_retired, self.config.engine_stop_grace_sec, "retired by scale-down", request_id),
             f"stop-retired-{request_id}",
+        )
+
+    def _on_scale_up_commit(self, joined: list[int], request_id: str) -> None:
+        """A scale-up committed: its joiners are ordinary engines of the grown group now (polled,
+        heartbeated, out of the stop record); one that is not running any more is reported dead."""
+        self.engines.release_stop(joined)
+        for i in joined:
+            if self.supervisor.slot(i).state is RunState.READY:
+                if self.polling_enabled:
+                    self.poller.watch(i)
+            else:
+                self.reporter.submit(FaultReport(i, ENGINE_DEAD, "joiner not running when its scale-up committed",
+                                                 None, self._clock.wall()))
+        self.poller.rearm(self.poller.watched)
+        self.link.poke()
+
+    def _on_abort(self, request_id: str) -> None:
+        """A round aborted: the joiners it started join nothing; they are stopped (still retired)."""
+        joiners = self.state.joiners_of(request_id)
+        if not joiners:
+            return
+        self.state.end_join(joiners)
+        log.warning("instance=%d request_id=%s scale-up aborted: stopping joiners %s", self._instance, request_id,
+                    joiners)
+        self._spawn_background(
+            self.supervisor.stop(joiners, self.config.engine_stop_grace_sec, "scale-up aborted", request_id),
+            f"stop-joiners-{request_id}",
         )
 
     def _on_controller_renewed(self, reason: str) -> None:

@@ -2,7 +2,9 @@
 
 ``engine_command`` items and ``engine_extra_args`` are ``str.format`` templates over the
 placeholders of ``nodemanager.config.ENGINE_COMMAND_PLACEHOLDERS``; unset, the command is the
-reference engine ``python -m motor.sim.main`` with its real flags.
+reference engine ``python -m motor.sim.main`` with its real flags. A joiner of an elastic scale-up
+(docs/engine-protocol-scale-up.md) gets ``--join`` last: it loads, serves its API and waits for
+the round's ``scale_up`` instead of forming a DP group.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def fill_template(items: list[str], values: Mapping[str, object]) -> list[str]:
     return out
 
 
-def engine_argv(config: NodeManagerConfig, *, dp_rank: int, port: int, dp_master_ip: str, dp_master_port: int) -> list[str]:
+JOIN_FLAG = "--join"
+
+
+def engine_argv(config: NodeManagerConfig, *, dp_rank: int, port: int, dp_master_ip: str, dp_master_port: int,
+                join: bool = False) -> list[str]:
     values = {
         "dp_rank": dp_rank,
         "dp_size": config.dp_size,
@@ -51,4 +57,5 @@ def engine_argv(config: NodeManagerConfig, *, dp_rank: int, port: int, dp_master
         "num_redundant_experts": config.ft_capability.num_redundant_experts,
     }
     template = config.engine_command or default_engine_command(config.ft_capability.engine_ft_enabled)
-    return fill_template([*template, *config.engine_extra_args], values)
+    argv = fill_template([*template, *config.engine_extra_args], values)
+    return [*argv, JOIN_FLAG] if join else argv

@@ -8,7 +8,9 @@ deadline). A stop (and a relaunch's stop-then-spawn), once begun, runs to its en
 caller gives up, so no engine is left half-stopped for the next call. A start clears the retired flag of the engines it starts and takes them out of the stop
 record; every local engine starting into a new DP group drops the scale-down guard of the old one.
 The DP master address is checked here: the ip must be an IP address, a port of 0 means the
-configured one, else a free one.
+configured one, else a free one. A start with `join` starts retired ranks as joiners of an elastic
+scale-up (docs/engine-protocol-scale-up.md): the running engines are left alone, the joiners stay
+retired until their round commits, and a joiner left from an earlier round is stopped first.
 """
 
 from __future__ import annotations
@@ -92,8 +94,10 @@ class EngineLifecycle:
             self.launched.set()
 
     async def start_engines(self, *, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int,
-                            endpoint_ids: list[int], timeout_sec: float | None = None) -> Launch:
+                            endpoint_ids: list[int], timeout_sec: float | None = None, join: bool = False) -> Launch:
         check_instance(instance_id, self._instance)
+        if join:
+            return await self._start_joiners(request_id, endpoint_ids, timeout_sec)
         ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, allow_empty=True, allow_headless=True,
                                  allow_retired=True) or self._supervisor.ids
         ip = self._master_ip(dp_master_ip, dp_master_port)
@@ -107,6 +111,35 @@ class EngineLifecycle:
             self._drop_guard_for_new_group(ids, request_id)
         log.info("instance=%d request_id=%s start engines %s master=%s:%d (retired flag cleared for %s)",
                  self._instance, request_id or "-", ids, ip, port, back)
+        return Launch(await self._wait_launched(ids, failed, request_id, timeout_sec), launched_at)
+
+    async def _start_joiners(self, request_id: str, endpoint_ids: list[int], timeout_sec: float | None) -> Launch:
+        ids = check_endpoint_ids(endpoint_ids, local=self._supervisor.ids, headless=self._supervisor.headless_ids,
+                                 allow_retired=True, field="endpoint_ids (join)")
+        serving = [i for i in ids if not self._state.is_retired(i)]
+        if serving:
+            raise InvalidArgument(f"endpoint_ids {serving} are not retired: they serve in the DP group; a join starts "
+                                  "only ranks a scale-down removed")
+        if not request_id.strip():
+            raise InvalidArgument(f"request_id {request_id!r} is empty; a join belongs to one scale-up round")
+
+        async def stop_then_spawn() -> tuple[dict[int, str], float]:
+            async with self._lock:
+                # A joiner of an earlier round that never finished joins nothing: started afresh.
+                stale = [i for i in ids if self._state.is_joining(i)]
+                if stale:
+                    await self._supervisor.stop(stale, self._config.engine_stop_grace_sec, "joiner started again",
+                                                request_id)
+                    self._state.end_join(stale)
+                launched_at = self._wall()
+                failed = self._supervisor.spawn(ids, self._config.dp_master_ip, self.dp_master_port, request_id,
+                                                join=True)
+                self._state.join([i for i in ids if i not in failed], request_id)
+                return failed, launched_at
+
+        failed, launched_at = await _finished_even_if_abandoned(stop_then_spawn())
+        log.info("instance=%d request_id=%s start engines %s as joiners (retired until the round commits)",
+                 self._instance, request_id, ids)
         return Launch(await self._wait_launched(ids, failed, request_id, timeout_sec), launched_at)
 
     async def stop_engines(self, *, instance_id: int, request_id: str, grace_sec: float,
@@ -201,6 +234,10 @@ class EngineLifecycle:
             raise Unavailable(f"engines not ready (request_id {request_id!r}): " + "; ".join(
                 f"rank {i}: {why}" for i, why in sorted(bad.items())))
         return self._supervisor.endpoints(ids)
+
+    def release_stop(self, ids: list[int]) -> None:
+        """`ids` run again (started, or joined by a committed scale-up): out of the stop record."""
+        self._release_stop(ids)
 
     def _release_stop(self, ids: list[int]) -> None:
         if self._stop_record is None:

@@ -9,20 +9,21 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   by ``engine_request_timeout_sec`` (and the caller's deadline); entries in request order; any
   failure fails the call: unreachable → UNAVAILABLE, timeout → DEADLINE_EXCEEDED, identity or
   malformed → FAILED_PRECONDITION.
-* apply: scale_down or retry (the same group rebuilt, no params), by the live guard holder, never
+* apply: scale_down, retry (the same group rebuilt, no params) or scale_up (joiners re-admitted;
+  refused for a dialect without it), checked by ``apply_checks``, by the live guard holder, never
   twice for one request_id; one POST per target the dialect names (each engine, or an instance's
   FT manager once, by the lowest survivor's pod; a busy answer is sent again within the deadline),
   concurrently, same request_id; scale_down's port is the Controller's ``dp_store_port`` or else
   ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows, so it changes every
   round); accepted only when every target answered 202. Never retried otherwise.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
-  and releases the guard; abort releases the guard.
+  and releases the guard (a scale-up's commit makes its re-admitted ranks ordinary instead); abort
+  releases the guard and stops the round's joiners.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from gen.motor.v1 import node_manager_pb2
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
-from nodemanager.dialects import RETRY, SCALE_DOWN, FtCommand
+from nodemanager.apply_checks import PodView, check_apply
+from nodemanager.dialects import RETRY, SCALE_DOWN, SCALE_UP, FtCommand, UnsupportedInstruction
 from nodemanager.engine_answers import (
     EngineCallError,
     EngineProtocolError,
@@ -98,6 +100,8 @@ class FtProxy:
         *,
         on_commit: Callable[[list[int], str], None],
         on_taken: Callable[[list[EngineStatusEntry]], object] = lambda _: None,
+        on_scale_up_commit: Callable[[list[int], str], None] = lambda ids, rid: None,
+        on_abort: Callable[[str], None] = lambda rid: None,
         metrics: NodeManagerMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
         current_term: Callable[[], int] = lambda: 0,
@@ -121,15 +125,20 @@ class FtProxy:
         # engine that takes only this round's ranks (SGLang's) gets the difference.
         self._committed_removed: frozenset[int] = frozenset()
         self._removed_of: dict[str, tuple[int, ...]] = {}
+        # A scale-up's apply: this pod's ranks it re-admits (made ordinary by its commit).
+        self._joined_by: dict[str, tuple[int, ...]] = {}
+        self._on_scale_up_commit = on_scale_up_commit
+        self._on_abort = on_abort
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
             raise ProxyDisabled()
 
     def _routable_ids(self, ids: list[int], field: str = "endpoint_ids") -> list[int]:
+        # Joiners are read like the others while their scale-up runs (they stay retired otherwise).
         return check_endpoint_ids(
             ids, local=self._supervisor.ids, headless=self._supervisor.headless_ids,
-            retired=self._state.retired, field=field,
+            retired=self._state.retired - self._state.joining, field=field,
         )
 
     # -- guard ------------------------------------------------------------------------------
@@ -223,68 +232,25 @@ class FtProxy:
         return [r for r in results if isinstance(r, EngineStatusEntry)]
 
     # -- apply ------------------------------------------------------------------------------
-    def _check_apply(self, instance_id: int, request_id: str, instruction: int, removed: list[int],
-                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int]) -> list[int]:
-        check_request_id(request_id)
-        check_instance(instance_id, self._instance)
-        if instruction == node_manager_pb2.INSTRUCTION_RETRY:
-            return self._check_retry(removed, endpoint_ids)
-        if instruction != node_manager_pb2.INSTRUCTION_SCALE_DOWN:
-            name = node_manager_pb2.Instruction.Name(instruction) if instruction in node_manager_pb2.Instruction.values() \
-                else str(instruction)
-            raise InvalidArgument(f"instruction {name} is not supported; only INSTRUCTION_SCALE_DOWN and "
-                                  "INSTRUCTION_RETRY are")
-        dp_size = self._config.dp_size
-        if not removed:
-            raise InvalidArgument("removed_dp_ranks [] is empty; it lists the cumulative removed original ranks")
-        bad = [r for r in removed if not 0 <= r < dp_size]
-        if bad:
-            raise InvalidArgument(f"removed_dp_ranks {bad} are not original ranks 0..{dp_size - 1}")
-        repeated = sorted({r for r in removed if removed.count(r) > 1})
-        if repeated:
-            raise InvalidArgument(f"removed_dp_ranks {removed} repeat ranks {repeated}")
-        forgotten = sorted(self._state.retired - set(removed))
-        if forgotten:
-            raise InvalidArgument(
-                f"removed_dp_ranks {sorted(removed)} is not cumulative: it omits this pod's retired ranks {forgotten}"
-            )
-        try:
-            ipaddress.ip_address(dp_master_ip)
-        except ValueError:
-            raise InvalidArgument(f"dp_master_ip {dp_master_ip!r} is not an IP address") from None
-        if not 0 <= dp_master_rank < dp_size:
-            raise InvalidArgument(f"dp_master_rank {dp_master_rank} is not an original rank 0..{dp_size - 1}")
-        if dp_master_rank in removed:
-            raise InvalidArgument(f"dp_master_rank {dp_master_rank} is in removed_dp_ranks {sorted(removed)}")
-        ids = self._routable_ids(endpoint_ids)
-        removed_targets = [i for i in ids if i in removed]
-        if removed_targets:
-            raise InvalidArgument(f"endpoint_ids {removed_targets} are in removed_dp_ranks {sorted(removed)}")
-        return ids
-
-    def _check_retry(self, removed: list[int], endpoint_ids: list[int]) -> list[int]:
-        """A retry removes nothing: `removed_dp_ranks` is the Controller's cumulative committed set,
-        which must hold this pod's retired ranks (the same contract as a scale-down's list)."""
-        dp_size = self._config.dp_size
-        bad = [r for r in removed if not 0 <= r < dp_size]
-        if bad:
-            raise InvalidArgument(f"removed_dp_ranks {bad} are not original ranks 0..{dp_size - 1}")
-        forgotten = sorted(self._state.retired - set(removed))
-        if forgotten:
-            raise InvalidArgument(f"removed_dp_ranks {sorted(removed)} omits this pod's retired ranks {forgotten}")
-        ids = self._routable_ids(endpoint_ids)
-        removed_targets = [i for i in ids if i in removed]
-        if removed_targets:
-            raise InvalidArgument(f"endpoint_ids {removed_targets} are in removed_dp_ranks {sorted(removed)}")
-        return ids
+    def _pod_view(self) -> PodView:
+        return PodView(self._config.dp_size, self._supervisor.ids, self._supervisor.headless_ids,
+                       self._state.retired, self._state.joining)
 
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
-                    timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0) -> ApplyResult:
+                    timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0,
+                    added_dp_ranks: list[int] = ()) -> ApplyResult:  # type: ignore[assignment]
         self._require_enabled()
         try:
-            ids = self._check_apply(instance_id, request_id, instruction, list(removed_dp_ranks), dp_master_ip,
-                                    dp_master_rank, list(endpoint_ids))
+            check_request_id(request_id)
+            check_instance(instance_id, self._instance)
+            ids = check_apply(self._pod_view(), instruction, list(removed_dp_ranks), dp_master_ip, dp_master_rank,
+                              list(endpoint_ids), list(added_dp_ranks))
+            if instruction == node_manager_pb2.INSTRUCTION_SCALE_UP:
+                try:
+                    self._http.dialect.check_supported(SCALE_UP)
+                except UnsupportedInstruction as exc:
+                    raise InvalidArgument(f"instruction INSTRUCTION_SCALE_UP is refused: {exc}") from None
             if dp_store_port and not 1024 <= dp_store_port <= 65535:
                 raise InvalidArgument(f"dp_store_port {dp_store_port} is not a port in 1024..65535 (0: the pod's own)")
             self.guard_state.require_live(request_id, "apply")
@@ -298,6 +264,11 @@ class FtProxy:
         if instruction == node_manager_pb2.INSTRUCTION_RETRY:
             # The group is rebuilt in place: no store of a new master, no port.
             command = FtCommand(RETRY, request_id)
+        elif instruction == node_manager_pb2.INSTRUCTION_SCALE_UP:
+            store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
+            command = FtCommand(SCALE_UP, request_id, removed, dp_master_ip, dp_master_rank, store_port,
+                                added_dp_ranks=tuple(sorted(added_dp_ranks)))
+            self._joined_by[request_id] = tuple(sorted(set(added_dp_ranks) & set(self._supervisor.ids)))
         else:
             store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
             prior = self._committed_removed if self._committed_removed <= set(removed) else frozenset()
@@ -387,8 +358,21 @@ class FtProxy:
                             request_id, ids)
             self.guard_state.release(request_id)
             self._removed_of.pop(request_id, None)
+            self._joined_by.pop(request_id, None)
+            self._on_abort(request_id)  # the round's joiners, if any, are stopped
             self._metrics.finalizes.labels("abort").inc()
             log.info("instance=%d request_id=%s finalize(abort): guard released", self._instance, request_id)
+            return FinalizeResult(sorted(self._state.retired), True, [])
+        joined = self._joined_by.pop(request_id, None)
+        if joined is not None:
+            # A scale-up: what is still removed after it is the whole cumulative list.
+            self._committed_removed = frozenset(self._removed_of.pop(request_id, ()))
+            self.guard_state.release(request_id)
+            back = self._state.unretire(joined)
+            self._metrics.finalizes.labels("commit").inc()
+            log.info("instance=%d request_id=%s finalize(commit) of a scale-up: ranks %s serve again; retired %s; "
+                     "guard released", self._instance, request_id, back, sorted(self._state.retired))
+            self._on_scale_up_commit(back, request_id)
             return FinalizeResult(sorted(self._state.retired), True, [])
         new = self._state.retire(ids)
         self._committed_removed = frozenset(self._removed_of.pop(request_id, ())) | self._committed_removed

@@ -58,7 +58,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             removed_dp_ranks=list(request.removed_dp_ranks), dp_master_ip=request.dp_master_ip,
             dp_master_rank=request.dp_master_rank, endpoint_ids=list(request.endpoint_ids),
             timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
-            term=term_of(context.invocation_metadata()) or 0,
+            term=term_of(context.invocation_metadata()) or 0, added_dp_ranks=list(request.added_dp_ranks),
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,

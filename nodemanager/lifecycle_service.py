@@ -24,7 +24,7 @@ class LifecycleServicer(node_manager_pb2_grpc.NodeManagerServicer):
         launch = await self._agent.engines.start_engines(
             instance_id=request.instance_id, request_id=request.request_id, dp_master_ip=request.dp_master_ip,
             dp_master_port=request.dp_master_port, endpoint_ids=list(request.endpoint_ids),
-            timeout_sec=engine_timeout(context),
+            timeout_sec=engine_timeout(context), join=request.join,
         )
         return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in launch.endpoints],
                                                      launched_at_unix_sec=launch.launched_at_unix_sec)

@@ -4,6 +4,10 @@ Retired ids (committed by a scale-down) live in memory; they are filtered from t
 fault reports and process-death reports, sent in RegisterRequest.retired_ids when the pod registers
 again, and cleared for the ranks a lifecycle start/relaunch launches again. Only a StopPod outlives
 the process: the agent retires the ranks of the stop record (`pod_stop`) before anything runs.
+
+Joiners (an elastic scale-up's ranks, started with StartEngines join) stay retired, so the
+heartbeat and the fault reports leave them out, until the round that started them commits; each is
+kept with that round's request id (its abort stops them).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class PodState:
         self.instance_id = instance_id
         self.proxy_enabled = proxy_enabled
         self._retired: set[int] = set()
+        self._joining: dict[int, str] = {}
 
     def set_proxy(self, enabled: bool, source: str) -> bool:
         """Adopts the proxy switch; True when it changed."""
@@ -45,7 +50,31 @@ class PodState:
     def unretire(self, ids: Iterable[int]) -> list[int]:
         back = sorted(self._retired & set(ids))
         self._retired.difference_update(back)
+        for i in ids:
+            self._joining.pop(i, None)
         return back
+
+    @property
+    def joining(self) -> frozenset[int]:
+        return frozenset(self._joining)
+
+    def is_joining(self, endpoint_id: int) -> bool:
+        return endpoint_id in self._joining
+
+    def join(self, ids: Iterable[int], request_id: str) -> None:
+        """`ids` (retired) start as joiners of the scale-up `request_id`."""
+        for i in ids:
+            self._joining[i] = request_id
+
+    def joiners_of(self, request_id: str) -> list[int]:
+        return sorted(i for i, rid in self._joining.items() if rid == request_id)
+
+    def end_join(self, ids: Iterable[int]) -> list[int]:
+        """`ids` are joiners no more (stopped, or started otherwise); they stay retired."""
+        gone = sorted(i for i in ids if i in self._joining)
+        for i in gone:
+            del self._joining[i]
+        return gone
 
     def alive_for_heartbeat(self, running: Iterable[int]) -> list[int]:
         """With the proxy on: running − retired ("expected set exactly equal"); off: every running id."""

@@ -194,10 +194,10 @@ class ProcessSupervisor:
                 return port
         raise ProcessError(f"rank {s.endpoint_id}: no free port on {s.host} but the DP master's {taken}")
 
-    def _spawn(self, s: EngineSlot, dp_master_ip: str, dp_master_port: int, request_id: str) -> int | None:
+    def _spawn(self, s: EngineSlot, dp_master_ip: str, dp_master_port: int, request_id: str, join: bool) -> int | None:
         s.port = self._choose_port(s, dp_master_port if dp_master_ip == s.host else 0)
         argv = engine_argv(self._config, dp_rank=s.endpoint_id, port=s.port,
-                           dp_master_ip=dp_master_ip, dp_master_port=dp_master_port)
+                           dp_master_ip=dp_master_ip, dp_master_port=dp_master_port, join=join)
         log_path = self._log_dir / f"rank{s.endpoint_id}.log"
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a", encoding="utf-8") as fh:
@@ -221,10 +221,11 @@ class ProcessSupervisor:
         return s.proc.pid
 
     def spawn(self, ids: list[int], dp_master_ip: str, dp_master_port: int, request_id: str = "",
-              ready_timeout_sec: float | None = None) -> dict[int, str]:
+              ready_timeout_sec: float | None = None, join: bool = False) -> dict[int, str]:
         """Spawns every engine in ``ids`` (all first: a DP group forms only once every rank runs)
         and starts waiting for their readiness in the background (``wait_ready``). Returns the ids
-        that could not even be spawned, with why. Refuses when one of them is still running."""
+        that could not even be spawned, with why. Refuses when one of them is still running.
+        `join`: as joiners of an elastic scale-up (the engine's join mode)."""
         busy = [i for i in ids if self._slots[i].state in (RunState.STARTING, RunState.READY, RunState.STOPPING)]
         if busy:
             pids = [self._slots[i].pid for i in busy]
@@ -235,7 +236,7 @@ class ProcessSupervisor:
         for i in ids:
             s = self._slots[i]
             try:
-                self._spawn(s, dp_master_ip, dp_master_port, request_id)
+                self._spawn(s, dp_master_ip, dp_master_port, request_id, join)
             except (OSError, ValueError) as exc:
                 failed[i] = f"cannot start engine of rank {i}: {exc}"
                 s.run_id += 1

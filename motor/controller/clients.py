@@ -100,8 +100,10 @@ class NodeManagerClient:
         endpoint_ids: Sequence[int],
         dp_store_port: int = 0,
         instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN,
+        added_dp_ranks: Sequence[int] = (),
     ) -> node_manager_pb2.ApplyResponse:
         req = node_manager_pb2.ApplyRequest(
+            added_dp_ranks=list(added_dp_ranks),
             instance_id=instance_id,
             request_id=request_id,
             instruction=instruction,
@@ -127,10 +129,13 @@ class NodeManagerClient:
                              leadership=self._leadership)
 
     async def start_engines(
-        self, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int, timeout_sec: float
+        self, instance_id: int, request_id: str, dp_master_ip: str, dp_master_port: int, timeout_sec: float,
+        endpoint_ids: Sequence[int] = (), join: bool = False,
     ) -> node_manager_pb2.StartEnginesResponse:
+        """`join`: `endpoint_ids` start as joiners of the scale-up `request_id` (the others run on)."""
         req = node_manager_pb2.StartEnginesRequest(
-            instance_id=instance_id, request_id=request_id, dp_master_ip=dp_master_ip, dp_master_port=dp_master_port
+            instance_id=instance_id, request_id=request_id, dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
+            endpoint_ids=list(endpoint_ids), join=join,
         )
         return await _invoke("start_engines", self.address, self._life.StartEngines, req, timeout_sec,
                              leadership=self._leadership)

@@ -16,7 +16,8 @@ Dialects:
 Every dialect takes `retry` (fast recovery): only while unhealthy (vllm, rfc: 400 otherwise;
 vllm-0.33 answers 202 with a request id of its own and names the refusal in status), every member
 of the group must check in within the window, then the same group is rebuilt; a failed retry leaves
-the members unhealthy with `ft_error` (rfc: `ft_state` failed), never dead.
+the members unhealthy with `ft_error` (rfc: `ft_state` failed), never dead. `vllm` and `rfc` also
+take `scale_up` and start processes in join mode (`motor.simulation.scale_up_engines`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import asyncio
 import json
 import zlib
 from dataclasses import dataclass, field
+
+from motor.simulation.scale_up_engines import apply_scale_up, spawn_joiner
 
 DIALECTS = ("vllm", "rfc", "vllm-0.33", "sglang")  # sglang: motor.simulation.sglang_group
 RECOVERY_FAILED = "Recovery failed; full restart required"
@@ -44,6 +47,8 @@ class SimEngine:
     ready: bool = False
     # The last apply request_id this rank took (duplicates are ignored).
     applied: str | None = None
+    # Started in join mode: no group until a scale_up round commits.
+    joiner: bool = False
 
     def document(self, dialect: str) -> bytes:
         entry: dict[str, object] = {"id": self.rank, "status": self.status}
@@ -71,6 +76,7 @@ class _Round:
     checked_in: set[int] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
     retry: bool = False
+    scale_up: bool = False
     # The request id each rank's engine named in its 202 (vllm-0.33 makes its own).
     ids: dict[int, str] = field(default_factory=dict)
 
@@ -94,6 +100,8 @@ class Knobs:
 
 class SimGroup:
     """The DP group of one instance: membership, fault propagation, scale-down rounds, formation."""
+
+    round_type = _Round
 
     def __init__(self, ranks: list[int], dialect: str, knobs: Knobs, on_change=lambda: None) -> None:
         if dialect not in DIALECTS:
@@ -124,8 +132,12 @@ class SimGroup:
             self._formation.cancel()
 
     # -- processes ---------------------------------------------------------------------------
-    def spawn(self, rank: int) -> None:
-        """A fresh process; it is ready once every rank of the instance joined a new group."""
+    def spawn(self, rank: int, join: bool = False) -> None:
+        """A fresh process; it is ready once every rank of the instance joined a new group (a
+        joiner: once loaded)."""
+        if join:
+            spawn_joiner(self, rank)
+            return
         eng = self.engines[rank]
         self.engines[rank] = eng = SimEngine(rank, process_up=True)
         self.members.discard(rank)
@@ -180,6 +192,10 @@ class SimGroup:
         dead = dead | self._unseen
         self._unseen = set()
         survivors = {r for r in self.members if r not in dead} | (also & self.members)
+        if self._round is not None and self._round.scale_up:
+            # A peer lost while the group grows: the round fails (its participants say so).
+            self._round.task.cancel()  # type: ignore[union-attr]
+            self._end_round(self._round, False, "a peer failed during the scale-up")
         if self._round is not None and self._round.task is not None:
             self._round.task.cancel()
             self._round = None
@@ -243,6 +259,8 @@ class SimGroup:
             request_id = doc["request_id"]
             if doc.get("instruction") == "retry":
                 return self._retry(rank, request_id)
+            if doc.get("instruction") == "scale_up":
+                return apply_scale_up(self, rank, doc)
             removed = set(doc["params"]["removed_dp_ranks"])
         except (ValueError, KeyError, TypeError) as exc:
             return 400, json.dumps({"detail": f"malformed apply: {exc}"}).encode()
@@ -344,7 +362,7 @@ class SimGroup:
                 skew = self.knobs.recovery_skew_sec * (zlib.crc32(f"{rnd.request_id}/{r}".encode()) % 1000) / 1000
                 asyncio.get_running_loop().call_later(skew, self._recovered, r, eng, rnd.ids.get(r, rnd.request_id),
                                                       (eng.status, eng.fault_info, eng.ft_state))
-            elif rnd.retry:
+            elif rnd.retry or (rnd.scale_up and eng.joiner):
                 self._retry_failed(rnd, r, why)
             elif self.dialect == "rfc":
                 eng.set("unhealthy", fault_info=why, ft_state="failed", dialect=self.dialect)
@@ -354,6 +372,8 @@ class SimGroup:
                 eng.ft_error, eng.last_ft_request_id = why, rnd.request_id
         if ok:
             self.members = {r for r in rnd.survivors if self.engines[r].process_up}
+            for r in self.members:
+                self.engines[r].joiner = False
         elif not rnd.retry:
             self.members -= set(rnd.survivors)
         self._on_change()

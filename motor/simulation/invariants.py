@@ -2,7 +2,8 @@
 
 Safety (every step): a rank dead in truth is not published as serving longer than one decision
 (`dead_rank_published`); a committed (retired) rank does not come back into the serving view
-without a reconfiguration (`retired_rank_returns`); at most one strategy of the instance has calls
+without a reconfiguration, or an elastic scale-up that added it, was committed on the NodeManagers
+and left it out of the Controller's dead_committed (`retired_rank_returns`); at most one strategy of the instance has calls
 in flight (`one_strategy_per_instance`); no apply request_id is sent by two Controller lives, a life being
 one replica process in one term (`apply_replayed`); no receiver (a NodeManager, the Coordinator)
 accepts calls of two lives in one term, or a call of an older term after a newer one
@@ -83,6 +84,8 @@ class SafetyChecker:
         self._complete_since: float | None = None
         self._retired: set[int] = set()
         self._relaunches_seen = 0
+        # When each retired rank was retired: how many scale-up commits had been seen then.
+        self._retired_at: dict[int, int] = {}
         self._incarnation_seen = world.incarnation
         # Rounds seen on the calls: request_id → (first apply sent at, ranks removed); relaunch times.
         self._applied: dict[str, tuple[float, frozenset[int]]] = {}
@@ -262,11 +265,21 @@ class SafetyChecker:
             self._retired.clear()
         rt = w.runtime()
         if rt is not None and rt.phase is FtPhase.SCALED_DOWN_RUNNING:
-            self._retired |= {r for r in rt.dead_committed if r not in published}
+            for r in rt.dead_committed - self._retired:
+                if r not in published:
+                    self._retired.add(r)
+                    self._retired_at[r] = len(w.scale_up_committed)
+        if rt is not None:
+            # Re-admitted by a scale-up committed since the rank was retired: exactly the ranks its
+            # apply added, once the Controller no longer holds them committed dead.
+            for r in sorted(self._retired - rt.dead_committed):
+                if any(r in w.scale_up_added[rid] for rid in w.scale_up_committed[self._retired_at.get(r, 0):]):
+                    self._retired.discard(r)
         back = sorted(self._retired & published)
         if back:
             out.append(Violation("retired_rank_returns", now,
-                                 f"retired ranks {back} are published again without a reconfiguration"))
+                                 f"retired ranks {back} are published again without a reconfiguration or a "
+                                 "committed scale-up that added them"))
             self._retired -= set(back)
         # one_strategy_per_instance
         if w.max_concurrent_strategies > 1:

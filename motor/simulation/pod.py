@@ -63,7 +63,7 @@ class SimSupervisor:
         return None if s is None else EngineAddress(endpoint_id, s.host, s.port)
 
     def spawn(self, ids: list[int], dp_master_ip: str, dp_master_port: int, request_id: str = "",
-              ready_timeout_sec: float | None = None) -> dict[int, str]:
+              ready_timeout_sec: float | None = None, join: bool = False) -> dict[int, str]:
         if self._gone:
             raise Unavailable("the NodeManager is gone")
         busy = [i for i in ids if self._slots[i].state in (RunState.STARTING, RunState.READY, RunState.STOPPING)]
@@ -76,7 +76,7 @@ class SimSupervisor:
             self._pid += 1
             s.state, s.intentional, s.was_ready, s.note, s.returncode = RunState.STARTING, False, False, "", None
             s.proc = _Pid(self._pid)  # type: ignore[assignment]
-            self._group.spawn(i)
+            self._group.spawn(i, join)
             s.ready_task = asyncio.get_running_loop().create_task(self._await_ready(s, s.run_id, timeout))
         return {}
 

@@ -90,7 +90,7 @@ class SimController:
         life = world.controllers.life_of(self, term)
         if call == "apply":
             world.applies.setdefault(request_id, set()).add(life)
-        if call == "start_engines":
+        if call == "start_engines" and not request_id.startswith("su-"):  # a scale-up's joins relaunch nothing
             world.relaunches += 1
             world.note(f"start_engines {target} {request_id} (life {life})")
         now = world.clock.monotonic()
@@ -253,8 +253,8 @@ class _ObservedClient:
             request_id = args[1] if name != "stop_pod" else args[0]
             client = self._client
             if client._sender is None or (client._sender.alive and client._leadership.leading):
-                world.observe_call(name, client.address, args)  # it leaves a live leader
-            strategy = request_id.split("-")[0] in ("sd", "reconf", "fr")
+                world.observe_call(name, client.address, args, kwargs)  # it leaves a live leader
+            strategy = request_id.split("-")[0] in ("sd", "reconf", "fr", "restore", "su")
             if strategy:
                 world.inflight[request_id] = world.inflight.get(request_id, 0) + 1
                 live = sorted(rid for rid, n in world.inflight.items() if n > 0)

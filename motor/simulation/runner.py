@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
-from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused
+from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused, scale_up_events
 from motor.simulation.network import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import INSTANCE_ID, PODS, World
@@ -41,6 +41,7 @@ class RunResult:
     events: list[Event]
     trace: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    scale_up: bool = False
 
     @property
     def failed(self) -> bool:
@@ -51,18 +52,26 @@ class RunResult:
 FOCUSED_EVERY = 3
 
 
-def schedule_for(seed: int, steps: int) -> list[Event]:
+def schedule_for(seed: int, steps: int, scale_up: bool = False) -> list[Event]:
+    """`scale_up`: a restoration after the first scale-down, and faults around its scale-up round."""
     ranks = [r for pod in PODS for r in pod]
     make = generate_focused if seed % FOCUSED_EVERY == FOCUSED_EVERY - 1 else generate
-    return make(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
+    events = make(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
+    if scale_up:
+        events += scale_up_events(random.Random(f"scale-up-{seed}"), ranks, len(PODS))
+    return events
 
 
 def run(seed: int, dialect: str = "vllm", steps: int = 120, events: list[Event] | None = None,
-        tamper: Callable[[World], None] | None = None, fast_recovery: bool | None = None) -> RunResult:
+        tamper: Callable[[World], None] | None = None, fast_recovery: bool | None = None,
+        scale_up: bool = False) -> RunResult:
     """`tamper`: breaks the world once it serves (tests show that an invariant catches it);
-    `fast_recovery`: the Controller's enable_fast_recovery (None: decided by the seed, half on)."""
-    events = schedule_for(seed, steps) if events is None else events
+    `fast_recovery`: the Controller's enable_fast_recovery (None: decided by the seed, half on);
+    `scale_up`: the pods declare supports_scale_up (a restoration is then an elastic scale-up), and
+    a generated schedule gets `scale_up_events`."""
+    events = schedule_for(seed, steps, scale_up) if events is None else events
     result = RunResult(seed, dialect, list(events))
+    result.scale_up = scale_up
     loop = VirtualTimeLoop()
     try:
         loop.run_until_complete(_run(result, loop, steps, tamper, fast_recovery))
@@ -139,7 +148,7 @@ async def _run(result: RunResult, loop: VirtualTimeLoop, steps: int, tamper, fas
         fast_recovery = random.Random(f"fast-recovery-{result.seed}").random() < 0.5
     world = World(random.Random(f"world-{result.seed}"), result.dialect, loop, NetworkBounds(), result.trace,
                   ids=random.Random(f"uuid-{result.seed}"), jitter=random.Random(f"jitter-{result.seed}"),
-                  fast_recovery=fast_recovery)
+                  fast_recovery=fast_recovery, scale_up=result.scale_up)
     try:
         await _drive(world, result, loop, steps, tamper)
     except Exception as exc:  # noqa: BLE001 - a crash of the world or the code under test is a finding
@@ -162,7 +171,8 @@ async def _drive(world: World, result: RunResult, loop: VirtualTimeLoop, steps: 
     t0 = loop.time()
     ft = world.config.fault_tolerance_config
     world.note(f"serving {sorted(world.published() or ())}; schedule starts (fast recovery "
-               f"{'on' if ft.enable_fast_recovery else 'off'}, idle fault probe {'on' if ft.idle_fault_probe else 'off'})")
+               f"{'on' if ft.enable_fast_recovery else 'off'}, idle fault probe {'on' if ft.idle_fault_probe else 'off'}"
+               f"{', scale-up on' if world.scale_up else ''})")
     checker = SafetyChecker(world)
     anchors = Anchors(world)
     fired: list[Event] = []
@@ -213,9 +223,9 @@ class Anchors:
 
     def __init__(self, world: World) -> None:
         self._world = world
-        # FAST_RECOVERING too: pinned schedules land faults inside a fast recovery (the generator's
-        # anchors stay as they are).
-        self._happened = {name: asyncio.Event() for name in (*ANCHORS, "FAST_RECOVERING")}
+        # FAST_RECOVERING and SCALING_UP too: pinned schedules land faults inside a fast recovery,
+        # `scale_up_events` inside a scale-up (the generator's anchors stay as they are).
+        self._happened = {name: asyncio.Event() for name in (*ANCHORS, "FAST_RECOVERING", "SCALING_UP")}
         self.seen_at: dict[str, float] = {}
         self.rank_of: dict[str, int] = {}
         self._applied: set[str] = set()
@@ -304,7 +314,7 @@ def shrink(result: RunResult, steps: int) -> RunResult:
         changed = False
         for i in range(len(best.events)):
             candidate = best.events[:i] + best.events[i + 1:]
-            attempt = run(best.seed, best.dialect, steps, candidate)
+            attempt = run(best.seed, best.dialect, steps, candidate, scale_up=best.scale_up)
             if any(v.invariant == wanted for v in attempt.violations):
                 best, changed = attempt, True
                 break

@@ -36,9 +36,13 @@ KINDS = {
     "hardware_fault": 4,    # MindCluster reports a card or node fault (motor.simulation.hardware)
 }
 
-# Not generated (a weight here would reshuffle every seed's schedule), for explicit schedules only:
-# "restore", an operator asks for a capacity restoration (RestoreInstance with when_ready).
+# Not generated (a weight here would reshuffle every seed's schedule), for explicit schedules and
+# `scale_up_events` only: "restore", an operator asks for a capacity restoration (RestoreInstance
+# with when_ready).
 EXPLICIT_KINDS = ("restore",)
+# What `scale_up_events` throws at an elastic scale-up round (anchored at its SCALING_UP phase).
+SCALE_UP_FAULTS = {"executor_death": 3, "kill_process": 3, "unhealthy": 1, "hang_status": 1, "nm_crash": 1,
+                   "leader_crash": 1, "hardware_fault": 2}
 
 # The faults of a round-focused schedule (`generate_focused`) and the anchors they land on: a
 # death that starts a round, then faults a few hundred milliseconds into its short phases.
@@ -185,4 +189,27 @@ def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: lis
             on_anchor = after in RANK_ANCHORS and kind != "hang_status" and rng.random() < 0.5
             events.append(Event(at, kind, rank=rng.choice(ranks), after=after, anchor_rank=on_anchor,
                                 duration_sec=round(rng.uniform(1, 8), 3) if kind == "hang_status" else 0.0))
+    return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
+
+
+def scale_up_events(rng: random.Random, ranks: list[int], pods: int) -> list[Event]:
+    """Added to a schedule when the engines declare scale_up (`python -m motor.simulation
+    --scale-up`): an operator's restoration once the instance serves scaled down, and none, one or
+    two faults 0–4 s into the scale-up round it starts (a survivor's or a joiner's death, a NodeManager
+    or leader crash, a hung status route, a hardware report). From a stream of its own, so the
+    generated schedules stay as they are."""
+    events = [Event(round(rng.uniform(0.5, 8.0), 3), "restore", after="SCALED_DOWN_RUNNING")]
+    kinds, weights = list(SCALE_UP_FAULTS), list(SCALE_UP_FAULTS.values())
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        kind = rng.choices(kinds, weights)[0]
+        at = round(rng.uniform(0.0, 4.0), 3)
+        if kind == "hardware_fault":
+            events.append(Event(at, kind, duration_sec=round(rng.uniform(0, 8), 3), after="SCALING_UP",
+                                **_hardware(rng, ranks, pods, severe_or_unmappable=True)))
+            continue
+        duration = {"hang_status": rng.uniform(1, 8), "nm_crash": rng.uniform(1, 20),
+                    "leader_crash": rng.uniform(0.5, 15)}.get(kind, 0.0)
+        events.append(Event(at, kind, rank=rng.choice(ranks) if kind not in ("nm_crash", "leader_crash") else -1,
+                            pod=rng.randrange(pods) if kind == "nm_crash" else -1, duration_sec=round(duration, 3),
+                            after="SCALING_UP"))
     return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))

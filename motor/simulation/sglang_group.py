@@ -29,9 +29,9 @@ class SglangGroup(SimGroup):
         self.last_ft_request_id: str | None = None
         self.ft_error: str | None = None
 
-    def spawn(self, rank: int) -> None:
-        super().spawn(rank)
-        if not self.in_progress:
+    def spawn(self, rank: int, join: bool = False) -> None:
+        super().spawn(rank, join)
+        if not join and not self.in_progress:
             self.expected[rank] = True
 
     def _instance_status(self, rank: int) -> str:

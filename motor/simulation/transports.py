@@ -148,13 +148,13 @@ class SimNodeManagerClient:
         return await self._call("status", fn, self._timeout + settle_sec, request_id)
 
     async def apply(self, instance_id, request_id, removed_dp_ranks, dp_master_ip, dp_master_rank, endpoint_ids,
-                    dp_store_port=0, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN):
+                    dp_store_port=0, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=()):
         async def fn(nm, term):
             result = await nm.proxy.apply(
                 instance_id=instance_id, request_id=request_id, instruction=instruction,
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port,
-                term=term)
+                term=term, added_dp_ranks=list(added_dp_ranks))
             return node_manager_pb2.ApplyResponse(
                 accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
                 node_manager_pb2.EngineApplyResult(
@@ -179,11 +179,13 @@ class SimNodeManagerClient:
             return node_manager_pb2.StopEnginesResponse(stopped_ids=stopped)
         return await self._call("stop_engines", fn, timeout_sec, request_id)
 
-    async def start_engines(self, instance_id, request_id, dp_master_ip, dp_master_port, timeout_sec):
+    async def start_engines(self, instance_id, request_id, dp_master_ip, dp_master_port, timeout_sec, endpoint_ids=(),
+                            join=False):
         async def fn(nm, term):
             launch = await nm.engines.start_engines(instance_id=instance_id, request_id=request_id,
                                                     dp_master_ip=dp_master_ip, dp_master_port=dp_master_port,
-                                                    endpoint_ids=[], timeout_sec=self._engine_timeout(timeout_sec))
+                                                    endpoint_ids=list(endpoint_ids),
+                                                    timeout_sec=self._engine_timeout(timeout_sec), join=join)
             return node_manager_pb2.StartEnginesResponse(endpoints=[e.to_pb() for e in launch.endpoints],
                                                          launched_at_unix_sec=launch.launched_at_unix_sec)
         return await self._call("start_engines", fn, timeout_sec, request_id)

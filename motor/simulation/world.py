@@ -67,7 +67,7 @@ def controller_config(idle_fault_probe: bool = False, fast_recovery: bool = Fals
     ])
 
 
-def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int) -> NodeManagerConfig:
+def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int, scale_up: bool = False) -> NodeManagerConfig:
     return NodeManagerConfig.model_validate({
         "controller_address": "127.0.0.1:1", "instance_id": INSTANCE_ID, "dp_size": dp_size,
         "pod_ip": f"10.0.0.{pod_index + 1}", "node_name": f"node-{pod_index + 1}",
@@ -75,16 +75,18 @@ def nodemanager_config(pod_index: int, ranks: tuple[int, ...], dp_size: int) -> 
         "engines": [{"dp_rank": r, "port": 8000 + r,
                      "device_infos": [{"device_id": f"Ascend910-{i}"}]} for i, r in enumerate(ranks)],
         "fault_tolerance_config": {"enable_dp_scale_down": True},
-        "ft_capability": {"num_redundant_experts": 8},
+        "ft_capability": {"num_redundant_experts": 8, "supports_scale_up": scale_up},
     })
 
 
 class World:
     def __init__(self, rng: random.Random, dialect: str, loop, bounds: NetworkBounds, trace: list[str],
                  ids: random.Random | None = None, jitter: random.Random | None = None,
-                 replicas: int = REPLICAS, fast_recovery: bool = False) -> None:
+                 replicas: int = REPLICAS, fast_recovery: bool = False, scale_up: bool = False) -> None:
         """`ids`: the source of the Controller's request ids; `jitter`: of the NodeManagers' retry
-        jitter (seeded, so that both repeat); `fast_recovery`: the Controller retries transient faults."""
+        jitter (seeded, so that both repeat); `fast_recovery`: the Controller retries transient faults;
+        `scale_up`: the pods declare supports_scale_up (a restoration is an elastic scale-up)."""
+        self.scale_up = scale_up
         self.rng, self.dialect, self.trace = rng, dialect, trace
         self._ids = ids or random.Random(rng.getrandbits(64))
         self._jitter = jitter or random.Random(rng.getrandbits(64))
@@ -100,7 +102,7 @@ class World:
         self.store = SimEtcd(loop, KEY_PREFIX)
         self.table = RoutingTable()
         self.coordinator_fence = TermFence("coordinator")
-        self.nm_configs = {f"10.0.0.{i + 1}:50051": nodemanager_config(i, pod, len(ranks))
+        self.nm_configs = {f"10.0.0.{i + 1}:50051": nodemanager_config(i, pod, len(ranks), scale_up)
                            for i, pod in enumerate(PODS)}
         self.pods: dict[str, NodeManagerAgent | None] = {}
         self._pod_starts: dict[str, asyncio.Task[None]] = {}
@@ -115,6 +117,10 @@ class World:
         self.applies: dict[str, set[int]] = {}  # request_id → Controller lives that sent it
         self.relaunches = 0
         self.restores = 0  # capacity restorations asked for
+        # Elastic scale-ups seen on the wire: the ranks each round's apply adds, and the rounds a
+        # finalize(commit) was sent for (retired_rank_returns lets exactly those ranks back).
+        self.scale_up_added: dict[str, frozenset[int]] = {}
+        self.scale_up_committed: list[str] = []
         self.inflight: dict[str, int] = {}  # strategy request_id → calls in flight
         self.max_concurrent_strategies = 0
         self.pod_addresses = list(self.nm_configs)
@@ -292,6 +298,10 @@ class World:
         rt = self.runtime()
         return None if rt is None else rt.phase
 
-    def observe_call(self, name: str, address: str, args: tuple) -> None:
+    def observe_call(self, name: str, address: str, args: tuple, kwargs: dict | None = None) -> None:
+        if name == "apply" and (kwargs or {}).get("added_dp_ranks"):
+            self.scale_up_added[args[1]] = frozenset(kwargs["added_dp_ranks"])  # type: ignore[index]
+        elif name == "finalize" and args[2] and args[1] in self.scale_up_added and args[1] not in self.scale_up_committed:
+            self.scale_up_committed.append(args[1])
         for listener in self.call_listeners:
             listener(name, address, args)

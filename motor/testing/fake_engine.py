@@ -15,6 +15,11 @@ Routes per port: ``GET /health``; ``GET {prefix}/status``; ``POST {prefix}/apply
 status_mode: ok | wrong_id | duplicate | extra | empty | garbage | bad_status | http500 | hang |
 not_object. apply_mode: accept | accept_server_id | reject_str | reject_list | hang.
 
+``--join`` (an elastic scale-up's joiner, docs/engine-protocol-scale-up.md): the rank reports
+``healthy`` and waits for a ``scale_up`` naming it. A ``scale_up`` apply (joiner or survivor) is
+checked as the contract says (400 naming the value), leaves ``healthy`` before the 202 and reads
+``healthy`` again ``scale_up_sec`` later (a control key, default 0.2).
+
 ``--group``: the ranks of the process form one simulated DP group, each rank on its own
 ``host:port`` (routes in `motor.testing.fake_group_app`):
 
@@ -52,6 +57,8 @@ class RankState:
     fault_info: str | None = None
     last_ft_request_id: str | None = None
     hang_sec: float = 3600.0
+    joiner: bool = False
+    scale_up_sec: float = 0.2
     applies: list[dict[str, Any]] = field(default_factory=list)
     status_requests: int = 0
 
@@ -65,7 +72,36 @@ class RankState:
 
     def control(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("rank", "status_mode", "apply_mode", "status", "ft_state",
-                                              "fault_info", "last_ft_request_id", "hang_sec")}
+                                              "fault_info", "last_ft_request_id", "hang_sec", "joiner",
+                                              "scale_up_sec")}
+
+
+def _scale_up(state: RankState, doc: dict[str, Any]) -> web.Response:
+    """The contract's checks of a scale_up, then out of healthy before the 202 and back later."""
+    params = doc.get("params") or {}
+    added, removed = params.get("added_dp_ranks"), params.get("removed_dp_ranks")
+    problem = ""
+    if not isinstance(added, list) or not added:
+        problem = f"added_dp_ranks {added!r} is empty"
+    elif not isinstance(removed, list) or set(added) & set(removed):
+        problem = f"removed_dp_ranks {removed!r} is not a list disjoint from added_dp_ranks {added}"
+    elif not params.get("dp_master_ip") or not params.get("dp_store_port"):
+        problem = "dp_master_ip and dp_store_port are required"
+    elif state.joiner and state.rank not in added:
+        problem = f"joiner {state.rank} is not in added_dp_ranks {added}"
+    elif not state.joiner and state.rank in added:
+        problem = f"rank {state.rank} is in the group: it cannot be added"
+    if problem:
+        return web.json_response({"detail": problem}, status=400)
+    rid = doc.get("request_id")
+    state.status, state.last_ft_request_id = "unhealthy", rid
+
+    def joined() -> None:
+        if state.last_ft_request_id == rid and state.status == "unhealthy":
+            state.status, state.joiner = "healthy", False
+
+    asyncio.get_running_loop().call_later(state.scale_up_sec, joined)
+    return web.json_response({"message": "accepted", "request_id": rid}, status=202)
 
 
 def build_app(state: RankState, prefix: str) -> web.Application:
@@ -108,9 +144,12 @@ def build_app(state: RankState, prefix: str) -> web.Application:
                 {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]}, status=400
             )
         try:
-            rid = json.loads(raw).get("request_id")
+            doc = json.loads(raw)
+            rid = doc.get("request_id")
         except (ValueError, AttributeError):
             return web.json_response({"detail": "body is not a JSON object"}, status=400)
+        if doc.get("instruction") == "scale_up" and mode == "accept":
+            return _scale_up(state, doc)
         if mode == "accept_server_id":
             rid = uuid.uuid4().hex
         state.last_ft_request_id = rid
@@ -145,12 +184,14 @@ def build_app(state: RankState, prefix: str) -> web.Application:
     return app
 
 
-async def serve(host: str, ports: list[int], ranks: list[int], prefix: str, status_mode: str) -> None:
+async def serve(host: str, ports: list[int], ranks: list[int], prefix: str, status_mode: str,
+                joiner: bool = False) -> None:
     stop = stop_on_signals()
     runners = []
     try:
         for port, rank in zip(ports, ranks):
-            runner = web.AppRunner(build_app(RankState(rank, status_mode=status_mode), prefix), access_log=None,
+            runner = web.AppRunner(build_app(RankState(rank, status_mode=status_mode, joiner=joiner), prefix),
+                                   access_log=None,
                                    shutdown_timeout=0.5)
             await runner.setup()
             await web.TCPSite(runner, host, port).start()
@@ -172,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ft-api-prefix", default="/v1/fault_tolerance")
     p.add_argument("--status-mode", default="ok", choices=STATUS_MODES)
     p.add_argument("--group", action="store_true", help="the ranks form one simulated DP group (see above)")
+    p.add_argument("--join", action="store_true", help="start as a joiner of an elastic scale-up (see above)")
     p.add_argument("--endpoints", help="--group: comma-separated host:port, one per rank")
     p.add_argument("--diagnosing-sec", type=float, default=1.5)
     p.add_argument("--rebuild-sec", type=float, default=0.05)
@@ -209,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ports, ranks = [args.port], [args.dp_rank]
     if len(ports) != len(ranks) or None in ports or None in ranks:
         p.error("give --port and --dp-rank, or --ports with as many --ranks")
-    asyncio.run(serve(args.host, ports, ranks, args.ft_api_prefix, args.status_mode))
+    asyncio.run(serve(args.host, ports, ranks, args.ft_api_prefix, args.status_mode, args.join))
     return 0
 
 

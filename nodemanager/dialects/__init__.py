@@ -3,7 +3,15 @@ by ``motorctl engine-check``). See docs/engine-dialects.md."""
 
 from __future__ import annotations
 
-from nodemanager.dialects.base import RETRY, SCALE_DOWN, ApplyAnswer, EngineDialect, FtCommand
+from nodemanager.dialects.base import (
+    RETRY,
+    SCALE_DOWN,
+    SCALE_UP,
+    ApplyAnswer,
+    EngineDialect,
+    FtCommand,
+    UnsupportedInstruction,
+)
 from nodemanager.dialects.rfc import RfcDialect
 from nodemanager.dialects.sglang import SglangDialect
 from nodemanager.dialects.vllm import VllmDialect
@@ -30,4 +38,5 @@ def dialect_of(config) -> EngineDialect:
     return make_dialect(config.engine_ft_dialect, config.dp_size, address)
 
 
-__all__ = ["dialect_of", "DIALECTS", "RETRY", "SCALE_DOWN", "ApplyAnswer", "EngineDialect", "FtCommand", "make_dialect"]
+__all__ = ["dialect_of", "DIALECTS", "RETRY", "SCALE_DOWN", "SCALE_UP", "ApplyAnswer", "EngineDialect", "FtCommand",
+           "UnsupportedInstruction", "make_dialect"]

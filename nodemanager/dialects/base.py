@@ -19,14 +19,20 @@ from nodemanager.engine_answers import EngineStatusEntry, parse_apply_answer, pa
 
 SCALE_DOWN = "scale_down"
 RETRY = "retry"
+SCALE_UP = "scale_up"
+
+
+class UnsupportedInstruction(ValueError):
+    """The dialect's engines do not take the instruction (refused before anything is sent)."""
 
 
 @dataclass(frozen=True)
 class FtCommand:
     """One instruction of a round, dialect-neutral (ranks are original global DP ranks)."""
 
-    instruction: str  # SCALE_DOWN | RETRY
+    instruction: str  # SCALE_DOWN | RETRY | SCALE_UP
     request_id: str
+    # SCALE_UP: the ranks still removed after the round (possibly none).
     removed_dp_ranks: tuple[int, ...] = ()
     dp_master_ip: str = ""
     dp_master_rank: int = 0
@@ -34,6 +40,8 @@ class FtCommand:
     # This round's ranks only (the cumulative list minus what earlier committed rounds removed);
     # empty when the pod does not know them. For engines that take only the ranks still expected.
     newly_removed_dp_ranks: tuple[int, ...] = ()
+    # SCALE_UP: the original ranks the round re-admits (the joiners of every pod).
+    added_dp_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,9 @@ class EngineDialect:
     instance_level: ClassVar[bool] = False
     # The route prefix the engine family serves by default (the configuration may override it).
     default_prefix: ClassVar[str] = "/v1/fault_tolerance"
+    # Elastic scale-up (docs/engine-protocol-scale-up.md): the engines take `scale_up` and their
+    # processes start in join mode.
+    supports_scale_up: ClassVar[bool] = True
 
     def __init__(self, dp_size: int, manager_address: tuple[str, int] | None = None) -> None:
         self.dp_size = dp_size
@@ -72,14 +83,27 @@ class EngineDialect:
         `request_id`: the round's id, when a round reads (an instance-level error is judged by it)."""
         return parse_status(endpoint_id, http_status, body, observed_at_unix_sec)
 
+    def check_supported(self, instruction: str) -> None:
+        """UnsupportedInstruction when the dialect's engines do not take `instruction`."""
+        if instruction == SCALE_UP and not self.supports_scale_up:
+            raise UnsupportedInstruction(f"the engine FT dialect {self.name!r} has no scale_up (its engines "
+                                         "answer 400 \"Invalid instruction\"); capacity comes back by a planned "
+                                         "restoration")
+
     def params(self, command: FtCommand) -> dict[str, object]:
+        if command.instruction == SCALE_UP:
+            return {"added_dp_ranks": sorted(command.added_dp_ranks),
+                    "removed_dp_ranks": sorted(command.removed_dp_ranks), "dp_master_ip": command.dp_master_ip,
+                    "dp_store_port": command.dp_store_port}
         if command.instruction != SCALE_DOWN:
             return {}
         return {"removed_dp_ranks": sorted(command.removed_dp_ranks), "dp_master_ip": command.dp_master_ip,
                 "dp_store_port": command.dp_store_port}
 
     def apply_body(self, command: FtCommand) -> str:
-        """The exact JSON sent (the same to every target of a round)."""
+        """The exact JSON sent (the same to every target of a round); UnsupportedInstruction for an
+        instruction the dialect does not take."""
+        self.check_supported(command.instruction)
         return json.dumps({"instruction": command.instruction, "request_id": command.request_id,
                            "params": self.params(command)})
 

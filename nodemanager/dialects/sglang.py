@@ -15,6 +15,8 @@ instance, on the instance's HTTP server (docs/engine-dialects.md).
   is told to remove is still expected, so the list names this round's ranks only. 202 accepted; 409
   ``ft_operation_in_progress``: busy (sent again within the deadline); 400 ``{"message"}``: refused,
   the message quoted. Failures after the 202 are codes in ``ft_error``.
+* No ``scale_up``: SGLang's manager re-admits no rank of a running instance; refused before
+  anything is sent (``EngineDialect.check_supported``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def _text(value: Any) -> str | None:
 class SglangDialect(EngineDialect):
     name = "sglang"
     instance_level = True
+    supports_scale_up = False
 
     def ft_address(self, endpoint_id: int, local_of: Callable[[int], EngineAddress | None]) -> EngineAddress | None:
         if local_of(endpoint_id) is None or self.manager_address is None:
@@ -62,6 +65,7 @@ class SglangDialect(EngineDialect):
         return {"removed_dp_ranks": sorted(command.newly_removed_dp_ranks or command.removed_dp_ranks)}
 
     def apply_body(self, command: FtCommand) -> str:
+        self.check_supported(command.instruction)
         return json.dumps({"instruction": command.instruction, "params": self.params(command),
                            "request_id": command.request_id})
 

@@ -162,6 +162,8 @@ class _World:
         self.core = _Core()
         self.incarnation = 1
         self.relaunches = 0
+        self.scale_up_added: dict = {}
+        self.scale_up_committed: list = []
         self.max_concurrent_strategies = 0
         self.applies: dict = {}
         self.fence_breaches: list = []
@@ -236,6 +238,31 @@ def test_retired_rank_returns_fires_without_a_reconfiguration_and_not_after_one(
     w.relaunches = 2  # a reconfiguration relaunched every rank: rank 3 may serve again
     w.view = frozenset({0, 1, 2, 3})
     assert checker.check(4.0) == []
+
+
+def test_retired_rank_returns_lets_back_exactly_the_ranks_a_committed_scale_up_added() -> None:
+    w = _World()
+    checker = SafetyChecker(w)  # type: ignore[arg-type]
+    w.rt.phase, w.rt.dead_committed, w.view = FtPhase.SCALED_DOWN_RUNNING, frozenset({2, 3}), frozenset({0, 1})
+    assert checker.check(1.0) == []
+    # A scale-up of rank 3 applied but never committed lets nothing back.
+    w.scale_up_added["su-7-a"] = frozenset({3})
+    w.rt.dead_committed = frozenset({2})
+    w.view = frozenset({0, 1, 3})
+    assert [v.invariant for v in checker.check(2.0)] == ["retired_rank_returns"]
+    w.view, w.rt.dead_committed = frozenset({0, 1}), frozenset({2, 3})
+    checker.check(3.0)
+    # Committed: rank 3 (out of dead_committed) may serve again, rank 2 (not added) may not.
+    w.scale_up_committed.append("su-7-a")
+    w.rt.dead_committed, w.view = frozenset({2}), frozenset({0, 1, 3})
+    assert checker.check(4.0) == []
+    w.view = frozenset({0, 1, 2, 3})
+    assert [v.invariant for v in checker.check(5.0)] == ["retired_rank_returns"]
+    # Retired again by a later round: the old commit does not let it back a second time.
+    w.rt.dead_committed, w.view = frozenset({2, 3}), frozenset({0, 1})
+    checker.check(6.0)
+    w.rt.dead_committed, w.view = frozenset({2}), frozenset({0, 1, 3})
+    assert [v.invariant for v in checker.check(7.0)] == ["retired_rank_returns"]
 
 
 def test_one_strategy_per_instance_fires_on_two_strategies_in_flight() -> None:

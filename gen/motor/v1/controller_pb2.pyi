@@ -21,6 +21,7 @@ class FtPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FT_PHASE_SCALED_DOWN_RUNNING: _ClassVar[FtPhase]
     FT_PHASE_RECONFIGURING: _ClassVar[FtPhase]
     FT_PHASE_FAST_RECOVERING: _ClassVar[FtPhase]
+    FT_PHASE_SCALING_UP: _ClassVar[FtPhase]
 
 class GateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +86,7 @@ FT_PHASE_POST_SCALE_CLEANUP: FtPhase
 FT_PHASE_SCALED_DOWN_RUNNING: FtPhase
 FT_PHASE_RECONFIGURING: FtPhase
 FT_PHASE_FAST_RECOVERING: FtPhase
+FT_PHASE_SCALING_UP: FtPhase
 GATE_REASON_UNSPECIFIED: GateReason
 GATE_REASON_FEATURE_DISABLED: GateReason
 GATE_REASON_ENGINE_FT_REQUIRED: GateReason

@@ -13,9 +13,11 @@ class Instruction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INSTRUCTION_UNSPECIFIED: _ClassVar[Instruction]
     INSTRUCTION_SCALE_DOWN: _ClassVar[Instruction]
     INSTRUCTION_RETRY: _ClassVar[Instruction]
+    INSTRUCTION_SCALE_UP: _ClassVar[Instruction]
 INSTRUCTION_UNSPECIFIED: Instruction
 INSTRUCTION_SCALE_DOWN: Instruction
 INSTRUCTION_RETRY: Instruction
+INSTRUCTION_SCALE_UP: Instruction
 
 class GuardRequest(_message.Message):
     __slots__ = ("request_id", "lease_sec", "instance_id")
@@ -68,7 +70,7 @@ class StatusResponse(_message.Message):
     def __init__(self, engines: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port")
+    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port", "added_dp_ranks")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +79,7 @@ class ApplyRequest(_message.Message):
     DP_MASTER_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
+    ADDED_DP_RANKS_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     request_id: str
     instruction: Instruction
@@ -85,7 +88,8 @@ class ApplyRequest(_message.Message):
     dp_master_rank: int
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
     dp_store_port: int
-    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ...) -> None: ...
+    added_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ..., added_dp_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EngineApplyResult(_message.Message):
     __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec", "sent_at_unix_sec")
@@ -138,18 +142,20 @@ class FinalizeResponse(_message.Message):
     def __init__(self, retired_ids: _Optional[_Iterable[int]] = ..., guard_released: _Optional[bool] = ...) -> None: ...
 
 class StartEnginesRequest(_message.Message):
-    __slots__ = ("instance_id", "request_id", "dp_master_ip", "dp_master_port", "endpoint_ids")
+    __slots__ = ("instance_id", "request_id", "dp_master_ip", "dp_master_port", "endpoint_ids", "join")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DP_MASTER_IP_FIELD_NUMBER: _ClassVar[int]
     DP_MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    JOIN_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     request_id: str
     dp_master_ip: str
     dp_master_port: int
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., dp_master_ip: _Optional[str] = ..., dp_master_port: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    join: bool
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., dp_master_ip: _Optional[str] = ..., dp_master_port: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., join: _Optional[bool] = ...) -> None: ...
 
 class StartEnginesResponse(_message.Message):
     __slots__ = ("endpoints", "launched_at_unix_sec")

@@ -16,7 +16,8 @@ A scale-down round, each stage ending where the next begins:
   publish      → the Coordinator acknowledged the ADD of the survivors
 
 A whole-instance reconfiguration: detection, decision (when evidence led to it), drain, stop, start,
-publish. A stage whose closing step is not in the timeline (nothing published to drain, a round
+publish. An elastic scale-up (from its start): guard, join (the joiners started), ready (the last
+poll before the drain), drain, apply, rebuild, commit, publish. A stage whose closing step is not in the timeline (nothing published to drain, a round
 that failed half-way) is left out; the next stage starts where the last one present ended.
 """
 
@@ -30,6 +31,7 @@ Kind = controller_pb2.TimelineEventKind
 
 SCALE_DOWN_STAGES = ("detection", "decision", "guard", "apply_ready", "drain", "apply", "rebuild", "commit", "publish")
 RECONFIGURATION_STAGES = ("detection", "decision", "drain", "stop", "start", "publish")
+SCALE_UP_STAGES = ("guard", "join", "ready", "drain", "apply", "rebuild", "commit", "publish")
 
 
 @dataclass(frozen=True)
@@ -114,12 +116,30 @@ def reconfiguration_stages(txn: controller_pb2.Transaction) -> list[Stage]:
     ])
 
 
+def scale_up_stages(txn: controller_pb2.Transaction) -> list[Stage]:
+    drain_at = _first_index(txn, "drain")
+    apply_at = _first_index(txn, "apply")
+    ready_before = drain_at if drain_at is not None else apply_at
+    commits = [e for e in _calls(txn, "finalize") if e.commit]
+    return _chain([("", txn.started_at_unix_sec),
+                   ("guard", _last_end(_calls(txn, "guard"))),
+                   ("join", _last_end(_calls(txn, "start_engines"))),
+                   ("ready", None if ready_before is None else _last_end(_calls(txn, "status", 0, ready_before))),
+                   ("drain", _last_end(_calls(txn, "drain")[:1])),
+                   ("apply", _last_end(_calls(txn, "apply"))),
+                   ("rebuild", None if apply_at is None else _last_end(_calls(txn, "status", apply_at + 1))),
+                   ("commit", _last_end(commits)),
+                   ("publish", _last_end(_calls(txn, "publish")[:1]))])
+
+
 def transaction_stages(txn: controller_pb2.Transaction) -> list[Stage]:
     """The stages present in the timeline, in order (empty for a strategy without a stage model)."""
     if txn.strategy == "dp_scale_down":
         return scale_down_stages(txn)
     if txn.strategy == "instance_reconfiguration":
         return reconfiguration_stages(txn)
+    if txn.strategy == "scale_up":
+        return scale_up_stages(txn)
     return []
 
 

@@ -330,6 +330,12 @@ class StrategyCenter:
         if whole_rebuild:
             self._schedule_retry(instance_id, outcome.detail)
             return
+        if outcome.next_strategy is not None:
+            # Its own fallback (a failed scale-up's planned restoration), started before anything else can.
+            log.warning("instance=%d %s failed, %s next: %s", instance_id, strategy.name, outcome.next_strategy.name,
+                        outcome.detail)
+            self.start_strategy(instance_id, outcome.next_strategy)
+            return
         # A failed scale-down or fast recovery goes straight to the frozen fallback, never to another round.
         log.warning("instance=%d %s failed, fallback %s: %s", instance_id, strategy.name,
                     outcome.fallback or FALLBACK_RECONFIGURATION, outcome.detail)

@@ -34,6 +34,9 @@ class RoundPlan:
     dp_master_rank: int
     dp_master_ip: str
     pods: tuple[PodPlan, ...]
+    # An elastic scale-up's re-admitted ranks (motor.controller.restoration.scale_up_plan); empty
+    # for a scale-down or a retry. `removed_cumulative` is then what stays removed after it.
+    added: tuple[int, ...] = ()
 
     @property
     def routable_survivors(self) -> tuple[int, ...]:

@@ -23,12 +23,13 @@ class FtPhase(StrEnum):
     SCALED_DOWN_RUNNING = "SCALED_DOWN_RUNNING"
     RECONFIGURING = "RECONFIGURING"
     FAST_RECOVERING = "FAST_RECOVERING"
+    SCALING_UP = "SCALING_UP"
 
 
 # The transaction window: the whole-instance shutdown on a partial loss is suppressed here.
 TRANSACTION_PHASES = frozenset(
     {FtPhase.DECIDING, FtPhase.WAITING_ENGINE_FAULT, FtPhase.SCALING_DOWN, FtPhase.POST_SCALE_CLEANUP,
-     FtPhase.FAST_RECOVERING}
+     FtPhase.FAST_RECOVERING, FtPhase.SCALING_UP}
 )
 # Found in one of these after a restart, a round was interrupted: it becomes RECONFIGURING and takes
 # the fallback, never replaying apply. POST_SCALE_CLEANUP is the NodeManager-commit /
@@ -50,9 +51,13 @@ _TRANSITIONS: Mapping[FtPhase, frozenset[FtPhase]] = {
     # A failure before the Controller's own commit (e.g. a NodeManager refused finalize) still falls
     # back; after it, nothing rolls back and the phase goes on to SCALED_DOWN_RUNNING.
     FtPhase.POST_SCALE_CLEANUP: frozenset({FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
-    FtPhase.SCALED_DOWN_RUNNING: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING, FtPhase.FAST_RECOVERING}),
+    FtPhase.SCALED_DOWN_RUNNING: frozenset({FtPhase.DECIDING, FtPhase.RECONFIGURING, FtPhase.FAST_RECOVERING,
+                                            FtPhase.SCALING_UP}),
     # A retry rebuilds the same group: back to the phase it left (no rank removed), or the fallback.
     FtPhase.FAST_RECOVERING: frozenset({FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
+    # An elastic scale-up: every removed rank back (NORMAL), some still removed, or the planned
+    # restoration it falls back to.
+    FtPhase.SCALING_UP: frozenset({FtPhase.NORMAL, FtPhase.SCALED_DOWN_RUNNING, FtPhase.RECONFIGURING}),
     # A failed reconfiguration stays RECONFIGURING and is tried again; success serves all ranks.
     FtPhase.RECONFIGURING: frozenset({FtPhase.NORMAL, FtPhase.RECONFIGURING}),
 }
@@ -257,6 +262,18 @@ class FtRuntimeStore:
         if runtime.active_ranks <= removed_set:
             raise ValueError(f"instance {instance_id}: committing {sorted(removed_set)} would remove every rank")
         runtime.dead_committed = runtime.dead_committed | removed_set
+        runtime.pending_removed_ranks = frozenset()
+        runtime.generation += 1
+        return runtime
+
+    def commit_scale_up(self, instance_id: int, added: Iterable[int]) -> FtRuntime:
+        """dead_committed −= added (an elastic scale-up re-admitted them); only committed ranks."""
+        runtime = self.get(instance_id)
+        added_set = frozenset(added)
+        if not added_set or not added_set <= runtime.dead_committed:
+            raise ValueError(f"instance {instance_id}: cannot re-admit {sorted(added_set)}: not within "
+                             f"dead_committed {sorted(runtime.dead_committed)}")
+        runtime.dead_committed = runtime.dead_committed - added_set
         runtime.pending_removed_ranks = frozenset()
         runtime.generation += 1
         return runtime

@@ -1,7 +1,9 @@
 """Restorer: RestoreInstance requests (idempotent by request id) and the automatic mode of
 `capacity_restore`, over the strategy centre of the acting Controller.
 
-A request whose instance is ready starts a RestorationStrategy at once; one that is not is refused,
+A request whose instance is ready starts a restoration at once: an elastic ScaleUpStrategy when
+every pod of the instance declares `supports_scale_up` (its failure hands over to the planned
+restoration, which the request then follows), else a RestorationStrategy; one that is not is refused,
 or, with `when_ready`, kept pending (the runtime shows `restore_pending` and why) and started once
 it is, unless its deadline passes first. The same request id again answers with that request's
 state, never a second restoration. Requests are observed state: a Controller that restarts or
@@ -16,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.controller.fault_tolerance.fault_manager import FaultManager
-from motor.controller.fault_tolerance.strategy.base import ControllerDeps
+from motor.controller.fault_tolerance.strategy.base import ControllerDeps, Strategy
 from motor.controller.restoration.readiness import Readiness, auto_due, readiness
+from motor.controller.restoration.scale_up import ScaleUpStrategy
 from motor.controller.restoration.strategy import RestorationStrategy
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,13 @@ log = logging.getLogger(__name__)
 # Request states that do not change any more.
 FINAL_STATES = ("restored", "expired", "full")
 _MAX_REQUESTS = 1024
+
+
+def current(strategy: Strategy) -> Strategy:
+    """The strategy a request follows now: a finished scale-up's fallback restoration, if any."""
+    while strategy.is_finished() and getattr(strategy, "fallback", None) is not None:
+        strategy = strategy.fallback  # type: ignore[attr-defined]
+    return strategy
 
 
 class RestoreRefused(Exception):
@@ -44,7 +54,7 @@ class RestoreRequest:
     state: str = "restore_pending"
     message: str = ""
     unplaced: tuple[int, ...] = ()
-    strategy: RestorationStrategy | None = field(default=None, repr=False)
+    strategy: Strategy | None = field(default=None, repr=False)
 
     @property
     def transaction_id(self) -> str:
@@ -59,7 +69,7 @@ class Restorer:
         self.requests: dict[str, RestoreRequest] = {}
         # Since when each instance has been ready without a break (auto's settle time).
         self._ready_since: dict[int, float] = {}
-        self._auto: dict[int, RestorationStrategy] = {}
+        self._auto: dict[int, Strategy] = {}
 
     @property
     def mode(self) -> str:
@@ -115,11 +125,17 @@ class Restorer:
             oldest = next(iter(self.requests))
             del self.requests[oldest]
 
-    def _start(self, req: RestoreRequest | None, reason: str, instance_id: int | None = None) -> RestorationStrategy:
+    def _start(self, req: RestoreRequest | None, reason: str, instance_id: int | None = None) -> Strategy:
         iid = req.instance_id if req is not None else instance_id
         assert iid is not None
-        strategy = RestorationStrategy(self.deps, iid, f"restoring every original rank: {reason}",
-                                       f"request_id {req.request_id}" if req is not None else "capacity_restore auto")
+        asked_by = f"request_id {req.request_id}" if req is not None else "capacity_restore auto"
+        record = self.deps.registry.get(iid)
+        capability, _ = record.capability() if record is not None else (None, "")
+        strategy: Strategy
+        if capability is not None and capability.supports_scale_up:
+            strategy = ScaleUpStrategy(self.deps, iid, f"re-admitting every removed rank: {reason}", asked_by)
+        else:
+            strategy = RestorationStrategy(self.deps, iid, f"restoring every original rank: {reason}", asked_by)
         self._faults().center.start_strategy(iid, strategy)
         if req is not None:
             req.strategy, req.state, req.message, req.unplaced = strategy, "restoring", reason, ()
@@ -128,9 +144,13 @@ class Restorer:
         return strategy
 
     def _follow(self, req: RestoreRequest) -> None:
-        """Moves a started request on to its outcome once its strategy finished."""
+        """Moves a started request on to its outcome once its strategy (or the restoration a failed
+        scale-up handed over to) finished."""
         strategy = req.strategy
-        if strategy is None or req.state != "restoring" or not strategy.is_finished():
+        if strategy is None or req.state != "restoring":
+            return
+        strategy = current(strategy)
+        if not strategy.is_finished():
             return
         outcome = strategy.txn.outcome if strategy.txn is not None else "failed: not started"
         if outcome == "running":  # stopped before it ended (the replica stopped acting)
@@ -156,9 +176,9 @@ class Restorer:
             if req.state == "restoring":
                 busy.add(req.instance_id)
         for strategy in self._auto.values():
-            if not strategy.is_finished():
+            if not current(strategy).is_finished():
                 busy.add(strategy.instance_id)
-        self._auto = {iid: s for iid, s in self._auto.items() if not s.is_finished()}
+        self._auto = {iid: s for iid, s in self._auto.items() if not current(s).is_finished()}
         pending: set[int] = set()
         for req in self.requests.values():
             if req.state != "restore_pending":

@@ -82,6 +82,8 @@ class FakeCluster:
     long_poll: bool = False
     # The instruction of every apply, in order (node_manager_pb2.Instruction values).
     instructions: list[int] = field(default_factory=list)
+    # The added_dp_ranks of every apply, in order (a scale-up's; empty otherwise).
+    added: list[tuple[int, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -157,10 +159,11 @@ class FakeNodeManagerClient:
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0,
-                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN):
+                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=()):
         c = self.cluster
         c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
                         store_port))
+        c.added.append(tuple(added_dp_ranks))
         c.instructions.append(instruction)
         if c.on_apply is not None:
             c.on_apply()
@@ -196,8 +199,15 @@ class FakeNodeManagerClient:
         self.cluster._maybe_fail("stop_engines", self.address)
         return node_manager_pb2.StopEnginesResponse(stopped_ids=list(self.cluster.pods[self.address]))
 
-    async def start_engines(self, instance_id, request_id, master_ip, master_port, timeout_sec):
+    async def start_engines(self, instance_id, request_id, master_ip, master_port, timeout_sec, endpoint_ids=(),
+                            join=False):
         c = self.cluster
+        if join:  # joiners of a scale-up: the named ranks only, still retired until the round commits
+            c.calls.append(("join", self.address, request_id, tuple(endpoint_ids)))
+            c._maybe_fail("join", self.address)
+            for r in endpoint_ids:
+                c.engines[r] = Engine(r)
+            return node_manager_pb2.StartEnginesResponse(launched_at_unix_sec=c.clock.wall() if c.clock else 0.0)
         c.calls.append(("start_engines", self.address, master_ip))
         c._maybe_fail("start_engines", self.address)
         if c.on_start is not None:
@@ -309,7 +319,7 @@ def make_core(cluster: FakeCluster, config: ControllerConfig | None = None, coor
 
 
 def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, capability: bool = True,
-                     redundant: int = 8, store_port_base: int = 0) -> controller_pb2.RegisterRequest:
+                     redundant: int = 8, store_port_base: int = 0, scale_up: bool = False) -> controller_pb2.RegisterRequest:
     pod_ip = address.split(":")[0]
     dp_size = sum(len(r) for r in cluster.pods.values())
     req = controller_pb2.RegisterRequest(instance_id=instance_id, role=common_pb2.ROLE_UNION, model="m", dp_size=dp_size)
@@ -322,7 +332,7 @@ def register_request(cluster: FakeCluster, address: str, instance_id: int = 7, c
     if capability:
         req.ft_capability.CopyFrom(common_pb2.FtCapability(
             engine_ft_enabled=True, scale_down_supported=True, external_lb=True, auto_recovery=False,
-            enable_eplb=True, num_redundant_experts=redundant, retry_supported=True))
+            enable_eplb=True, num_redundant_experts=redundant, retry_supported=True, supports_scale_up=scale_up))
     return req
 
 

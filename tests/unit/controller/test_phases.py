@@ -48,6 +48,12 @@ LEGAL = {
     (P.FAST_RECOVERING, P.NORMAL),
     (P.FAST_RECOVERING, P.SCALED_DOWN_RUNNING),
     (P.FAST_RECOVERING, P.RECONFIGURING),
+    # Elastic scale-up: from the scaled-down phase to every rank back, some still removed, or the
+    # planned restoration it falls back to.
+    (P.SCALED_DOWN_RUNNING, P.SCALING_UP),
+    (P.SCALING_UP, P.NORMAL),
+    (P.SCALING_UP, P.SCALED_DOWN_RUNNING),
+    (P.SCALING_UP, P.RECONFIGURING),
 }
 
 
@@ -62,7 +68,7 @@ def test_every_transition_is_exactly_as_drawn(src: FtPhase, dst: FtPhase) -> Non
 
 def test_transaction_window_and_restart_rule() -> None:
     assert TRANSACTION_PHASES == {P.DECIDING, P.WAITING_ENGINE_FAULT, P.SCALING_DOWN, P.POST_SCALE_CLEANUP,
-                                  P.FAST_RECOVERING}
+                                  P.FAST_RECOVERING, P.SCALING_UP}
     assert P.RECONFIGURING not in TRANSACTION_PHASES
     assert P.SCALED_DOWN_RUNNING not in TRANSACTION_PHASES
     for phase in INTERRUPTED_PHASES:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nodemanager.dialects import DIALECTS, SCALE_DOWN, FtCommand, make_dialect
+from nodemanager.dialects import DIALECTS, SCALE_DOWN, SCALE_UP, FtCommand, UnsupportedInstruction, make_dialect
 from nodemanager.engine_answers import EngineIdentityError, EngineStatusMalformed
 from nodemanager.engine_http import EngineAddress
 
@@ -138,3 +138,31 @@ def test_sglang_answers_202_409_and_400_message() -> None:
     assert bad.message == "HTTP 400: 'removed_dp_ranks' contains a rank out of range."
     invalid = d.parse_apply_answer(400, b'{"message": "Invalid instruction: \'reboot\'."}')
     assert invalid.message == "HTTP 400: Invalid instruction: 'reboot'."
+
+
+# -- scale_up (docs/engine-protocol-scale-up.md) ----------------------------------------------------
+SCALE_UP_COMMAND = FtCommand(SCALE_UP, "su-7-a", removed_dp_ranks=(3,), dp_master_ip="127.0.0.2", dp_master_rank=0,
+                             dp_store_port=29601, added_dp_ranks=(2, 1))
+
+
+@pytest.mark.parametrize("name", ["vllm", "rfc"])
+def test_vllm_and_rfc_send_the_contracts_scale_up_body(name: str) -> None:
+    d = make_dialect(name, 4)
+    assert d.supports_scale_up
+    d.check_supported(SCALE_UP)
+    assert json.loads(d.apply_body(SCALE_UP_COMMAND)) == {
+        "instruction": "scale_up", "request_id": "su-7-a",
+        "params": {"added_dp_ranks": [1, 2], "removed_dp_ranks": [3], "dp_master_ip": "127.0.0.2",
+                   "dp_store_port": 29601}}
+    assert d.apply_targets([0, 1], SCALE_UP_COMMAND) == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["vllm-0.33", "sglang"])
+def test_engines_without_scale_up_refuse_it_before_anything_is_sent(name: str) -> None:
+    d = make_dialect(name, 4, ("127.0.0.9", 30000))
+    assert not d.supports_scale_up
+    with pytest.raises(UnsupportedInstruction, match=f"dialect {name!r} has no scale_up"):
+        d.check_supported(SCALE_UP)
+    with pytest.raises(UnsupportedInstruction):
+        d.apply_body(SCALE_UP_COMMAND)
+    d.check_supported(SCALE_DOWN)  # the other instructions go as before

@@ -48,3 +48,10 @@ def test_configured_command_fills_placeholders() -> None:
 def test_fill_template_names_the_bad_item() -> None:
     with pytest.raises(ValueError, match="'{nope}'"):
         fill_template(["{nope}"], {})
+
+
+def test_a_joiner_gets_join_last_and_everything_else_as_a_normal_launch() -> None:
+    cfg = NodeManagerConfig.model_validate(BASE)
+    normal = engine_argv(cfg, dp_rank=3, port=8003, dp_master_ip="127.0.0.5", dp_master_port=29555)
+    joiner = engine_argv(cfg, dp_rank=3, port=8003, dp_master_ip="127.0.0.5", dp_master_port=29555, join=True)
+    assert joiner == [*normal, "--join"] and "--join" not in normal

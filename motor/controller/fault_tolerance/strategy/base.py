@@ -126,6 +126,9 @@ class Outcome:
     # The last read of each rank the strategy read, when it read ranks one by one (a survivor seen
     # healthy after apply is not read again): a rank's evidence is superseded only by its own read.
     last_reads: Mapping[int, RankRead] = field(default_factory=dict)
+    # For a failed strategy with a fallback of its own (a failed scale-up's planned restoration): the
+    # strategy the centre starts next, in place of the whole-instance reconfiguration.
+    next_strategy: Strategy | None = None
 
 
 class Strategy(ABC):

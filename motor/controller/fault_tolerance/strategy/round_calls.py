@@ -134,12 +134,15 @@ class RoundCalls:
     async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...], store_port: int,
                          instruction: int) -> list[node_manager_pb2.EngineApplyResult]:
         client = self._nodemanagers.get(address)
-        facts = {"ranks": list(plan.removed_cumulative), "endpoint_ids": list(targets), "dp_master_ip": plan.dp_master_ip}
+        facts = {"ranks": list(plan.added or plan.removed_cumulative), "endpoint_ids": list(targets),
+                 "dp_master_ip": plan.dp_master_ip}
+        # Only a scale-up names added ranks (peers that predate them take the positional call).
+        extra = {"added_dp_ranks": plan.added} if plan.added else {}
         try:
             resp = await self._timed(
                 "apply", address,
                 lambda: client.apply(self._instance_id, self._request_id, plan.removed_cumulative, plan.dp_master_ip,
-                                     plan.dp_master_rank, targets, store_port, instruction),
+                                     plan.dp_master_rank, targets, store_port, instruction, **extra),
                 facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
                                   "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
             )
