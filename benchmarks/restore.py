@@ -10,8 +10,9 @@ executor death of rank 1, whose pod is then empty. Paths, side by side:
   stop), the pod's NodeManager restarted in place (its replacement: the stop record keeps rank 1
   retired), then `motorctl restore 1` (capacity_restore.mode manual) back to DP=4;
 - plain reconfiguration: the same fault with scale-down off, the whole instance rebuilt at once;
-- elastic scale-up (the re-admitted rank joins the running survivors): listed, not run, while no
-  engine Motor drives declares FtCapability supports_scale_up.
+- elastic scale-up: the same, with every pod declaring ft_capability.supports_scale_up, so the
+  restoration starts rank 1 as a joiner and the running survivors re-admit it (`scale_up`); the
+  reference engine only (the light engines do not take scale_up).
 
 Per path: time to full capacity (from the fault, and from the replacement pod's registration for
 the restoration), requests sent / failed in the cycle, and the capacity lost in rank·s over the
@@ -62,9 +63,12 @@ def _cluster(work: Path, name: str, engines: str, model_load_sec: float, **spec:
                                     **spec), work / name, engines=backend)
 
 
-def run_restoration(work: Path, n: int, concurrency: int, engines: str, model_load_sec: float) -> dict[str, Any]:
-    cluster = _cluster(work, f"restore-{n}", engines, model_load_sec, enable_dp_scale_up=True,
-                       controller_overrides={"capacity_restore.mode": "manual"})
+def run_restoration(work: Path, n: int, concurrency: int, engines: str, model_load_sec: float,
+                    elastic: bool = False) -> dict[str, Any]:
+    """`elastic`: the pods declare scale_up, so the restoration is a scale-up round."""
+    cluster = _cluster(work, f"{'scale-up' if elastic else 'restore'}-{n}", engines, model_load_sec,
+                       enable_dp_scale_up=True, controller_overrides={"capacity_restore.mode": "manual"},
+                       nodemanager_overrides={"ft_capability.supports_scale_up": elastic})
     cluster.start()
     cluster.nodemanagers[VICTIM_POD].expected_exit = True
     try:
@@ -89,8 +93,13 @@ def run_restoration(work: Path, n: int, concurrency: int, engines: str, model_lo
     finally:
         cluster.stop()
     down = next(t for t in timeline if t["strategy"] == "dp_scale_down")
-    restore = next(t for t in timeline if t["strategy"] == "capacity_restore")
-    scaled_down_sec, pause_sec, full_sec = _published_at(down), _event_at(restore, "pause"), _published_at(restore)
+    # The planned restoration stops serving at its pause, a scale-up round at its drain.
+    strategy, stop_serving = ("scale_up", "drain") if elastic else ("capacity_restore", "pause")
+    restore = next(t for t in timeline if t["strategy"] == strategy)
+    if restore["outcome"] != "succeeded":
+        raise RuntimeError(f"the {strategy} transaction ended {restore['outcome']}: {restore}")
+    scaled_down_sec, pause_sec, full_sec = (_published_at(down), _event_at(restore, stop_serving),
+                                            _published_at(restore))
     lost = DP * (scaled_down_sec - fault_sec) + 1 * (pause_sec - scaled_down_sec) + DP * (full_sec - pause_sec)
     return {"fault_to_full_sec": full_sec - fault_sec, "replacement_to_full_sec": full_sec - back_sec,
             "fault_to_degraded_sec": scaled_down_sec - fault_sec, "restoration_sec": full_sec - pause_sec,
@@ -133,7 +142,7 @@ def summarize(paths: dict[str, list[dict[str, Any]]]) -> str:
     lines = [f"{'path':<24}" + "".join(f"{c:>20}" for c in cols)]
     for name, rows in paths.items():
         if not rows:
-            lines.append(f"{name:<24}" + f"{'not run: no engine declares supports_scale_up':>60}")
+            lines.append(f"{name:<24}" + f"{'not run: the light engines do not take scale_up':>60}")
             continue
         values = [_median(rows, k) for k in ("fault_to_full_sec", "replacement_to_full_sec", "fault_to_degraded_sec",
                                              "restoration_sec", "replacement_wait_sec")]
@@ -157,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths: dict[str, list[dict[str, Any]]] = {"elastic scale-up": [], "planned restoration": [],
                                               "plain reconfiguration": []}
     for n in range(args.rounds):
+        if args.engines == "reference":
+            paths["elastic scale-up"].append(run_restoration(work, n, args.concurrency, args.engines,
+                                                             args.model_load_sec, elastic=True))
+            print(f"  scale-up trial {n + 1}: {paths['elastic scale-up'][-1]}", flush=True)
         paths["planned restoration"].append(run_restoration(work, n, args.concurrency, args.engines,
                                                               args.model_load_sec))
         print(f"  restoration trial {n + 1}: {paths['planned restoration'][-1]}", flush=True)

@@ -4,7 +4,8 @@ up at 127.0.0.112 (fresh log_dir, `replacement_pod`), is taken in place of the s
 reconfiguration, and `motorctl restore 1` brings every original rank back on it. Auto row: the
 stopped pod's NodeManager restarted in place (the shipped StatefulSet's restart, same log_dir)
 launches none of the committed ranks, causes no reconfiguration, and the instance restores itself.
-No request fails in either."""
+Scale-up row: the pods declare scale_up, so the restoration re-admits ranks 0 and 1 as joiners into
+the running survivors' group. No request fails in any."""
 
 from __future__ import annotations
 
@@ -122,3 +123,39 @@ def test_auto_restores_by_itself_once_the_pod_is_back(start_cluster, artifacts) 
         load.stop()
     txn = _restoration(cluster)
     assert "capacity_restore auto" in next(e["detail"] for e in txn["events"] if e["name"] == "restore")
+
+
+def test_scale_up_readmits_ranks_1_and_0_without_restarting_the_survivors(start_cluster, artifacts) -> None:
+    """The reference engine declares scale_up: `motorctl restore 1` starts ranks 0 and 1 as joiners on
+    the pod back in place and the survivors re-admit them, no engine of theirs restarted."""
+    cluster = start_cluster(first_pod_ip=110, enable_dp_scale_up=True,
+                            nodemanager_overrides={"ft_capability.supports_scale_up": True},
+                            controller_overrides={"capacity_restore.mode": "manual"})
+    cluster.nodemanagers[EMPTIED].expected_exit = True
+    load = cluster.load_generator(concurrency=2, max_tokens=8, max_duration_sec=200).start()
+    try:
+        _remove_ranks_1_then_0(cluster, artifacts, load)
+        survivors = {e.endpoint.id: e.pid for e in cluster.describe_pod(2).engines}
+        assert sorted(survivors) == [2, 3] and all(survivors.values()), survivors
+        _pod_back_in_place(cluster)
+        out = io.StringIO()
+        code = motorctl(["--controller", cluster.controller_address, "restore", "1", "--deadline", "120"], out=out)
+        artifacts.record("motorctl_restore", out.getvalue())
+        assert code == 0, out.getvalue()
+        assert out.getvalue().splitlines()[-1].startswith("instance 1 restored")
+        _after_restore(cluster, artifacts, load)
+    finally:
+        load.stop()
+    assert {e.endpoint.id: e.pid for e in cluster.describe_pod(2).engines} == survivors  # not restarted
+    txns = [t for t in cluster.timeline() if t["strategy"] in ("scale_up", "capacity_restore")]
+    assert [(t["strategy"], t["outcome"]) for t in txns] == [("scale_up", "succeeded")], txns
+    names = [e["name"] for e in txns[0]["events"]]
+    artifacts.record("scale_up_events", names)
+    assert "stop_engines" not in names, names
+    starts = [e for e in txns[0]["events"] if e["name"] == "start_engines"]
+    assert [e["target"].split(":")[0] for e in starts] == [EMPTIED] and "join [0, 1]" in starts[0]["detail"], starts
+    applies = [e for e in txns[0]["events"] if e["name"] == "apply"]
+    assert sorted(e["target"].split(":")[0] for e in applies) == [EMPTIED, "127.0.0.111"], applies
+    for rank in (0, 1, 2, 3):
+        ups = [a for a in cluster.engine_applies(rank) if a["instruction"] == "scale_up"]
+        assert len(ups) == 1 and ups[0]["params"]["added_dp_ranks"] == [0, 1], (rank, ups)
