@@ -24,31 +24,31 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15motor/v1/common.proto\x12\x08motor.v1\"G\n\nDeviceInfo\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x11\n\tdevice_ip\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65vice_type\x18\x03 \x01(\t\"\xbb\x01\n\x08\x45ndpoint\x12\n\n\x02id\x18\x01 \x01(\x05\x12\n\n\x02ip\x18\x02 \x01(\t\x12\x15\n\rbusiness_port\x18\x03 \x01(\x05\x12\x11\n\tmgmt_port\x18\x04 \x01(\x05\x12*\n\x0c\x64\x65vice_infos\x18\x05 \x03(\x0b\x32\x14.motor.v1.DeviceInfo\x12\x10\n\x08headless\x18\x06 \x01(\x08\x12/\n\x0einstance_route\x18\x07 \x01(\x0b\x32\x17.motor.v1.InstanceRoute\"+\n\rInstanceRoute\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\"\xdb\x01\n\x0c\x46tCapability\x12\x19\n\x11\x65ngine_ft_enabled\x18\x01 \x01(\x08\x12\x1c\n\x14scale_down_supported\x18\x02 \x01(\x08\x12\x13\n\x0b\x65xternal_lb\x18\x03 \x01(\x08\x12\x15\n\rauto_recovery\x18\x04 \x01(\x08\x12\x13\n\x0b\x65nable_eplb\x18\x05 \x01(\x08\x12\x1d\n\x15num_redundant_experts\x18\x06 \x01(\x05\x12\x17\n\x0fretry_supported\x18\x07 \x01(\x08\x12\x19\n\x11supports_scale_up\x18\x08 \x01(\x08\"\xed\x01\n\x0e\x45ngineFtStatus\x12\n\n\x02id\x18\x01 \x01(\x05\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.motor.v1.EngineHealth\x12#\n\x08\x66t_state\x18\x03 \x01(\x0e\x32\x11.motor.v1.FtState\x12\x12\n\nfault_info\x18\x04 \x01(\t\x12\x1a\n\x12last_ft_request_id\x18\x05 \x01(\t\x12\x10\n\x08\x66t_error\x18\x06 \x01(\t\x12\x0c\n\x04mask\x18\x07 \x03(\x05\x12\x14\n\x0craw_ft_state\x18\x08 \x01(\t\x12\x1c\n\x14observed_at_unix_sec\x18\t \x01(\x01\"\x8f\x01\n\x03Pod\x12\x0e\n\x06pod_ip\x18\x01 \x01(\t\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x1c\n\x14node_manager_address\x18\x03 \x01(\t\x12\x14\n\x0c\x65ndpoint_ids\x18\x04 \x03(\x05\x12\x1a\n\x12\x64p_store_port_base\x18\x05 \x01(\x05\x12\x15\n\rbound_pod_uri\x18\x06 \x01(\t\"\xc7\x01\n\x08Instance\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x1c\n\x04role\x18\x02 \x01(\x0e\x32\x0e.motor.v1.Role\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1b\n\x04pods\x18\x04 \x03(\x0b\x32\r.motor.v1.Pod\x12%\n\tendpoints\x18\x05 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x0f\n\x07\x64p_size\x18\x06 \x01(\x05\x12-\n\rft_capability\x18\x07 \x01(\x0b\x32\x16.motor.v1.FtCapability*O\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_PREFILL\x10\x01\x12\x0f\n\x0bROLE_DECODE\x10\x02\x12\x0e\n\nROLE_UNION\x10\x03*\x9b\x01\n\x0c\x45ngineHealth\x12\x1d\n\x19\x45NGINE_HEALTH_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45NGINE_HEALTH_HEALTHY\x10\x01\x12\x1b\n\x17\x45NGINE_HEALTH_UNHEALTHY\x10\x02\x12\x16\n\x12\x45NGINE_HEALTH_DEAD\x10\x03\x12\x1c\n\x18\x45NGINE_HEALTH_DIAGNOSING\x10\x04*g\n\x07\x46tState\x12\x18\n\x14\x46T_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46T_STATE_RECOVERING\x10\x01\x12\x13\n\x0f\x46T_STATE_FAILED\x10\x02\x12\x14\n\x10\x46T_STATE_UNKNOWN\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15motor/v1/common.proto\x12\x08motor.v1\"G\n\nDeviceInfo\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x11\n\tdevice_ip\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65vice_type\x18\x03 \x01(\t\"\xb9\x01\n\x08\x45ndpoint\x12\n\n\x02id\x18\x01 \x01(\x05\x12\n\n\x02ip\x18\x02 \x01(\t\x12\x15\n\rbusiness_port\x18\x03 \x01(\x05\x12\x11\n\tmgmt_port\x18\x04 \x01(\x05\x12*\n\x0c\x64\x65vice_infos\x18\x05 \x03(\x0b\x32\x14.motor.v1.DeviceInfo\x12\x10\n\x08headless\x18\x06 \x01(\x08\x12-\n\x0einstance_route\x18\x07 \x01(\x0b\x32\x15.motor.v1.PinnedRoute\")\n\x0bPinnedRoute\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\"\xdb\x01\n\x0c\x46tCapability\x12\x19\n\x11\x65ngine_ft_enabled\x18\x01 \x01(\x08\x12\x1c\n\x14scale_down_supported\x18\x02 \x01(\x08\x12\x13\n\x0b\x65xternal_lb\x18\x03 \x01(\x08\x12\x15\n\rauto_recovery\x18\x04 \x01(\x08\x12\x13\n\x0b\x65nable_eplb\x18\x05 \x01(\x08\x12\x1d\n\x15num_redundant_experts\x18\x06 \x01(\x05\x12\x17\n\x0fretry_supported\x18\x07 \x01(\x08\x12\x19\n\x11supports_scale_up\x18\x08 \x01(\x08\"\xed\x01\n\x0e\x45ngineFtStatus\x12\n\n\x02id\x18\x01 \x01(\x05\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.motor.v1.EngineHealth\x12#\n\x08\x66t_state\x18\x03 \x01(\x0e\x32\x11.motor.v1.FtState\x12\x12\n\nfault_info\x18\x04 \x01(\t\x12\x1a\n\x12last_ft_request_id\x18\x05 \x01(\t\x12\x10\n\x08\x66t_error\x18\x06 \x01(\t\x12\x0c\n\x04mask\x18\x07 \x03(\x05\x12\x14\n\x0craw_ft_state\x18\x08 \x01(\t\x12\x1c\n\x14observed_at_unix_sec\x18\t \x01(\x01\"\x8f\x01\n\x03Pod\x12\x0e\n\x06pod_ip\x18\x01 \x01(\t\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x1c\n\x14node_manager_address\x18\x03 \x01(\t\x12\x14\n\x0c\x65ndpoint_ids\x18\x04 \x03(\x05\x12\x1a\n\x12\x64p_store_port_base\x18\x05 \x01(\x05\x12\x15\n\rbound_pod_uri\x18\x06 \x01(\t\"\xc7\x01\n\x08Instance\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x1c\n\x04role\x18\x02 \x01(\x0e\x32\x0e.motor.v1.Role\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1b\n\x04pods\x18\x04 \x03(\x0b\x32\r.motor.v1.Pod\x12%\n\tendpoints\x18\x05 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x0f\n\x07\x64p_size\x18\x06 \x01(\x05\x12-\n\rft_capability\x18\x07 \x01(\x0b\x32\x16.motor.v1.FtCapability*O\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_PREFILL\x10\x01\x12\x0f\n\x0bROLE_DECODE\x10\x02\x12\x0e\n\nROLE_UNION\x10\x03*\x9b\x01\n\x0c\x45ngineHealth\x12\x1d\n\x19\x45NGINE_HEALTH_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45NGINE_HEALTH_HEALTHY\x10\x01\x12\x1b\n\x17\x45NGINE_HEALTH_UNHEALTHY\x10\x02\x12\x16\n\x12\x45NGINE_HEALTH_DEAD\x10\x03\x12\x1c\n\x18\x45NGINE_HEALTH_DIAGNOSING\x10\x04*g\n\x07\x46tState\x12\x18\n\x14\x46T_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46T_STATE_RECOVERING\x10\x01\x12\x13\n\x0f\x46T_STATE_FAILED\x10\x02\x12\x14\n\x10\x46T_STATE_UNKNOWN\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'motor.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=1153
-  _globals['_ROLE']._serialized_end=1232
-  _globals['_ENGINEHEALTH']._serialized_start=1235
-  _globals['_ENGINEHEALTH']._serialized_end=1390
-  _globals['_FTSTATE']._serialized_start=1392
-  _globals['_FTSTATE']._serialized_end=1495
+  _globals['_ROLE']._serialized_start=1149
+  _globals['_ROLE']._serialized_end=1228
+  _globals['_ENGINEHEALTH']._serialized_start=1231
+  _globals['_ENGINEHEALTH']._serialized_end=1386
+  _globals['_FTSTATE']._serialized_start=1388
+  _globals['_FTSTATE']._serialized_end=1491
   _globals['_DEVICEINFO']._serialized_start=35
   _globals['_DEVICEINFO']._serialized_end=106
   _globals['_ENDPOINT']._serialized_start=109
-  _globals['_ENDPOINT']._serialized_end=296
-  _globals['_INSTANCEROUTE']._serialized_start=298
-  _globals['_INSTANCEROUTE']._serialized_end=341
-  _globals['_FTCAPABILITY']._serialized_start=344
-  _globals['_FTCAPABILITY']._serialized_end=563
-  _globals['_ENGINEFTSTATUS']._serialized_start=566
-  _globals['_ENGINEFTSTATUS']._serialized_end=803
-  _globals['_POD']._serialized_start=806
-  _globals['_POD']._serialized_end=949
-  _globals['_INSTANCE']._serialized_start=952
-  _globals['_INSTANCE']._serialized_end=1151
+  _globals['_ENDPOINT']._serialized_end=294
+  _globals['_PINNEDROUTE']._serialized_start=296
+  _globals['_PINNEDROUTE']._serialized_end=337
+  _globals['_FTCAPABILITY']._serialized_start=340
+  _globals['_FTCAPABILITY']._serialized_end=559
+  _globals['_ENGINEFTSTATUS']._serialized_start=562
+  _globals['_ENGINEFTSTATUS']._serialized_end=799
+  _globals['_POD']._serialized_start=802
+  _globals['_POD']._serialized_end=945
+  _globals['_INSTANCE']._serialized_start=948
+  _globals['_INSTANCE']._serialized_end=1147
 # @@protoc_insertion_point(module_scope)

@@ -67,10 +67,10 @@ class Endpoint(_message.Message):
     mgmt_port: int
     device_infos: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     headless: bool
-    instance_route: InstanceRoute
-    def __init__(self, id: _Optional[int] = ..., ip: _Optional[str] = ..., business_port: _Optional[int] = ..., mgmt_port: _Optional[int] = ..., device_infos: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., headless: _Optional[bool] = ..., instance_route: _Optional[_Union[InstanceRoute, _Mapping]] = ...) -> None: ...
+    instance_route: PinnedRoute
+    def __init__(self, id: _Optional[int] = ..., ip: _Optional[str] = ..., business_port: _Optional[int] = ..., mgmt_port: _Optional[int] = ..., device_infos: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., headless: _Optional[bool] = ..., instance_route: _Optional[_Union[PinnedRoute, _Mapping]] = ...) -> None: ...
 
-class InstanceRoute(_message.Message):
+class PinnedRoute(_message.Message):
     __slots__ = ("host", "port")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
