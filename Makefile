@@ -83,7 +83,9 @@ deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(ROUTER_VENV)/.installed $(BUF
 # client's cluster uses the e2e rows' addresses and runs after them; the image test's has its own
 # (127.0.0.130 on) and runs after the image build.
 # tests/deploy runs once, in image-test, where its tools are installed.
-E2E_TESTS := tests/e2e
+# The reference engine's RFC-dialect scale-up story runs real ranks on 127.0.0.154-157: with the e2e
+# rows, whose run has time to spare.
+E2E_TESTS := tests/e2e tests/integration/sim/test_sim_scale_up_rfc.py
 # e2e rows with pod addresses of their own (127.0.0.60 and up): they run beside the chaos rows,
 # which keeps the two cluster runs about as long as each other.
 SIDE_E2E_TESTS := tests/e2e/test_e2e_console.py tests/e2e/test_e2e_vllm_router.py tests/e2e/test_e2e_sglang.py \
