@@ -4,19 +4,36 @@ the manager's one endpoint (``url``); the ranks' own clients reach their FT mach
 
 from __future__ import annotations
 
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import motor
-from motor.common.ports import free_port
+from motor.common.ports import port_free
 from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.sim.cluster import SimCluster
 from motor.testing.waits import wait_for
 
 REPO_ROOT = Path(motor.__file__).resolve().parents[1]
+# Store ports come from below Linux's ephemeral range (32768 on): a port picked in it can be taken by
+# any outgoing connection on the machine before a rebuild binds it.
+_STORE_PORTS = range(20000, 32000)
+_STORE_PORT_TRIES = 200
+
+
+def store_port_base(host: str, dp_size: int) -> int:
+    """A base whose every port a rebuild may bind (base + up to 2 x dp_size) is free now, to any socket."""
+    span = 2 * dp_size + 1
+    rng = random.Random()
+    for _ in range(_STORE_PORT_TRIES):
+        base = rng.randrange(_STORE_PORTS.start, _STORE_PORTS.stop - span)
+        if all(port_free(host, base + i, ignore_time_wait=False) for i in range(span)):
+            return base
+    raise RuntimeError(f"no {span} free store ports on {host} in {_STORE_PORTS.start}-{_STORE_PORTS.stop - 1} "
+                       f"after {_STORE_PORT_TRIES} tries")
 
 
 @dataclass
@@ -54,7 +71,7 @@ class InstanceFtGroup:
         ready = run_dir / "manager.ready.json"
         manager = start_process(
             [sys.executable, "-m", "motor.sim.instance_ft", "--dp-size", str(dp_size), "--host", host, "--port", "0",
-             "--ready-file", str(ready), "--enable-fault-injection", "--dp-store-port-base", str(free_port(host)),
+             "--ready-file", str(ready), "--enable-fault-injection", "--dp-store-port-base", str(store_port_base(host, dp_size)),
              "--ft-timeout-sec", "30"],
             log_path=run_dir / "manager.log", name="ft-manager", cwd=REPO_ROOT)
         try:
