@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from motor.simulation.invariants import SafetyChecker, Violation, final_checks, settle_bound_sec, stable
-from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused, scale_up_events
+from motor.simulation.schedule import ANCHORS, Event, generate, generate_focused, scale_up_events, survivor_card_events
 from motor.simulation.network import NetworkBounds
 from motor.simulation.virtual_time import VirtualTimeLoop
 from motor.simulation.world import INSTANCE_ID, PODS, World
@@ -55,8 +55,11 @@ FOCUSED_EVERY = 3
 def schedule_for(seed: int, steps: int, scale_up: bool = False) -> list[Event]:
     """`scale_up`: a restoration after the first scale-down, and faults around its scale-up round."""
     ranks = [r for pod in PODS for r in pod]
-    make = generate_focused if seed % FOCUSED_EVERY == FOCUSED_EVERY - 1 else generate
+    focused = seed % FOCUSED_EVERY == FOCUSED_EVERY - 1
+    make = generate_focused if focused else generate
     events = make(random.Random(f"schedule-{seed}"), steps, STEP_SEC, ranks, len(PODS))
+    if focused:
+        events += survivor_card_events(random.Random(f"survivor-card-{seed}"), ranks)
     if scale_up:
         events += scale_up_events(random.Random(f"scale-up-{seed}"), ranks, len(PODS))
     return events

@@ -192,6 +192,19 @@ def generate_focused(rng: random.Random, steps: int, step_sec: float, ranks: lis
     return sorted(events, key=lambda e: (e.after, e.at_sec, e.kind, e.rank, e.pod))
 
 
+def survivor_card_events(rng: random.Random, ranks: list[int]) -> list[Event]:
+    """Added to a third of the round-focused schedules, from a stream of their own (so the focused
+    schedules stay as they are): a severe fault on one rank's card reported 0–1 s after the first
+    software evidence, before the decision, its engine dying only 3–8 s after the report. On a
+    survivor that is evidence for the round (RFC §4.2): the round must not commit a scale-down that
+    keeps the rank, whether the report came before or after the decision."""
+    if rng.random() >= 1 / 3:
+        return []
+    return [Event(round(rng.uniform(0.0, 1.0), 3), "hardware_fault", rank=rng.choice(ranks), after="evidence",
+                  level=rng.randint(L4, L6), target="card", hardware_first=True,
+                  kill=rng.choice(("executor_death", "kill_process")), duration_sec=round(rng.uniform(3.0, 8.0), 3))]
+
+
 def scale_up_events(rng: random.Random, ranks: list[int], pods: int) -> list[Event]:
     """Added to a schedule when the engines declare scale_up (`python -m motor.simulation
     --scale-up`): an operator's restoration once the instance serves scaled down, and none, one or
