@@ -7,7 +7,7 @@ the lowest survivor's pod), the manager told only the round's ranks, a 409 while
 a failure after the 202 read from the sticky top-level `ft_error` of the round's request id,
 inference through the manager's one endpoint with the rank pinned (`routed_dp_rank`), and a
 whole-instance reconfiguration after an idle death bringing back the ranks the manager no longer
-expected."""
+expected, and the feature off as the baseline."""
 
 from __future__ import annotations
 
@@ -211,3 +211,20 @@ def test_sglang_two_dead_in_one_apply_then_an_idle_death_reconfigures_every_rank
     infer_all_ranks(cluster, artifacts)
     wait_for(lambda: _manager(engines, "/motor/admin/state")["active_ranks"] == [0, 1, 2, 3], 10.0,
              "every rank active at the manager")
+
+
+def test_sglang_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
+    cluster, engines = _start(start_cluster, enable_dp_scale_down=False)
+    assert cluster.runtime()["phase"] == "DISABLED"
+    artifacts.injection(cluster, 1, "executor_death")
+    rt = wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert rt["phase"] == "DISABLED" and strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not calls(data, "guard") and not calls(data, "apply")
+    # The manager was never told anything; the relaunched ranks link to it again and serve, pinned.
+    state = _manager(engines, "/motor/admin/state")
+    assert state["applies"] == [] and state["expected"] == [True] * 4
+    infer_all_ranks(cluster, artifacts)
+    wait_for(lambda: _manager(engines, "/motor/admin/state")["active_ranks"] == [0, 1, 2, 3], 10.0,
+             "every rank active at the manager")
+    assert _manager(engines, "/motor/admin/state")["unpinned_requests"] == 0
