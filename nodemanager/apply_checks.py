@@ -3,7 +3,8 @@ against the pod's endpoints, its retired ranks and its joiners. Every refusal is
 naming the bad value.
 
 * scale_down: `removed` is the cumulative list, this round included (non-empty, in range, no
-  repeats, holding every rank this pod retired); the targets are survivors.
+  repeats, holding every rank this pod retired); the targets are survivors. `round_removed`, when
+  given, is this round's ranks: a subset of `removed` holding no rank this pod retired.
 * retry: `removed` is the Controller's committed set (holding this pod's retired ranks); nothing
   is removed.
 * scale_up: `added` (non-empty, in range, no repeats) are ranks removed earlier that this round
@@ -70,8 +71,11 @@ def _targets(pod: PodView, endpoint_ids: list[int], removed: list[int], retired:
 
 
 def check_apply(pod: PodView, instruction: int, removed: list[int], dp_master_ip: str, dp_master_rank: int,
-                endpoint_ids: list[int], added: list[int]) -> list[int]:
+                endpoint_ids: list[int], added: list[int], round_removed: list[int] = ()) -> list[int]:  # type: ignore[assignment]
     """The checked target ids of the apply; InvalidArgument naming what is wrong."""
+    if round_removed and instruction != _PB.INSTRUCTION_SCALE_DOWN:
+        raise InvalidArgument(f"round_removed_dp_ranks {list(round_removed)} are only for INSTRUCTION_SCALE_DOWN, "
+                              f"not {instruction_name(instruction)}")
     if instruction == _PB.INSTRUCTION_SCALE_UP:
         return check_scale_up(pod, removed, added, dp_master_ip, dp_master_rank, endpoint_ids)
     if added:
@@ -91,7 +95,22 @@ def check_apply(pod: PodView, instruction: int, removed: list[int], dp_master_ip
             f"removed_dp_ranks {sorted(removed)} is not cumulative: it omits this pod's retired ranks {forgotten}"
         )
     _master(dp_master_ip, dp_master_rank, pod.dp_size, removed)
+    _round_ranks(pod, list(round_removed), removed)
     return _targets(pod, endpoint_ids, removed, pod.retired)
+
+
+def _round_ranks(pod: PodView, round_removed: list[int], removed: list[int]) -> None:
+    if not round_removed:
+        return
+    _ranks("round_removed_dp_ranks", round_removed, pod.dp_size)
+    outside = sorted(set(round_removed) - set(removed))
+    if outside:
+        raise InvalidArgument(f"round_removed_dp_ranks {round_removed} is not a subset of removed_dp_ranks "
+                              f"{sorted(removed)}: {outside} are not in it")
+    earlier = sorted(set(round_removed) & pod.retired)
+    if earlier:
+        raise InvalidArgument(f"round_removed_dp_ranks {round_removed} names ranks {earlier} that this pod retired "
+                              "in an earlier round")
 
 
 def check_retry(pod: PodView, removed: list[int], endpoint_ids: list[int]) -> list[int]:

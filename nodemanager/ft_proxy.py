@@ -239,13 +239,14 @@ class FtProxy:
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
                     timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0,
-                    added_dp_ranks: list[int] = ()) -> ApplyResult:  # type: ignore[assignment]
+                    added_dp_ranks: list[int] = (),  # type: ignore[assignment]
+                    round_removed_dp_ranks: list[int] = ()) -> ApplyResult:  # type: ignore[assignment]
         self._require_enabled()
         try:
             check_request_id(request_id)
             check_instance(instance_id, self._instance)
             ids = check_apply(self._pod_view(), instruction, list(removed_dp_ranks), dp_master_ip, dp_master_rank,
-                              list(endpoint_ids), list(added_dp_ranks))
+                              list(endpoint_ids), list(added_dp_ranks), list(round_removed_dp_ranks))
             if instruction == node_manager_pb2.INSTRUCTION_SCALE_UP:
                 try:
                     self._http.dialect.check_supported(SCALE_UP)
@@ -271,9 +272,11 @@ class FtProxy:
             self._joined_by[request_id] = tuple(sorted(set(added_dp_ranks) & set(self._supervisor.ids)))
         else:
             store_port = dp_store_port or self._config.dp_store_port_base + len(removed_dp_ranks)
+            # This round's ranks: the Controller's, else (a Controller that predates the field) the
+            # cumulative list minus what this pod saw committed, which a restarted pod never saw.
             prior = self._committed_removed if self._committed_removed <= set(removed) else frozenset()
-            command = FtCommand(SCALE_DOWN, request_id, removed, dp_master_ip, dp_master_rank, store_port,
-                                tuple(r for r in removed if r not in prior))
+            newly = tuple(sorted(round_removed_dp_ranks)) or tuple(r for r in removed if r not in prior)
+            command = FtCommand(SCALE_DOWN, request_id, removed, dp_master_ip, dp_master_rank, store_port, newly)
         self._removed_of[request_id] = removed
         dialect = self._http.dialect
         body = dialect.apply_body(command)

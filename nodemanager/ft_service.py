@@ -59,6 +59,7 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             dp_master_rank=request.dp_master_rank, endpoint_ids=list(request.endpoint_ids),
             timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
             term=term_of(context.invocation_metadata()) or 0, added_dp_ranks=list(request.added_dp_ranks),
+            round_removed_dp_ranks=list(request.round_removed_dp_ranks),
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,

@@ -101,9 +101,11 @@ class NodeManagerClient:
         dp_store_port: int = 0,
         instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN,
         added_dp_ranks: Sequence[int] = (),
+        round_removed_dp_ranks: Sequence[int] = (),
     ) -> node_manager_pb2.ApplyResponse:
         req = node_manager_pb2.ApplyRequest(
             added_dp_ranks=list(added_dp_ranks),
+            round_removed_dp_ranks=list(round_removed_dp_ranks),
             instance_id=instance_id,
             request_id=request_id,
             instruction=instruction,

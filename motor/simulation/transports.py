@@ -148,13 +148,14 @@ class SimNodeManagerClient:
         return await self._call("status", fn, self._timeout + settle_sec, request_id)
 
     async def apply(self, instance_id, request_id, removed_dp_ranks, dp_master_ip, dp_master_rank, endpoint_ids,
-                    dp_store_port=0, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=()):
+                    dp_store_port=0, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=(),
+                    round_removed_dp_ranks=()):
         async def fn(nm, term):
             result = await nm.proxy.apply(
                 instance_id=instance_id, request_id=request_id, instruction=instruction,
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port,
-                term=term, added_dp_ranks=list(added_dp_ranks))
+                term=term, added_dp_ranks=list(added_dp_ranks), round_removed_dp_ranks=list(round_removed_dp_ranks))
             return node_manager_pb2.ApplyResponse(
                 accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
                 node_manager_pb2.EngineApplyResult(

@@ -37,8 +37,8 @@ class FtCommand:
     dp_master_ip: str = ""
     dp_master_rank: int = 0
     dp_store_port: int = 0
-    # This round's ranks only (the cumulative list minus what earlier committed rounds removed);
-    # empty when the pod does not know them. For engines that take only the ranks still expected.
+    # This round's ranks only: the Controller's round_removed_dp_ranks, else the cumulative list minus
+    # what this pod saw committed. For engines that take only the ranks still expected.
     newly_removed_dp_ranks: tuple[int, ...] = ()
     # SCALE_UP: the original ranks the round re-admits (the joiners of every pod).
     added_dp_ranks: tuple[int, ...] = ()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from .service_metrics import delta, get, nm_total, scrape_all, total
-from .watch import counter
+from .watch import calls, counter, infer_all_ranks, strategies, wait_reconfigured
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.security import Role
@@ -32,28 +32,6 @@ FAST = {
 }
 
 
-def _strategies(data) -> list[tuple[str, str]]:
-    return [(t["strategy"], t["outcome"].split(":")[0]) for t in data["controller_timeline"]]
-
-
-def _calls(data, name: str) -> list[dict]:
-    return [e for t in data["controller_timeline"] for e in t["events"] if e["name"] == name]
-
-
-def _wait_reconfigured(cluster, timeout_sec: float = 120.0) -> dict:
-    def done(rt) -> bool:
-        return rt["phase"] in ("NORMAL", "DISABLED") and rt["serving_published"] and \
-            any(t["strategy"] == "instance_reconfiguration" and t["outcome"] == "succeeded" for t in cluster.timeline())
-    return cluster.wait_until(done, timeout_sec, "whole-instance reconfiguration")
-
-
-def _infer_all_ranks(cluster, artifacts) -> None:
-    load = cluster.load_generator(concurrency=1, max_tokens=4)
-    results = [load.send_one(f"after recovery {i}") for i in range(4)]
-    artifacts.data["inference_after_recovery"].extend({"status": r.status, "rank": r.rank} for r in results)
-    assert all(r.ok for r in results), [r.error for r in results]
-
-
 def test_idle_death_no_transaction_then_reconfiguration(start_cluster, artifacts) -> None:
     cluster = start_cluster(controller_overrides=FAST)
     artifacts.injection(cluster, 1, "executor_death")
@@ -63,25 +41,25 @@ def test_idle_death_no_transaction_then_reconfiguration(start_cluster, artifacts
     # Survivors stay HEALTHY without traffic: no complete U+D, so no round, no DEL, no apply.
     assert rt["phase"] == "NORMAL" and rt["dead_committed"] == []
     assert cluster.published() == {1: [0, 1, 2, 3]}
-    rt = _wait_reconfigured(cluster)
+    rt = wait_reconfigured(cluster)
     data = artifacts.collect(cluster)
-    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
-    assert not _calls(data, "apply") and not _calls(data, "guard")
+    assert strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not calls(data, "apply") and not calls(data, "guard")
     assert rt["alive_dp_ranks"] == [0, 1, 2, 3] and rt["dead_committed"] == []
-    _infer_all_ranks(cluster, artifacts)
+    infer_all_ranks(cluster, artifacts)
 
 
 def test_all_unhealthy_fast_recovery_not_applicable(start_cluster, artifacts) -> None:
     cluster = start_cluster(engines="light", controller_overrides=FAST)
     for rank in range(4):
         artifacts.injection(cluster, rank, "unhealthy", reason="injected link flap")
-    rt = _wait_reconfigured(cluster)
+    rt = wait_reconfigured(cluster)
     data = artifacts.collect(cluster)
-    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
-    assert not _calls(data, "apply")
+    assert strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not calls(data, "apply")
     assert fallback_cause(data["controller_timeline"][0]) == "ALL_UNHEALTHY_TIMEOUT"
     assert rt["alive_dp_ranks"] == [0, 1, 2, 3]
-    _infer_all_ranks(cluster, artifacts)
+    infer_all_ranks(cluster, artifacts)
 
 
 def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifacts) -> None:
@@ -90,15 +68,15 @@ def test_static_gate_refusal_records_reason_and_falls_back(start_cluster, artifa
     before = scrape_all(cluster)
     artifacts.injection(cluster, 1, "executor_death")
     trigger_traffic(cluster)
-    _wait_reconfigured(cluster, 150.0)
+    wait_reconfigured(cluster, 150.0)
     after = scrape_all(cluster)
     artifacts.record("metrics_before", {k: len(v) for k, v in before.items()})
     data = artifacts.collect(cluster)
-    assert _strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
+    assert strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
     assert data["runtime"]["gate"] == {"allowed": False, "reason_codes": ["EXPERT_REDUNDANCY_REQUIRED"]}
-    assert not _calls(data, "apply") and not _calls(data, "guard")
+    assert not calls(data, "apply") and not calls(data, "guard")
     _assert_fallback_metrics(before, after)
-    _infer_all_ranks(cluster, artifacts)
+    infer_all_ranks(cluster, artifacts)
 
 
 def _assert_fallback_metrics(before, after) -> None:
@@ -152,9 +130,9 @@ def test_status_query_timeout_during_the_round_aborts_and_falls_back(start_clust
 
 
 def _assert_failed_round_then_fallback(cluster, artifacts, message: str) -> None:
-    _wait_reconfigured(cluster, 150.0)
+    wait_reconfigured(cluster, 150.0)
     data = artifacts.collect(cluster)
-    assert _strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
+    assert strategies(data) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
     first = data["controller_timeline"][0]
     assert message in first["outcome"], first["outcome"]
     applies = [e for e in first["events"] if e["name"] == "apply"]
@@ -162,7 +140,7 @@ def _assert_failed_round_then_fallback(cluster, artifacts, message: str) -> None
     finalizes = [e for e in first["events"] if e["name"] == "finalize"]
     assert len(finalizes) == 2 and not any(e["commit"] for e in finalizes)
     assert data["runtime"]["dead_committed"] == [] and data["runtime"]["alive_dp_ranks"] == [0, 1, 2, 3]
-    _infer_all_ranks(cluster, artifacts)
+    infer_all_ranks(cluster, artifacts)
 
 
 def test_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
@@ -185,9 +163,9 @@ def test_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
     artifacts.record("nm_ft_codes", codes)
     assert set(codes.values()) == {"UNIMPLEMENTED"}
     artifacts.injection(cluster, 1, "executor_death")
-    rt = _wait_reconfigured(cluster)
+    rt = wait_reconfigured(cluster)
     data = artifacts.collect(cluster)
     assert rt["phase"] == "DISABLED"
-    assert _strategies(data) == [("instance_reconfiguration", "succeeded")]
-    assert not _calls(data, "guard") and not _calls(data, "apply")
-    _infer_all_ranks(cluster, artifacts)
+    assert strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not calls(data, "guard") and not calls(data, "apply")
+    infer_all_ranks(cluster, artifacts)

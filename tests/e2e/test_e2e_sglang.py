@@ -4,8 +4,10 @@ that speak the `sglang` dialect to it. Pod block 127.0.0.80.
 
 Each row checks what differs from the per-rank dialects: one apply per round to the manager (from
 the lowest survivor's pod), the manager told only the round's ranks, a 409 while busy sent again,
-a failure after the 202 read from the sticky top-level `ft_error` of the round's request id, and
-inference through the manager's one endpoint with the rank pinned (`routed_dp_rank`)."""
+a failure after the 202 read from the sticky top-level `ft_error` of the round's request id,
+inference through the manager's one endpoint with the rank pinned (`routed_dp_rank`), and a
+whole-instance reconfiguration after an idle death bringing back the ranks the manager no longer
+expected, and the feature off as the baseline."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import json
 import urllib.request
 
 import pytest
-from .watch import LastErrors
+from .watch import LastErrors, calls, counter, infer_all_ranks, strategies, wait_reconfigured
 
 from motor.cli.engine_check import check_engine
+from motor.launch.load import trigger_traffic
 from motor.launch.sglang_engines import SglangEngines
 from motor.testing.waits import wait_for
 
@@ -167,3 +170,61 @@ def test_sglang_requests_pinned_through_the_manager_and_none_to_the_removed_rank
     assert rt["dead_committed"] == [1] and data["coordinator_endpoints"] == {1: [0, 2, 3]}
     assert data["controller_timeline"][-1]["outcome"] == "succeeded"
     assert state["unpinned_requests"] == 0  # every request the Coordinator sent named its rank
+
+
+def test_sglang_two_dead_in_one_apply_then_an_idle_death_reconfigures_every_rank_back(start_cluster, artifacts) -> None:
+    cluster, engines = _start(start_cluster, controller_overrides=FAST)
+    # Ranks 0 and 1 die while the instance is idle; the first request then makes the survivors
+    # unhealthy: one round sees both dead, and pod 127.0.0.80 is emptied.
+    artifacts.injection(cluster, 0, "executor_death")
+    artifacts.injection(cluster, 1, "executor_death")
+    wait_for(lambda: [e["status"] for e in _manager(engines, "/v1/fault_tolerance/status")["engines"]][:2] == [
+        "dead", "dead"], 30.0, "ranks 0 and 1 dead at the manager")
+    wait_for(lambda: counter(cluster, "motor_fault_reports_total") >= 1, 30.0, "the deaths reported")
+    trigger = trigger_traffic(cluster)
+    rt = cluster.wait_serving(ROUND_SEC, alive=[2, 3])
+    trigger.join(ROUND_SEC)  # its request, held through the round, is answered: the instance is idle again
+    assert not trigger.is_alive()
+    assert rt["dead_committed"] == [0, 1] and cluster.nodemanagers["127.0.0.80"].proc.running  # not stopped
+    first = cluster.timeline()[-1]
+    results = [r for e in first["events"] if e["name"] == "apply" for r in e["apply_results"]]
+    # One POST with both ranks, by the pod of rank 2, the lowest survivor now (the manager's rank 0 is dead).
+    assert [(r["endpoint_id"], r["http_status"]) for r in results] == [(2, 202)]
+    assert json.loads(results[0]["request_body"])["params"] == {"removed_dp_ranks": [0, 1]}
+    assert _manager(engines, "/motor/admin/state")["expected"] == [False, False, True, True]
+
+    # Rank 3 dies with no traffic: its survivor stays healthy, so no round, no apply; the
+    # collection timeout reconfigures the instance, and the manager expects every rank again.
+    reports = counter(cluster, "motor_fault_reports_total")
+    artifacts.injection(cluster, 3, "executor_death")
+    wait_for(lambda: counter(cluster, "motor_fault_reports_total") > reports, 30.0, "rank 3's fault report")
+    assert cluster.runtime()["phase"] == "SCALED_DOWN_RUNNING"
+    rt = wait_reconfigured(cluster, 150.0)
+    data = artifacts.collect(cluster)
+    assert strategies(data) == [("dp_scale_down", "succeeded"), ("instance_reconfiguration", "succeeded")]
+    assert len(calls(data, "apply")) == 1  # the first round's, to its one pod with survivors; none since
+    assert rt["alive_dp_ranks"] == [0, 1, 2, 3] and rt["dead_committed"] == []
+    state = _manager(engines, "/motor/admin/state")
+    assert state["expected"] == [True] * 4 and [a["removed_dp_ranks"] for a in state["applies"]] == [[0, 1]]
+    status = _manager(engines, "/v1/fault_tolerance/status")
+    assert [e["status"] for e in status["engines"]] == ["healthy"] * 4
+    infer_all_ranks(cluster, artifacts)
+    wait_for(lambda: _manager(engines, "/motor/admin/state")["active_ranks"] == [0, 1, 2, 3], 10.0,
+             "every rank active at the manager")
+
+
+def test_sglang_feature_off_is_the_baseline(start_cluster, artifacts) -> None:
+    cluster, engines = _start(start_cluster, enable_dp_scale_down=False)
+    assert cluster.runtime()["phase"] == "DISABLED"
+    artifacts.injection(cluster, 1, "executor_death")
+    rt = wait_reconfigured(cluster)
+    data = artifacts.collect(cluster)
+    assert rt["phase"] == "DISABLED" and strategies(data) == [("instance_reconfiguration", "succeeded")]
+    assert not calls(data, "guard") and not calls(data, "apply")
+    # The manager was never told anything; the relaunched ranks link to it again and serve, pinned.
+    state = _manager(engines, "/motor/admin/state")
+    assert state["applies"] == [] and state["expected"] == [True] * 4
+    infer_all_ranks(cluster, artifacts)
+    wait_for(lambda: _manager(engines, "/motor/admin/state")["active_ranks"] == [0, 1, 2, 3], 10.0,
+             "every rank active at the manager")
+    assert _manager(engines, "/motor/admin/state")["unpinned_requests"] == 0

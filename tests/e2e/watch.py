@@ -1,7 +1,8 @@
 """What the services showed during a test: the Controller's WatchFaultToleranceStatus stream (a
 background reader, where a value is transient, e.g. a last_error that a successful fallback clears
 again), a counter of a service's /metrics now (to wait for work by count: a periodic SET, a hardware
-fault taken), and a transaction's decision."""
+fault taken), a transaction's decision, the timeline's strategies and calls, and a whole-instance
+reconfiguration awaited and then served on every rank."""
 
 from __future__ import annotations
 
@@ -29,6 +30,32 @@ def wait_hardware_taken(cluster, level: str, at_least: int = 1, timeout_sec: flo
 def decision(txn: dict) -> dict:
     """The DECISION event of a timeline transaction (its JSON)."""
     return next(e for e in txn["events"] if e["event_kind"] == "DECISION")
+
+
+def strategies(data) -> list[tuple[str, str]]:
+    """(strategy, outcome without its detail) of every transaction of the collected timeline."""
+    return [(t["strategy"], t["outcome"].split(":")[0]) for t in data["controller_timeline"]]
+
+
+def calls(data, name: str) -> list[dict]:
+    """Every `name` call (guard, apply, ...) of every transaction of the collected timeline."""
+    return [e for t in data["controller_timeline"] for e in t["events"] if e["name"] == name]
+
+
+def wait_reconfigured(cluster, timeout_sec: float = 120.0) -> dict:
+    """The runtime once a whole-instance reconfiguration succeeded and the instance serves again."""
+    def done(rt) -> bool:
+        return rt["phase"] in ("NORMAL", "DISABLED") and rt["serving_published"] and \
+            any(t["strategy"] == "instance_reconfiguration" and t["outcome"] == "succeeded" for t in cluster.timeline())
+    return cluster.wait_until(done, timeout_sec, "whole-instance reconfiguration")
+
+
+def infer_all_ranks(cluster, artifacts) -> None:
+    """Four requests after the recovery, each answered."""
+    load = cluster.load_generator(concurrency=1, max_tokens=4)
+    results = [load.send_one(f"after recovery {i}") for i in range(4)]
+    artifacts.data["inference_after_recovery"].extend({"status": r.status, "rank": r.rank} for r in results)
+    assert all(r.ok for r in results), [r.error for r in results]
 
 
 class LastErrors:

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from gen.motor.v1 import common_pb2 as motor_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmotor/v1/node_manager.proto\x12\x08motor.v1\x1a\x15motor/v1/common.proto\"J\n\x0cGuardRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tlease_sec\x18\x02 \x01(\x01\x12\x13\n\x0binstance_id\x18\x03 \x01(\x03\"Q\n\rGuardResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1b\n\x13lease_remaining_sec\x18\x02 \x01(\x01\x12\x0f\n\x07renewed\x18\x03 \x01(\x08\"\xa8\x01\n\rStatusRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x65ndpoint_ids\x18\x02 \x03(\x05\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12)\n\nwait_while\x18\x04 \x03(\x0b\x32\x15.motor.v1.EngineState\x12\x12\n\nsettle_sec\x18\x05 \x01(\x01\x12\x19\n\x11taken_as_evidence\x18\x06 \x01(\x08\"Z\n\x0b\x45ngineState\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.motor.v1.EngineHealth\x12#\n\x08\x66t_state\x18\x02 \x01(\x0e\x32\x11.motor.v1.FtState\";\n\x0eStatusResponse\x12)\n\x07\x65ngines\x18\x01 \x03(\x0b\x32\x18.motor.v1.EngineFtStatus\"\xf0\x01\n\x0c\x41pplyRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12*\n\x0binstruction\x18\x03 \x01(\x0e\x32\x15.motor.v1.Instruction\x12\x18\n\x10removed_dp_ranks\x18\x04 \x03(\x05\x12\x14\n\x0c\x64p_master_ip\x18\x05 \x01(\t\x12\x16\n\x0e\x64p_master_rank\x18\x06 \x01(\x05\x12\x14\n\x0c\x65ndpoint_ids\x18\x07 \x03(\x05\x12\x15\n\rdp_store_port\x18\x08 \x01(\x05\x12\x16\n\x0e\x61\x64\x64\x65\x64_dp_ranks\x18\t \x03(\x05\"\xc0\x01\n\x11\x45ngineApplyResult\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x19\n\x11\x65ngine_request_id\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x14\n\x0crequest_body\x18\x06 \x01(\t\x12\x13\n\x0b\x65lapsed_sec\x18\x07 \x01(\x01\x12\x18\n\x10sent_at_unix_sec\x18\x08 \x01(\x01\"f\n\rApplyResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12,\n\x07results\x18\x02 \x03(\x0b\x32\x1b.motor.v1.EngineApplyResult\x12\x15\n\rdp_store_port\x18\x03 \x01(\x05\"_\n\x0f\x46inalizeRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x08\x12\x13\n\x0bretired_ids\x18\x04 \x03(\x05\"?\n\x10\x46inalizeResponse\x12\x13\n\x0bretired_ids\x18\x01 \x03(\x05\x12\x16\n\x0eguard_released\x18\x02 \x01(\x08\"\x90\x01\n\x13StartEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64p_master_ip\x18\x03 \x01(\t\x12\x16\n\x0e\x64p_master_port\x18\x04 \x01(\x05\x12\x14\n\x0c\x65ndpoint_ids\x18\x05 \x03(\x05\x12\x0c\n\x04join\x18\x06 \x01(\x08\"[\n\x14StartEnginesResponse\x12%\n\tendpoints\x18\x01 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x1c\n\x14launched_at_unix_sec\x18\x02 \x01(\x01\"f\n\x12StopEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x11\n\tgrace_sec\x18\x03 \x01(\x01\x12\x14\n\x0c\x65ndpoint_ids\x18\x04 \x03(\x05\"*\n\x13StopEnginesResponse\x12\x13\n\x0bstopped_ids\x18\x01 \x03(\x05\"\x82\x01\n\x16RelaunchEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64p_master_ip\x18\x03 \x01(\t\x12\x16\n\x0e\x64p_master_port\x18\x04 \x01(\x05\x12\x11\n\tgrace_sec\x18\x05 \x01(\x01\"^\n\x17RelaunchEnginesResponse\x12%\n\tendpoints\x18\x01 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x1c\n\x14launched_at_unix_sec\x18\x02 \x01(\x01\"Y\n\x0eStopPodRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0binstance_id\x18\x03 \x01(\x03\x12\x0e\n\x06pod_ip\x18\x04 \x01(\t\"#\n\x0fStopPodResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x14\n\x12\x44\x65scribePodRequest\"w\n\rEngineProcess\x12$\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x12.motor.v1.Endpoint\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x01(\x08\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x0f\n\x07retired\x18\x05 \x01(\x08\"\xc1\x01\n\x13\x44\x65scribePodResponse\x12\x1a\n\x03pod\x18\x01 \x01(\x0b\x32\r.motor.v1.Pod\x12\x13\n\x0binstance_id\x18\x02 \x01(\x03\x12(\n\x07\x65ngines\x18\x03 \x03(\x0b\x32\x17.motor.v1.EngineProcess\x12\x18\n\x10\x66t_proxy_enabled\x18\x04 \x01(\x08\x12\x18\n\x10guard_request_id\x18\x05 \x01(\t\x12\x1b\n\x13guard_remaining_sec\x18\x06 \x01(\x01*w\n\x0bInstruction\x12\x1b\n\x17INSTRUCTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16INSTRUCTION_SCALE_DOWN\x10\x01\x12\x15\n\x11INSTRUCTION_RETRY\x10\x02\x12\x18\n\x14INSTRUCTION_SCALE_UP\x10\x03\x32\x8f\x02\n\x19NodeManagerFaultTolerance\x12\x38\n\x05Guard\x12\x16.motor.v1.GuardRequest\x1a\x17.motor.v1.GuardResponse\x12;\n\x06Status\x12\x17.motor.v1.StatusRequest\x1a\x18.motor.v1.StatusResponse\x12\x38\n\x05\x41pply\x12\x16.motor.v1.ApplyRequest\x1a\x17.motor.v1.ApplyResponse\x12\x41\n\x08\x46inalize\x12\x19.motor.v1.FinalizeRequest\x1a\x1a.motor.v1.FinalizeResponse2\x8c\x03\n\x0bNodeManager\x12M\n\x0cStartEngines\x12\x1d.motor.v1.StartEnginesRequest\x1a\x1e.motor.v1.StartEnginesResponse\x12J\n\x0bStopEngines\x12\x1c.motor.v1.StopEnginesRequest\x1a\x1d.motor.v1.StopEnginesResponse\x12V\n\x0fRelaunchEngines\x12 .motor.v1.RelaunchEnginesRequest\x1a!.motor.v1.RelaunchEnginesResponse\x12>\n\x07StopPod\x12\x18.motor.v1.StopPodRequest\x1a\x19.motor.v1.StopPodResponse\x12J\n\x0b\x44\x65scribePod\x12\x1c.motor.v1.DescribePodRequest\x1a\x1d.motor.v1.DescribePodResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmotor/v1/node_manager.proto\x12\x08motor.v1\x1a\x15motor/v1/common.proto\"J\n\x0cGuardRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tlease_sec\x18\x02 \x01(\x01\x12\x13\n\x0binstance_id\x18\x03 \x01(\x03\"Q\n\rGuardResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1b\n\x13lease_remaining_sec\x18\x02 \x01(\x01\x12\x0f\n\x07renewed\x18\x03 \x01(\x08\"\xa8\x01\n\rStatusRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x65ndpoint_ids\x18\x02 \x03(\x05\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12)\n\nwait_while\x18\x04 \x03(\x0b\x32\x15.motor.v1.EngineState\x12\x12\n\nsettle_sec\x18\x05 \x01(\x01\x12\x19\n\x11taken_as_evidence\x18\x06 \x01(\x08\"Z\n\x0b\x45ngineState\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.motor.v1.EngineHealth\x12#\n\x08\x66t_state\x18\x02 \x01(\x0e\x32\x11.motor.v1.FtState\";\n\x0eStatusResponse\x12)\n\x07\x65ngines\x18\x01 \x03(\x0b\x32\x18.motor.v1.EngineFtStatus\"\x90\x02\n\x0c\x41pplyRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12*\n\x0binstruction\x18\x03 \x01(\x0e\x32\x15.motor.v1.Instruction\x12\x18\n\x10removed_dp_ranks\x18\x04 \x03(\x05\x12\x14\n\x0c\x64p_master_ip\x18\x05 \x01(\t\x12\x16\n\x0e\x64p_master_rank\x18\x06 \x01(\x05\x12\x14\n\x0c\x65ndpoint_ids\x18\x07 \x03(\x05\x12\x15\n\rdp_store_port\x18\x08 \x01(\x05\x12\x16\n\x0e\x61\x64\x64\x65\x64_dp_ranks\x18\t \x03(\x05\x12\x1e\n\x16round_removed_dp_ranks\x18\n \x03(\x05\"\xc0\x01\n\x11\x45ngineApplyResult\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x19\n\x11\x65ngine_request_id\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x14\n\x0crequest_body\x18\x06 \x01(\t\x12\x13\n\x0b\x65lapsed_sec\x18\x07 \x01(\x01\x12\x18\n\x10sent_at_unix_sec\x18\x08 \x01(\x01\"f\n\rApplyResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12,\n\x07results\x18\x02 \x03(\x0b\x32\x1b.motor.v1.EngineApplyResult\x12\x15\n\rdp_store_port\x18\x03 \x01(\x05\"_\n\x0f\x46inalizeRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x08\x12\x13\n\x0bretired_ids\x18\x04 \x03(\x05\"?\n\x10\x46inalizeResponse\x12\x13\n\x0bretired_ids\x18\x01 \x03(\x05\x12\x16\n\x0eguard_released\x18\x02 \x01(\x08\"\x90\x01\n\x13StartEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64p_master_ip\x18\x03 \x01(\t\x12\x16\n\x0e\x64p_master_port\x18\x04 \x01(\x05\x12\x14\n\x0c\x65ndpoint_ids\x18\x05 \x03(\x05\x12\x0c\n\x04join\x18\x06 \x01(\x08\"[\n\x14StartEnginesResponse\x12%\n\tendpoints\x18\x01 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x1c\n\x14launched_at_unix_sec\x18\x02 \x01(\x01\"f\n\x12StopEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x11\n\tgrace_sec\x18\x03 \x01(\x01\x12\x14\n\x0c\x65ndpoint_ids\x18\x04 \x03(\x05\"*\n\x13StopEnginesResponse\x12\x13\n\x0bstopped_ids\x18\x01 \x03(\x05\"\x82\x01\n\x16RelaunchEnginesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64p_master_ip\x18\x03 \x01(\t\x12\x16\n\x0e\x64p_master_port\x18\x04 \x01(\x05\x12\x11\n\tgrace_sec\x18\x05 \x01(\x01\"^\n\x17RelaunchEnginesResponse\x12%\n\tendpoints\x18\x01 \x03(\x0b\x32\x12.motor.v1.Endpoint\x12\x1c\n\x14launched_at_unix_sec\x18\x02 \x01(\x01\"Y\n\x0eStopPodRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0binstance_id\x18\x03 \x01(\x03\x12\x0e\n\x06pod_ip\x18\x04 \x01(\t\"#\n\x0fStopPodResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x14\n\x12\x44\x65scribePodRequest\"w\n\rEngineProcess\x12$\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x12.motor.v1.Endpoint\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x01(\x08\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x0f\n\x07retired\x18\x05 \x01(\x08\"\xc1\x01\n\x13\x44\x65scribePodResponse\x12\x1a\n\x03pod\x18\x01 \x01(\x0b\x32\r.motor.v1.Pod\x12\x13\n\x0binstance_id\x18\x02 \x01(\x03\x12(\n\x07\x65ngines\x18\x03 \x03(\x0b\x32\x17.motor.v1.EngineProcess\x12\x18\n\x10\x66t_proxy_enabled\x18\x04 \x01(\x08\x12\x18\n\x10guard_request_id\x18\x05 \x01(\t\x12\x1b\n\x13guard_remaining_sec\x18\x06 \x01(\x01*w\n\x0bInstruction\x12\x1b\n\x17INSTRUCTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16INSTRUCTION_SCALE_DOWN\x10\x01\x12\x15\n\x11INSTRUCTION_RETRY\x10\x02\x12\x18\n\x14INSTRUCTION_SCALE_UP\x10\x03\x32\x8f\x02\n\x19NodeManagerFaultTolerance\x12\x38\n\x05Guard\x12\x16.motor.v1.GuardRequest\x1a\x17.motor.v1.GuardResponse\x12;\n\x06Status\x12\x17.motor.v1.StatusRequest\x1a\x18.motor.v1.StatusResponse\x12\x38\n\x05\x41pply\x12\x16.motor.v1.ApplyRequest\x1a\x17.motor.v1.ApplyResponse\x12\x41\n\x08\x46inalize\x12\x19.motor.v1.FinalizeRequest\x1a\x1a.motor.v1.FinalizeResponse2\x8c\x03\n\x0bNodeManager\x12M\n\x0cStartEngines\x12\x1d.motor.v1.StartEnginesRequest\x1a\x1e.motor.v1.StartEnginesResponse\x12J\n\x0bStopEngines\x12\x1c.motor.v1.StopEnginesRequest\x1a\x1d.motor.v1.StopEnginesResponse\x12V\n\x0fRelaunchEngines\x12 .motor.v1.RelaunchEnginesRequest\x1a!.motor.v1.RelaunchEnginesResponse\x12>\n\x07StopPod\x12\x18.motor.v1.StopPodRequest\x1a\x19.motor.v1.StopPodResponse\x12J\n\x0b\x44\x65scribePod\x12\x1c.motor.v1.DescribePodRequest\x1a\x1d.motor.v1.DescribePodResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'motor.v1.node_manager_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INSTRUCTION']._serialized_start=2335
-  _globals['_INSTRUCTION']._serialized_end=2454
+  _globals['_INSTRUCTION']._serialized_start=2367
+  _globals['_INSTRUCTION']._serialized_end=2486
   _globals['_GUARDREQUEST']._serialized_start=64
   _globals['_GUARDREQUEST']._serialized_end=138
   _globals['_GUARDRESPONSE']._serialized_start=140
@@ -45,39 +45,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSRESPONSE']._serialized_start=486
   _globals['_STATUSRESPONSE']._serialized_end=545
   _globals['_APPLYREQUEST']._serialized_start=548
-  _globals['_APPLYREQUEST']._serialized_end=788
-  _globals['_ENGINEAPPLYRESULT']._serialized_start=791
-  _globals['_ENGINEAPPLYRESULT']._serialized_end=983
-  _globals['_APPLYRESPONSE']._serialized_start=985
-  _globals['_APPLYRESPONSE']._serialized_end=1087
-  _globals['_FINALIZEREQUEST']._serialized_start=1089
-  _globals['_FINALIZEREQUEST']._serialized_end=1184
-  _globals['_FINALIZERESPONSE']._serialized_start=1186
-  _globals['_FINALIZERESPONSE']._serialized_end=1249
-  _globals['_STARTENGINESREQUEST']._serialized_start=1252
-  _globals['_STARTENGINESREQUEST']._serialized_end=1396
-  _globals['_STARTENGINESRESPONSE']._serialized_start=1398
-  _globals['_STARTENGINESRESPONSE']._serialized_end=1489
-  _globals['_STOPENGINESREQUEST']._serialized_start=1491
-  _globals['_STOPENGINESREQUEST']._serialized_end=1593
-  _globals['_STOPENGINESRESPONSE']._serialized_start=1595
-  _globals['_STOPENGINESRESPONSE']._serialized_end=1637
-  _globals['_RELAUNCHENGINESREQUEST']._serialized_start=1640
-  _globals['_RELAUNCHENGINESREQUEST']._serialized_end=1770
-  _globals['_RELAUNCHENGINESRESPONSE']._serialized_start=1772
-  _globals['_RELAUNCHENGINESRESPONSE']._serialized_end=1866
-  _globals['_STOPPODREQUEST']._serialized_start=1868
-  _globals['_STOPPODREQUEST']._serialized_end=1957
-  _globals['_STOPPODRESPONSE']._serialized_start=1959
-  _globals['_STOPPODRESPONSE']._serialized_end=1994
-  _globals['_DESCRIBEPODREQUEST']._serialized_start=1996
-  _globals['_DESCRIBEPODREQUEST']._serialized_end=2016
-  _globals['_ENGINEPROCESS']._serialized_start=2018
-  _globals['_ENGINEPROCESS']._serialized_end=2137
-  _globals['_DESCRIBEPODRESPONSE']._serialized_start=2140
-  _globals['_DESCRIBEPODRESPONSE']._serialized_end=2333
-  _globals['_NODEMANAGERFAULTTOLERANCE']._serialized_start=2457
-  _globals['_NODEMANAGERFAULTTOLERANCE']._serialized_end=2728
-  _globals['_NODEMANAGER']._serialized_start=2731
-  _globals['_NODEMANAGER']._serialized_end=3127
+  _globals['_APPLYREQUEST']._serialized_end=820
+  _globals['_ENGINEAPPLYRESULT']._serialized_start=823
+  _globals['_ENGINEAPPLYRESULT']._serialized_end=1015
+  _globals['_APPLYRESPONSE']._serialized_start=1017
+  _globals['_APPLYRESPONSE']._serialized_end=1119
+  _globals['_FINALIZEREQUEST']._serialized_start=1121
+  _globals['_FINALIZEREQUEST']._serialized_end=1216
+  _globals['_FINALIZERESPONSE']._serialized_start=1218
+  _globals['_FINALIZERESPONSE']._serialized_end=1281
+  _globals['_STARTENGINESREQUEST']._serialized_start=1284
+  _globals['_STARTENGINESREQUEST']._serialized_end=1428
+  _globals['_STARTENGINESRESPONSE']._serialized_start=1430
+  _globals['_STARTENGINESRESPONSE']._serialized_end=1521
+  _globals['_STOPENGINESREQUEST']._serialized_start=1523
+  _globals['_STOPENGINESREQUEST']._serialized_end=1625
+  _globals['_STOPENGINESRESPONSE']._serialized_start=1627
+  _globals['_STOPENGINESRESPONSE']._serialized_end=1669
+  _globals['_RELAUNCHENGINESREQUEST']._serialized_start=1672
+  _globals['_RELAUNCHENGINESREQUEST']._serialized_end=1802
+  _globals['_RELAUNCHENGINESRESPONSE']._serialized_start=1804
+  _globals['_RELAUNCHENGINESRESPONSE']._serialized_end=1898
+  _globals['_STOPPODREQUEST']._serialized_start=1900
+  _globals['_STOPPODREQUEST']._serialized_end=1989
+  _globals['_STOPPODRESPONSE']._serialized_start=1991
+  _globals['_STOPPODRESPONSE']._serialized_end=2026
+  _globals['_DESCRIBEPODREQUEST']._serialized_start=2028
+  _globals['_DESCRIBEPODREQUEST']._serialized_end=2048
+  _globals['_ENGINEPROCESS']._serialized_start=2050
+  _globals['_ENGINEPROCESS']._serialized_end=2169
+  _globals['_DESCRIBEPODRESPONSE']._serialized_start=2172
+  _globals['_DESCRIBEPODRESPONSE']._serialized_end=2365
+  _globals['_NODEMANAGERFAULTTOLERANCE']._serialized_start=2489
+  _globals['_NODEMANAGERFAULTTOLERANCE']._serialized_end=2760
+  _globals['_NODEMANAGER']._serialized_start=2763
+  _globals['_NODEMANAGER']._serialized_end=3159
 # @@protoc_insertion_point(module_scope)

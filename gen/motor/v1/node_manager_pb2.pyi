@@ -70,7 +70,7 @@ class StatusResponse(_message.Message):
     def __init__(self, engines: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port", "added_dp_ranks")
+    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port", "added_dp_ranks", "round_removed_dp_ranks")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class ApplyRequest(_message.Message):
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     ADDED_DP_RANKS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_REMOVED_DP_RANKS_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     request_id: str
     instruction: Instruction
@@ -89,7 +90,8 @@ class ApplyRequest(_message.Message):
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
     dp_store_port: int
     added_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ..., added_dp_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+    round_removed_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ..., added_dp_ranks: _Optional[_Iterable[int]] = ..., round_removed_dp_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EngineApplyResult(_message.Message):
     __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec", "sent_at_unix_sec")

@@ -84,6 +84,8 @@ class FakeCluster:
     instructions: list[int] = field(default_factory=list)
     # The added_dp_ranks of every apply, in order (a scale-up's; empty otherwise).
     added: list[tuple[int, ...]] = field(default_factory=list)
+    # The round_removed_dp_ranks of every apply, in order (a scale-down's; empty otherwise).
+    round_removed: list[tuple[int, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for ranks in self.pods.values():
@@ -159,8 +161,9 @@ class FakeNodeManagerClient:
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0,
-                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=()):
+                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=(), round_removed_dp_ranks=()):
         c = self.cluster
+        c.round_removed.append(tuple(round_removed_dp_ranks))
         c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
                         store_port))
         c.added.append(tuple(added_dp_ranks))

@@ -90,6 +90,20 @@ async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> 
     assert coord.events[-1] == ("SET", {7: [0, 2]})
 
 
+async def test_every_apply_names_this_rounds_ranks_beside_the_cumulative_list() -> None:
+    # Engines that take only the ranks still expected (SGLang's manager) need them from the Controller:
+    # a NodeManager restarted between two rounds knows no earlier round.
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    cluster.fault(dead={0, 3}, unhealthy={2})
+    assert (await run_round(core, {0, 3}, {2}))[1].succeeded
+    applies = [(a[3], removed) for a, removed in zip(cluster.named("apply"), cluster.round_removed, strict=True)]
+    assert applies == [((1,), (1,)), ((1,), (1,)), ((0, 1, 3), (0, 3))]
+
+
 async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_before_every_guard() -> None:
     """The first status read rides on the guard fan-out: a pod's survivors are read right
     after its guard answers, while another pod's guard is still out; the apply waits for that guard."""

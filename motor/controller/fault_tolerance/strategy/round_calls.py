@@ -136,8 +136,11 @@ class RoundCalls:
         client = self._nodemanagers.get(address)
         facts = {"ranks": list(plan.added or plan.removed_cumulative), "endpoint_ids": list(targets),
                  "dp_master_ip": plan.dp_master_ip}
-        # Only a scale-up names added ranks (peers that predate them take the positional call).
-        extra = {"added_dp_ranks": plan.added} if plan.added else {}
+        # Only a scale-up names added ranks, only a scale-down this round's (peers that predate them
+        # take the positional call).
+        extra: dict[str, tuple[int, ...]] = {"added_dp_ranks": plan.added} if plan.added else {}
+        if instruction == node_manager_pb2.INSTRUCTION_SCALE_DOWN and plan.removed_this_round:
+            extra["round_removed_dp_ranks"] = plan.removed_this_round
         try:
             resp = await self._timed(
                 "apply", address,
