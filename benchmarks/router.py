@@ -100,7 +100,8 @@ def _wait_http(url: str, proc: ManagedProcess, timeout_sec: float, method: str =
 
 
 class Backends:
-    def __init__(self, work: Path, dp: int, per_token_latency_sec: float) -> None:
+    def __init__(self, work: Path, dp: int, per_token_latency_sec: float, variants: bool = True) -> None:
+        """`variants`: besides the Coordinator on its default loop, the asyncio and no-migration ones."""
         self.work = work
         self.dp = dp
         self.per_token_latency_sec = per_token_latency_sec
@@ -109,17 +110,19 @@ class Backends:
         # Coordinator processes by target name → (event loop, config).
         base = {"server": {"host": HOST, "port": 0}, "http": {"host": HOST, "port": 0}}
         self.coordinators: dict[str, tuple[str, dict[str, Any]]] = {"motor-coordinator": ("auto", base)}
-        if importlib.util.find_spec("uvloop") is not None:
+        if variants and importlib.util.find_spec("uvloop") is not None:
             self.coordinators["motor-coordinator-asyncio"] = ("asyncio", base)
-        # What re-inference's stream tracking (every event parsed, for a continuation) costs.
-        self.coordinators["motor-coordinator-no-migration"] = ("auto", {**base, "migration": {"enabled": False}})
+        if variants:
+            # What re-inference's stream tracking (every event parsed, for a continuation) costs.
+            self.coordinators["motor-coordinator-no-migration"] = ("auto", {**base, "migration": {"enabled": False}})
         self.urls: dict[str, list[str]] = {"direct": self.engine_urls}
 
     @property
     def engine_urls(self) -> list[str]:
         return [f"http://{ENGINE_HOST}:{p}" for p in self.engine_ports]
 
-    def start(self, with_router: bool) -> None:
+    def start(self, with_router: bool, with_motor_router: bool = True) -> None:
+        """`with_motor_router`: with vllm-router, also the one whose workers Motor's publisher adds."""
         ready = self.work / "engines.ready.json"
         self.procs["engines"] = start_process(
             [sys.executable, "-m", "motor.testing.fake_engine", "--group",
@@ -142,12 +145,14 @@ class Backends:
             body = json.dumps({"model": "motor-sim", "prompt": "warm", "max_tokens": 1}).encode()
             proc, url = start_router(exe, self.work / "vllm-router.log", worker_urls=self.engine_urls)
             self.procs["vllm-router"], self.urls["vllm-router"] = proc, [url]
-            # The same router with no workers on its command line: Motor's publisher adds them.
-            proc, url = start_router(exe, self.work / "motor-vllm-router.log")
-            self.procs[MOTOR_ROUTER], self.urls[MOTOR_ROUTER] = proc, [url]
-            asyncio.run(self._publish_to_router(url))
+            if with_motor_router:
+                # The same router with no workers on its command line: Motor's publisher adds them.
+                proc, url = start_router(exe, self.work / "motor-vllm-router.log")
+                self.procs[MOTOR_ROUTER], self.urls[MOTOR_ROUTER] = proc, [url]
+                asyncio.run(self._publish_to_router(url))
             for name in ("vllm-router", MOTOR_ROUTER):
-                _wait_http(f"{self.urls[name][0]}/v1/completions", self.procs[name], 120, "POST", body)
+                if name in self.urls:
+                    _wait_http(f"{self.urls[name][0]}/v1/completions", self.procs[name], 120, "POST", body)
 
     def _view(self) -> common_pb2.Instance:
         inst = common_pb2.Instance(id=1, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=self.dp)

@@ -20,7 +20,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -38,41 +38,40 @@ def _memory(pid: int) -> dict[str, float]:
     return {"rss_kib": info.rss / 1024, "uss_kib": info.uss / 1024}
 
 
-async def _open_streams(url: str, streams: int, max_tokens: int, measure) -> dict:  # noqa: ANN001
-    """N streaming completions at once; once each has its first token, `measure()`; then the rest
-    of every stream is read to its end."""
-    opened = asyncio.Event()
-    first_tokens = 0
+async def _open_streams(url: str, streams: int, max_tokens: int, measure: Callable[[], dict]) -> dict:
+    """N streaming completions at once; once each has its first token (or failed), `measure()`; then
+    the rest of every stream is read to its end."""
+    settled, all_settled = 0, asyncio.Event()
     failures: list[str] = []
     body = {"model": "motor-sim", "prompt": "memory", "max_tokens": max_tokens, "stream": True}
-    timeout = aiohttp.ClientTimeout(total=HOLD_LIMIT_SEC)
-    connector = aiohttp.TCPConnector(limit=0)
+
+    def settle() -> None:
+        nonlocal settled
+        settled += 1
+        if settled == streams:
+            all_settled.set()
 
     async def one(session: aiohttp.ClientSession) -> None:
-        nonlocal first_tokens
-        counted = False
+        open_ = False
         try:
             async with session.post(f"{url}/v1/completions", json=body) as resp:
                 if resp.status != 200:
                     failures.append(f"HTTP {resp.status}")
                     return
                 async for _line in resp.content:
-                    if not counted:
-                        counted = True
-                        first_tokens += 1
-                        if first_tokens == streams:
-                            opened.set()
+                    if not open_:
+                        open_ = True
+                        settle()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             failures.append(f"{type(exc).__name__}: {exc}")
         finally:
-            if not counted:
-                first_tokens += 1
-                if first_tokens == streams:
-                    opened.set()
+            if not open_:
+                settle()
 
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    timeout = aiohttp.ClientTimeout(total=HOLD_LIMIT_SEC)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         tasks = [asyncio.create_task(one(session)) for _ in range(streams)]
-        await asyncio.wait_for(opened.wait(), HOLD_LIMIT_SEC)
+        await asyncio.wait_for(all_settled.wait(), HOLD_LIMIT_SEC)
         during = measure()
         await asyncio.gather(*tasks)
     return {"during": during, "failed": len(failures), "failures": failures[:5]}
@@ -119,11 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--max-tokens × --per-token-latency-sec must stay under {HOLD_LIMIT_SEC:g} s, "
                      f"got {args.max_tokens * args.per_token_latency_sec:g} s")
     work = Path(tempfile.mkdtemp(prefix="motor-stream-memory-"))
-    backends = Backends(work, args.dp, args.per_token_latency_sec)
-    backends.coordinators = {"motor-coordinator": backends.coordinators["motor-coordinator"]}
+    backends = Backends(work, args.dp, args.per_token_latency_sec, variants=False)
     rows: list[dict] = []
     try:
-        backends.start(with_router=not args.no_router)
+        backends.start(with_router=not args.no_router, with_motor_router=False)
         for name in [n for n in ("motor-coordinator", "vllm-router") if n in backends.urls]:
             print(f"{name}: {args.streams} streams of {args.max_tokens} tokens, "
                   f"{args.per_token_latency_sec:g} s apart", flush=True)

@@ -16,7 +16,7 @@ naming the bad value.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gen.motor.v1 import node_manager_pb2
@@ -71,7 +71,7 @@ def _targets(pod: PodView, endpoint_ids: list[int], removed: list[int], retired:
 
 
 def check_apply(pod: PodView, instruction: int, removed: list[int], dp_master_ip: str, dp_master_rank: int,
-                endpoint_ids: list[int], added: list[int], round_removed: list[int] = ()) -> list[int]:  # type: ignore[assignment]
+                endpoint_ids: list[int], added: list[int], round_removed: Sequence[int] = ()) -> list[int]:
     """The checked target ids of the apply; InvalidArgument naming what is wrong."""
     if round_removed and instruction != _PB.INSTRUCTION_SCALE_DOWN:
         raise InvalidArgument(f"round_removed_dp_ranks {list(round_removed)} are only for INSTRUCTION_SCALE_DOWN, "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gen.motor.v1 import node_manager_pb2
@@ -239,8 +239,7 @@ class FtProxy:
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
                     timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0,
-                    added_dp_ranks: list[int] = (),  # type: ignore[assignment]
-                    round_removed_dp_ranks: list[int] = ()) -> ApplyResult:  # type: ignore[assignment]
+                    added_dp_ranks: Sequence[int] = (), round_removed_dp_ranks: Sequence[int] = ()) -> ApplyResult:
         self._require_enabled()
         try:
             check_request_id(request_id)

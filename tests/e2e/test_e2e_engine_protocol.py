@@ -7,7 +7,7 @@ group rebuilds are the rows of test_e2e_scale_down.py."""
 from __future__ import annotations
 
 import pytest
-from .watch import LastErrors
+from .watch import LastErrors, wait_reconfigured
 
 from motor.launch.load import trigger_traffic
 
@@ -26,13 +26,6 @@ def _events(txn: dict, kind: str, name: str | None = None) -> list[dict]:
 
 def _strategies(timeline: list[dict]) -> list[tuple[str, str]]:
     return [(t["strategy"], "succeeded" if t["outcome"] == "succeeded" else "failed") for t in timeline]
-
-
-def _wait_reconfigured(cluster, timeout_sec: float = 150.0) -> dict:
-    def done(rt) -> bool:
-        return rt["phase"] == "NORMAL" and rt["serving_published"] and any(
-            t["strategy"] == "instance_reconfiguration" and t["outcome"] == "succeeded" for t in cluster.timeline())
-    return cluster.wait_until(done, timeout_sec, "whole-instance reconfiguration")
 
 
 def _kill(cluster, artifacts, rank: int) -> None:
@@ -63,7 +56,7 @@ def test_a_failed_vote_turns_every_survivor_dead_and_falls_back(start_cluster, a
     watch = LastErrors(cluster, cluster.spec.instance_id)
     try:
         _kill(cluster, artifacts, 1)
-        rt = _wait_reconfigured(cluster)
+        rt = wait_reconfigured(cluster, 150.0)
     finally:
         watch.close()
     data = artifacts.collect(cluster)
@@ -125,7 +118,7 @@ def test_apply_skew_is_recorded_and_an_apply_past_the_checkin_window_falls_back_
         pod_overrides={"127.0.0.3": {"fault_injection.enabled": True, "fault_injection.apply_delay_sec": 11.0}},
     )
     _kill(cluster, artifacts, 1)
-    rt = _wait_reconfigured(cluster)
+    rt = wait_reconfigured(cluster, 150.0)
     data = artifacts.collect(cluster)
     assert _strategies(data["controller_timeline"]) == [("dp_scale_down", "failed"), ("instance_reconfiguration", "succeeded")]
     txn = data["controller_timeline"][0]

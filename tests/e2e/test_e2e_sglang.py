@@ -121,9 +121,7 @@ def test_sglang_failed_scale_down_falls_back_with_the_code(start_cluster, artifa
     try:
         wait_for(lambda: load.counts()["succeeded"] >= 6, 60.0, "completions under load")
         artifacts.injection(cluster, 1, "executor_death")
-        rt = cluster.wait_until(lambda rt: rt["phase"] == "NORMAL" and rt["serving_published"] and any(
-            t["strategy"] == "instance_reconfiguration" and t["outcome"] == "succeeded" for t in cluster.timeline()),
-            150.0, "whole-instance reconfiguration after the failed scale-down")
+        rt = wait_reconfigured(cluster, 150.0)
     finally:
         load.stop()
         watch.close()
