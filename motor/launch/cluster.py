@@ -181,10 +181,14 @@ class LocalCluster(ClusterObservation):
         self._start_nodemanagers(ready_timeout_sec)
         log.info("cluster: every process up after %.1fs; waiting for %d instance(s) to serve",
                  time.monotonic() - started, spec.instances)
+        # Every rank alive, not only a serving phase: a rank lost while the cluster starts would
+        # otherwise pass as started (scaled down) and fail the caller's first step on that rank.
+        every_rank = list(range(spec.dp_size))
         if spec.instances == 1:
-            self.wait_serving(ready_timeout_sec)
+            self.wait_serving(ready_timeout_sec, alive=every_rank)
         else:
-            self.wait_instances_serving(spec.instance_ids(), ready_timeout_sec)
+            self.wait_instances_serving(spec.instance_ids(), ready_timeout_sec,
+                                        alive={iid: every_rank for iid in spec.instance_ids()})
         log.info("cluster serving after %.1fs", time.monotonic() - started)
 
     @property

@@ -1,8 +1,8 @@
 """``motor-engine-sim``: one process per DP rank (API here, executor in a child process).
 
-Start-up: parse flags (bad values: one line, exit 2) -> start the executor (imports torch, loads
-the "model", forms the initial DP group with every rank; with ``--join`` none) -> bind HTTP ->
-write ``--ready-file`` atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
+Start-up: parse flags (bad values: one line, exit 2) -> bind the HTTP port (not listening yet:
+connections are refused until ready) -> start the executor (imports torch, loads the "model", forms
+the initial DP group with every rank; with ``--join`` none) -> listen -> write ``--ready-file`` atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
 Exit 1 when the engine cannot start (initial group, HTTP bind).
 """
 
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -26,6 +27,23 @@ from motor.sim.instance_link import link_forever
 log = logging.getLogger("motor.sim.main")
 
 _HTTP_SHUTDOWN_SEC = 3.0
+
+
+def bind_http_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound before the DP group forms and listened on only once the engine is
+    ready. The group's gloo pairs and stores bind ephemeral ports on the same address while it
+    forms, and the kernel may hand them the port the NodeManager chose for this API (it probed it
+    free); holding it from the start closes that window, as vLLM's API server does."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def write_ready_file(path: str, doc: dict[str, object]) -> None:
@@ -56,6 +74,11 @@ async def _serve(cfg: SimConfig) -> int:
     engine = SimEngine(cfg)
     runner: web.AppRunner | None = None
     try:
+        http_sock = bind_http_socket(cfg.host, cfg.port)
+    except OSError as exc:
+        log.error("rank=%d cannot bind HTTP at %s:%d: %s", cfg.dp_rank, cfg.host, cfg.port, exc)
+        return 1
+    try:
         master = f"{cfg.dp_master_ip}:{cfg.dp_master_port}"
         if cfg.join:
             master = "none (--join: a scale_up round admits this rank)"
@@ -77,13 +100,8 @@ async def _serve(cfg: SimConfig) -> int:
             return 1
         runner = web.AppRunner(build_app(engine), access_log=None, shutdown_timeout=_HTTP_SHUTDOWN_SEC)
         await runner.setup()
-        site = web.TCPSite(runner, cfg.host, cfg.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            log.error("rank=%d cannot bind HTTP at %s:%d: %s", cfg.dp_rank, cfg.host, cfg.port, exc)
-            return 1
-        port = runner.addresses[0][1]
+        await web.SockSite(runner, http_sock).start()
+        port = http_sock.getsockname()[1]
         if cfg.ready_file is not None:
             write_ready_file(cfg.ready_file, {
                 "port": port, "pid": os.getpid(), "host": cfg.host, "dp_rank": cfg.dp_rank,
@@ -102,6 +120,7 @@ async def _serve(cfg: SimConfig) -> int:
         await engine.stop()
         if runner is not None:
             await runner.cleanup()
+        http_sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

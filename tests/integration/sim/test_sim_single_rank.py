@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -9,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from motor.common.ports import free_port
 from motor.common.process import ManagedProcess, start_process
 from motor.sim.client import SimClient
 from motor.sim.toy_model import expected_completion
+from motor.testing.waits import wait_for
 
 pytestmark = pytest.mark.timeout(90)  # per test, module fixtures included
 
@@ -119,3 +123,27 @@ def test_sigterm_stops_cleanly_and_removes_ready_file(engine: Engine) -> None:
     assert proc.returncode == 0, proc.log_tail()
     assert not ready.exists()
     assert "shutting down" in proc.log_tail()
+
+
+def test_the_api_port_is_held_from_the_start_and_refuses_until_ready(tmp_path: Path) -> None:
+    """While the DP group forms, its gloo pairs bind ephemeral ports on the same address: the API's
+    port (probed free by the NodeManager) must already be taken, or the kernel may hand it out."""
+    port = free_port("127.0.0.1")
+    ready = tmp_path / "ready.json"
+    proc = start_process(
+        [sys.executable, "-m", "motor.sim.main", "--dp-size", "1", "--dp-master-port", "0", "--port", str(port),
+         "--ready-file", str(ready), "--model", "tiny-moe", "--model-load-sec", "60"],
+        log_path=tmp_path / "engine.log", name="sim-held-port", cwd=REPO_ROOT,
+    )
+    try:
+        wait_for(lambda: "starting" in proc.log_tail(), 60, "the engine starting")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+            with pytest.raises(OSError) as bound:
+                other.bind(("127.0.0.1", port))
+        assert bound.value.errno == errno.EADDRINUSE
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert not ready.exists() and proc.running
+    finally:
+        proc.stop(grace_sec=10)
+    assert proc.returncode == 0, proc.log_tail()
