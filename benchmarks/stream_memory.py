@@ -1,13 +1,19 @@
-"""Memory per open stream: the Coordinator against vllm-router holding N streaming completions open
-on the same engines, side by side in one run.
+"""Memory per open stream and per held request: the Coordinator against vllm-router holding N
+streaming completions open on the same engines, side by side in one run.
 
-    .venv/bin/python -m benchmarks.stream_memory [--streams 1000] [--per-token-latency-sec 0.5] [--json out.json]
+    .venv/bin/python -m benchmarks.stream_memory [--streams 1000] [--per-token-latency-sec 0.5] [--held] [--json out.json]
 
 The engines are `benchmarks.router`'s backends (light fake engines in one process) with a slow token
 rate, so every stream stays open while it is measured. For each router: its resident set (RSS, and
 USS: the pages only it holds) before any request, then with N streams open (each has received its
 first token), then after they all ended; the growth divided by N is the memory per open stream.
 Target printed beside it (never asserted): ≤ 64 KiB per open stream.
+
+With --held, the same for N requests *held*: the Coordinator and Motor's vllm-router (the one whose
+workers Motor's publisher adds) start with nothing published, as while no instance is publishable;
+once every request is connected (counted on the router's listening port) the memory is read, then
+the instance is published and every request must complete (the Coordinator holds them for
+`hold_when_unavailable_sec`, vllm-router in its retry budget).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from benchmarks.router import Backends
+from benchmarks.router import MOTOR_ROUTER, Backends
 
 TARGET_KIB_PER_STREAM = 64.0
 # Every stream is held open this long at most (a bound on the run, not a measurement).
@@ -77,12 +83,58 @@ async def _open_streams(url: str, streams: int, max_tokens: int, measure: Callab
     return {"during": during, "failed": len(failures), "failures": failures[:5]}
 
 
-def measure_router(name: str, url: str, pid: int, streams: int, max_tokens: int) -> dict:
+def _connected(pid: int, port: int) -> int:
+    """Established connections the process accepted on its listening `port`."""
+    return sum(1 for c in psutil.Process(pid).net_connections(kind="tcp")
+               if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port)
+
+
+async def _hold_then_release(url: str, pid: int, streams: int, max_tokens: int,
+                             release: Callable[[], None]) -> dict:
+    """N streaming completions to a router with nothing to route to; once all N are connected,
+    the memory is read and `release()` publishes the instance; every request must then complete."""
+    port = int(url.rsplit(":", 1)[1])
+    body = {"model": "motor-sim", "prompt": "held", "max_tokens": max_tokens, "stream": True}
+    failures: list[str] = []
+    completed = 0
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        nonlocal completed
+        try:
+            async with session.post(f"{url}/v1/completions", json=body) as resp:
+                text = await resp.read()
+                if resp.status != 200 or b"[DONE]" not in text:
+                    failures.append(f"HTTP {resp.status}: {text[:120]!r}")
+                    return
+                completed += 1
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    timeout = aiohttp.ClientTimeout(total=HOLD_LIMIT_SEC)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+        tasks = [asyncio.create_task(one(session)) for _ in range(streams)]
+        deadline = time.monotonic() + HOLD_LIMIT_SEC
+        while (connected := _connected(pid, port)) < streams and not failures:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {connected} of {streams} requests connected to {url} "
+                                   f"within {HOLD_LIMIT_SEC:g} s")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the last connections' requests read and parked
+        held = _memory(pid)
+        await asyncio.to_thread(release)
+        await asyncio.gather(*tasks)
+    return {"during": held, "failed": len(failures), "failures": failures[:5], "completed": completed}
+
+
+def measure_held(name: str, url: str, pid: int, streams: int, max_tokens: int, release: Callable[[], None]) -> dict:
     time.sleep(1.0)
     before = _memory(pid)
-    run = asyncio.run(_open_streams(url, streams, max_tokens, lambda: _memory(pid)))
+    run = asyncio.run(_hold_then_release(url, pid, streams, max_tokens, release))
     time.sleep(1.0)
-    after = _memory(pid)
+    return _row(name, streams, before, run, _memory(pid))
+
+
+def _row(name: str, streams: int, before: dict, run: dict, after: dict) -> dict:
     during = run["during"]
     return {
         "target": name, "streams": streams, "failed": run["failed"], "failures": run["failures"],
@@ -93,13 +145,22 @@ def measure_router(name: str, url: str, pid: int, streams: int, max_tokens: int)
     }
 
 
-def render(rows: list[dict]) -> str:
-    out = [f"{'router':<28} {'streams':>7} {'failed':>6} {'RSS before':>11} {'RSS during':>11} "
-           f"{'RSS KiB/stream':>14} {'USS KiB/stream':>14} {'kept after':>10}  target"]
+def measure_router(name: str, url: str, pid: int, streams: int, max_tokens: int) -> dict:
+    time.sleep(1.0)
+    before = _memory(pid)
+    run = asyncio.run(_open_streams(url, streams, max_tokens, lambda: _memory(pid)))
+    time.sleep(1.0)
+    return _row(name, streams, before, run, _memory(pid))
+
+
+def render(rows: list[dict], held: bool) -> str:
+    what = "request" if held else "stream"
+    out = [f"{'router':<28} {'held' if held else 'streams':>7} {'failed':>6} {'RSS before':>11} {'RSS during':>11} "
+           f"{f'RSS KiB/{what}':>15} {f'USS KiB/{what}':>15} {'kept after':>10}  target"]
     for r in rows:
         out.append(f"{r['target']:<28} {r['streams']:>7} {r['failed']:>6} {r['before']['rss_kib']:>9.0f} K "
-                   f"{r['during']['rss_kib']:>9.0f} K {r['rss_kib_per_stream']:>14.1f} {r['uss_kib_per_stream']:>14.1f} "
-                   f"{r['rss_kib_kept_after']:>8.0f} K  ≤ {TARGET_KIB_PER_STREAM:g} KiB/stream")
+                   f"{r['during']['rss_kib']:>9.0f} K {r['rss_kib_per_stream']:>15.1f} {r['uss_kib_per_stream']:>15.1f} "
+                   f"{r['rss_kib_kept_after']:>8.0f} K  " + ("-" if held else f"≤ {TARGET_KIB_PER_STREAM:g} KiB/stream"))
     return "\n".join(out)
 
 
@@ -110,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=40, help="tokens per stream (the stream's length)")
     parser.add_argument("--dp", type=int, default=4)
     parser.add_argument("--no-router", action="store_true", help="the Coordinator only")
+    parser.add_argument("--held", action="store_true",
+                        help="requests held while nothing is published, instead of open streams")
     parser.add_argument("--json", type=Path, help="write every number here")
     args = parser.parse_args(argv)
     if args.streams < 1:
@@ -121,19 +184,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     backends = Backends(work, args.dp, args.per_token_latency_sec, variants=False)
     rows: list[dict] = []
     try:
-        backends.start(with_router=not args.no_router, with_motor_router=False)
-        for name in [n for n in ("motor-coordinator", "vllm-router") if n in backends.urls]:
-            print(f"{name}: {args.streams} streams of {args.max_tokens} tokens, "
-                  f"{args.per_token_latency_sec:g} s apart", flush=True)
-            rows.append(measure_router(name, backends.urls[name][0], backends.procs[name].pid, args.streams,
-                                       args.max_tokens))
+        if args.held:
+            backends.start(with_router=not args.no_router, with_motor_router=True, publish=False)
+            names = ("motor-coordinator", MOTOR_ROUTER)
+        else:
+            backends.start(with_router=not args.no_router, with_motor_router=False)
+            names = ("motor-coordinator", "vllm-router")
+        for name in [n for n in names if n in backends.urls]:
+            print(f"{name}: {args.streams} {'held requests' if args.held else 'streams'} of {args.max_tokens} "
+                  f"tokens, {args.per_token_latency_sec:g} s apart", flush=True)
+            url, pid = backends.urls[name][0], backends.procs[name].pid
+            if args.held:
+                rows.append(measure_held(name, url, pid, args.streams, args.max_tokens,
+                                         lambda name=name: backends.publish(name)))
+            else:
+                rows.append(measure_router(name, url, pid, args.streams, args.max_tokens))
     finally:
         backends.stop()
     load = os.getloadavg()
     print(f"\n{time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} CPUs, load average {load[0]:.1f}")
-    print(render(rows))
+    print(render(rows, args.held))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "load_average": load, "argv": sys.argv[1:],
+        args.json.write_text(json.dumps({"rows": rows, "load_average": load, "argv": sys.argv[1:], "held": args.held,
                                          "target_kib_per_stream": TARGET_KIB_PER_STREAM}, indent=2))
     return 0 if all(r["failed"] == 0 for r in rows) else 1
 
