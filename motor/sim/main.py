@@ -2,7 +2,8 @@
 
 Start-up: parse flags (bad values: one line, exit 2) -> bind the HTTP port (not listening yet:
 connections are refused until ready) -> start the executor (imports torch, loads the "model", forms
-the initial DP group with every rank; with ``--join`` none) -> listen -> write ``--ready-file`` atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
+the initial DP group with every rank; with ``--join`` none) -> listen -> write ``--ready-file``
+atomically. SIGTERM/SIGINT: stop HTTP, stop the executor, remove the ready file, exit 0.
 Exit 1 when the engine cannot start (initial group, HTTP bind).
 """
 
