@@ -193,6 +193,11 @@ def test_sglang_two_dead_in_one_apply_then_an_idle_death_reconfigures_every_rank
 
     # Rank 3 dies with no traffic: its survivor stays healthy, so no round, no apply; the
     # collection timeout reconfigures the instance, and the manager expects every rank again.
+    # The trigger's answer can come before the group's last steps of its wave: a death inside the
+    # wave would make rank 2 unhealthy (a round, not the idle path this row is about).
+    wait_for(lambda: not any(s["wave"]["active"] or s["in_flight_requests"]
+                             for s in (cluster.engine_client(r).admin_state() for r in (2, 3))),
+             30.0, "ranks 2 and 3 idle, no wave running")
     reports = counter(cluster, "motor_fault_reports_total")
     artifacts.injection(cluster, 3, "executor_death")
     wait_for(lambda: counter(cluster, "motor_fault_reports_total") > reports, 30.0, "rank 3's fault report")
