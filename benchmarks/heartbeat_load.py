@@ -32,7 +32,6 @@ import platform
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,8 @@ from typing import Any
 import grpc
 import psutil
 
-from benchmarks.scale import fleet_spec
-from benchmarks.timing import cpu_sec_precise, pct
+from benchmarks.scale import Probes, fleet_spec
+from benchmarks.timing import cpu_sec_precise, distribution
 from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from motor.common.process import ManagedProcess, start_process
 from motor.launch import render
@@ -126,30 +125,6 @@ def sender_main(argv: list[str]) -> int:
     return 0
 
 
-def _get_ms(url: str) -> float:
-    t = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        resp.read()
-    return 1000 * (time.perf_counter() - t)
-
-
-def _status(address: str, http: str, window_sec: float) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"page_all": [], "page_one": [], "grpc_all": []}
-    base = f"{http}/controller/fault_tolerance/status"
-    end = time.monotonic() + window_sec
-    with grpc.insecure_channel(address) as channel:
-        stub = controller_pb2_grpc.ControllerStub(channel)
-        while time.monotonic() < end:
-            t = time.monotonic()
-            out["page_all"].append(_get_ms(base))
-            out["page_one"].append(_get_ms(f"{base}?instance_id=1"))
-            t1 = time.perf_counter()
-            stub.GetFaultToleranceStatus(controller_pb2.GetFaultToleranceStatusRequest(), timeout=60)
-            out["grpc_all"].append(1000 * (time.perf_counter() - t1))
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - t)))
-    return out
-
-
 def _serving(address: str) -> int:
     with grpc.insecure_channel(address) as channel:
         resp = controller_pb2_grpc.ControllerStub(channel).GetFaultToleranceStatus(
@@ -163,11 +138,6 @@ def _service(name: str, script: str, config: dict[str, Any], work: Path) -> tupl
     proc = start_process([str(BIN / script), "--config", str(cfg), "--ready-file", str(ready)],
                          log_path=work / f"{name}.log", name=name)
     return proc, proc.wait_ready_file(ready, 60, required_keys=["grpc_port", "http_port"])
-
-
-def _dist(xs: list[float]) -> dict[str, float]:
-    return {"n": len(xs), "p50_ms": pct(xs, 0.5), "p95_ms": pct(xs, 0.95), "p99_ms": pct(xs, 0.99),
-            "max_ms": max(xs) if xs else float("nan")}
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -200,7 +170,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         time.sleep(args.warmup_sec)
         pid = ctl.pid
         cpu0, wall0, since = cpu_sec_precise(pid), time.monotonic(), time.time()
-        status = _status(address, http, args.window_sec)
+        probes = Probes(address, http, spec, heartbeat_hz=0).start()
+        time.sleep(args.window_sec)
+        probes.stop()
         cpu1, wall1, until = cpu_sec_precise(pid), time.monotonic(), time.time()
         rss_mib = psutil.Process(pid).memory_info().rss / 2**20
         serving = _serving(address)
@@ -221,7 +193,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "heartbeats_per_sec_asked": len(pods) * args.heartbeat_hz, "registered_sec": registered_sec,
             "controller_cpu_pct": cpu_pct, "controller_cpu_ms_per_heartbeat": 10 * cpu_pct / rate if rate else float("nan"),
             "controller_rss_mib": rss_mib, "instances_serving": serving, "heartbeat_errors": errors,
-            "heartbeat": _dist(in_window), **{f"status_{k}": _dist(v) for k, v in status.items()},
+            **probes.summary(), "heartbeat": distribution(in_window),
         }
     finally:
         for proc in reversed(procs):
@@ -231,7 +203,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def render_report(r: dict[str, Any]) -> str:
     at_full = r["controller_cpu_ms_per_heartbeat"] * r["heartbeats_per_sec_asked"] / 10
     saturates = 1000 / r["controller_cpu_ms_per_heartbeat"] if r["controller_cpu_ms_per_heartbeat"] else float("nan")
-    hb, one, every, grpc_all = r["heartbeat"], r["status_page_one"], r["status_page_all"], r["status_grpc_all"]
+    hb, one, every, grpc_all = r["heartbeat"], r["status_http_one"], r["status_http_all"], r["status_grpc_all"]
     return "\n".join([
         f"{r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, {r['pods']:,} pods), "
         f"{r['instances_serving']} instances serving; registered in {r['registered_sec']:.1f} s",

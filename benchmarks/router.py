@@ -157,9 +157,9 @@ class Backends:
                 self.procs[MOTOR_ROUTER], self.urls[MOTOR_ROUTER] = proc, [url]
                 if publish:
                     self.publish(MOTOR_ROUTER)
-            for name in ("vllm-router", MOTOR_ROUTER):
-                if name in self.urls and (publish or name == "vllm-router"):
-                    _wait_http(f"{self.urls[name][0]}/v1/completions", self.procs[name], 120, "POST", body)
+            # A router with nothing published yet would hold the warm-up request: only the others.
+            for name in ["vllm-router", *([MOTOR_ROUTER] if with_motor_router and publish else [])]:
+                _wait_http(f"{self.urls[name][0]}/v1/completions", self.procs[name], 120, "POST", body)
 
     def _view(self) -> common_pb2.Instance:
         inst = common_pb2.Instance(id=1, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=self.dp)

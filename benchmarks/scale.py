@@ -65,7 +65,7 @@ from benchmarks.plots import PlotError, RunInfo, plot_scale, require_matplotlib
 from benchmarks.round_cost import RoundCost, diff
 from benchmarks.round_model import DEFAULT_RTT_MS, call_bursts
 from benchmarks.round_report import cost_summary, render_costs
-from benchmarks.timing import calls, cpu_sec, critical_path_sec, end, fanout_walls, median, pct
+from benchmarks.timing import calls, cpu_sec, critical_path_sec, distribution, end, fanout_walls, median, pct
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.launch.cluster import LocalCluster
 from motor.launch.engines import LightEngines
@@ -194,8 +194,12 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float, profi
 class Probes:
     """Heartbeat and status probes from a thread of their own (one event loop), until stopped."""
 
-    def __init__(self, fleet: LocalCluster, heartbeat_hz: float = 5.0, status_interval_sec: float = 1.0) -> None:
-        self.fleet = fleet
+    def __init__(self, controller_address: str, controller_http: str, spec: ClusterSpec, heartbeat_hz: float = 5.0,
+                 status_interval_sec: float = 1.0) -> None:
+        """`heartbeat_hz` 0: status probes only."""
+        self.controller_address = controller_address
+        self.controller_http = controller_http
+        self.spec = spec
         self.heartbeat_hz = heartbeat_hz
         self.status_interval_sec = status_interval_sec
         self.heartbeat_ms: list[float] = []
@@ -219,14 +223,15 @@ class Probes:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        await asyncio.gather(self._heartbeats(), self._status_pages(), self._status_grpc())
+        await asyncio.gather(*([self._heartbeats()] if self.heartbeat_hz else []), self._status_pages(),
+                             self._status_grpc())
 
     async def _heartbeats(self) -> None:
-        spec = self.fleet.spec
+        spec = self.spec
         iid, pod = spec.instance_ids()[min(spec.instances, 3) - 1], min(spec.pods_per_instance - 1, 5)
         req = controller_pb2.HeartbeatRequest(pod_ip=spec.pod_ip(iid, pod), instance_id=iid,
                                               alive_endpoint_ids=spec.pod_ranks(pod), seq=1)
-        async with grpc.aio.insecure_channel(self.fleet.controller_address) as channel:
+        async with grpc.aio.insecure_channel(self.controller_address) as channel:
             stub = controller_pb2_grpc.ControllerStub(channel)
             while not self._stop.is_set():
                 t = time.perf_counter()
@@ -238,7 +243,7 @@ class Probes:
                 await asyncio.sleep(max(0.0, 1 / self.heartbeat_hz - (time.perf_counter() - t)))
 
     async def _status_pages(self) -> None:
-        base = f"{self.fleet.controller_http}/controller/fault_tolerance/status"
+        base = f"{self.controller_http}/controller/fault_tolerance/status"
 
         def get(url: str) -> int:
             with urllib.request.urlopen(url, timeout=30) as resp:
@@ -254,7 +259,7 @@ class Probes:
             await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
 
     async def _status_grpc(self) -> None:
-        async with grpc.aio.insecure_channel(self.fleet.controller_address) as channel:
+        async with grpc.aio.insecure_channel(self.controller_address) as channel:
             stub = controller_pb2_grpc.ControllerStub(channel)
             while not self._stop.is_set():
                 t = time.perf_counter()
@@ -263,9 +268,7 @@ class Probes:
                 await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
 
     def summary(self) -> dict[str, Any]:
-        def dist(xs: list[float]) -> dict[str, float]:
-            return {"n": len(xs), "p50_ms": pct(xs, 0.5), "p95_ms": pct(xs, 0.95), "p99_ms": pct(xs, 0.99),
-                    "max_ms": max(xs) if xs else float("nan")}
+        dist = distribution
         return {"heartbeat": {**dist(self.heartbeat_ms), "errors": self.heartbeat_errors},
                 "status_http_all": {**dist(self.status_all_ms), "bytes": self.status_all_bytes},
                 "status_http_one": dist(self.status_one_ms), "status_grpc_all": dist(self.status_grpc_ms)}
@@ -283,7 +286,7 @@ def measure_steady(fleet: LocalCluster, window_sec: float, warmup_sec: float) ->
     others = {k: v for k, v in _process_groups(fleet).items() if k != "controller"}
     cpu0, others0, logs0, t0 = cpu_sec(pid), {k: sum(cpu_sec(p) for p in v) for k, v in others.items()}, \
         fleet.log_bytes(), time.monotonic()
-    probes = Probes(fleet).start()
+    probes = Probes(fleet.controller_address, fleet.controller_http, fleet.spec).start()
     time.sleep(window_sec)
     probes.stop()
     wall = time.monotonic() - t0

@@ -26,8 +26,10 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -96,17 +98,13 @@ async def _hold_then_release(url: str, pid: int, streams: int, max_tokens: int,
     port = int(url.rsplit(":", 1)[1])
     body = {"model": "motor-sim", "prompt": "held", "max_tokens": max_tokens, "stream": True}
     failures: list[str] = []
-    completed = 0
 
     async def one(session: aiohttp.ClientSession) -> None:
-        nonlocal completed
         try:
             async with session.post(f"{url}/v1/completions", json=body) as resp:
                 text = await resp.read()
                 if resp.status != 200 or b"[DONE]" not in text:
                     failures.append(f"HTTP {resp.status}: {text[:120]!r}")
-                    return
-                completed += 1
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             failures.append(f"{type(exc).__name__}: {exc}")
 
@@ -123,18 +121,16 @@ async def _hold_then_release(url: str, pid: int, streams: int, max_tokens: int,
         held = _memory(pid)
         await asyncio.to_thread(release)
         await asyncio.gather(*tasks)
-    return {"during": held, "failed": len(failures), "failures": failures[:5], "completed": completed}
+    return {"during": held, "failed": len(failures), "failures": failures[:5]}
 
 
-def measure_held(name: str, url: str, pid: int, streams: int, max_tokens: int, release: Callable[[], None]) -> dict:
+def measure(name: str, pid: int, streams: int, load: Callable[[], Coroutine[Any, Any, dict]]) -> dict:
+    """The router's memory before, during `load()` (its "during" reading) and a second after it."""
     time.sleep(1.0)
     before = _memory(pid)
-    run = asyncio.run(_hold_then_release(url, pid, streams, max_tokens, release))
+    run = asyncio.run(load())
     time.sleep(1.0)
-    return _row(name, streams, before, run, _memory(pid))
-
-
-def _row(name: str, streams: int, before: dict, run: dict, after: dict) -> dict:
+    after = _memory(pid)
     during = run["during"]
     return {
         "target": name, "streams": streams, "failed": run["failed"], "failures": run["failures"],
@@ -143,14 +139,6 @@ def _row(name: str, streams: int, before: dict, run: dict, after: dict) -> dict:
         "uss_kib_per_stream": (during["uss_kib"] - before["uss_kib"]) / streams,
         "rss_kib_kept_after": after["rss_kib"] - before["rss_kib"],
     }
-
-
-def measure_router(name: str, url: str, pid: int, streams: int, max_tokens: int) -> dict:
-    time.sleep(1.0)
-    before = _memory(pid)
-    run = asyncio.run(_open_streams(url, streams, max_tokens, lambda: _memory(pid)))
-    time.sleep(1.0)
-    return _row(name, streams, before, run, _memory(pid))
 
 
 def render(rows: list[dict], held: bool) -> str:
@@ -195,10 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"tokens, {args.per_token_latency_sec:g} s apart", flush=True)
             url, pid = backends.urls[name][0], backends.procs[name].pid
             if args.held:
-                rows.append(measure_held(name, url, pid, args.streams, args.max_tokens,
-                                         lambda name=name: backends.publish(name)))
+                load = partial(_hold_then_release, url, pid, args.streams, args.max_tokens,
+                               partial(backends.publish, name))
             else:
-                rows.append(measure_router(name, url, pid, args.streams, args.max_tokens))
+                load = partial(_open_streams, url, args.streams, args.max_tokens, partial(_memory, pid))
+            rows.append(measure(name, pid, args.streams, load))
     finally:
         backends.stop()
     load = os.getloadavg()

@@ -19,6 +19,12 @@ def pct(values: Iterable[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+def distribution(values: list[float]) -> dict[str, float]:
+    """Count, p50 / p95 / p99 and max of latencies in ms."""
+    return {"n": len(values), "p50_ms": pct(values, 0.5), "p95_ms": pct(values, 0.95), "p99_ms": pct(values, 0.99),
+            "max_ms": max(values) if values else float("nan")}
+
+
 def median(values: Iterable[float]) -> float:
     finite = [v for v in values if v == v and math.isfinite(v)]
     return statistics.median(finite) if finite else float("nan")
