@@ -1,13 +1,18 @@
 """Heartbeat load: one Controller leader under a whole fleet's heartbeats, without the fleet.
 
     .venv/bin/python -m benchmarks.heartbeat_load [--instances 64] [--dp 256] [--heartbeat-hz 1]
-                                                  [--senders 1] [--window-sec 30] [--json out.json]
+                                                  [--transports stream,unary] [--senders 1]
+                                                  [--window-sec 30] [--json out.json]
 
 A real Controller and Coordinator (`motor-controller`, `motor-coordinator`, `benchmarks.scale`'s
 fleet settings: in-memory store, the services' default timings) and, in place of the NodeManagers,
 a load generator: it registers every pod of --instances × --dp endpoints (8 ranks per pod) with the
 fields a NodeManager sends (`Register`), then sends each pod's `Heartbeat` --heartbeat-hz times a
-second, the pods spread evenly over the period, over grpc.aio from --senders processes. No engine
+second, the pods spread evenly over the period, over grpc.aio from --senders processes, through the
+NodeManager's own client code: each pod's heartbeats are messages of its HeartbeatStream
+(`nodemanager.heartbeat_stream`, as NodeManagers send them), or unary Heartbeat calls (what they
+sent before the stream, and still send to an older Controller). --transports runs the fleet once
+per transport, a fresh Controller each time, so one run prints both. No engine
 exists and nothing faults, so the Controller does what a quiet fleet of that size makes it do.
 `benchmarks.scale` runs the real NodeManagers instead, which on a small machine starve long before
 the Controller does (2,048 of them do not fit two cores).
@@ -42,10 +47,12 @@ import psutil
 from benchmarks.scale import Probes, fleet_spec
 from benchmarks.timing import cpu_sec_precise, distribution
 from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from motor.common.leader_client import LeaderFollowingClient
 from motor.common.process import ManagedProcess, start_process
 from motor.launch import render
 from motor.launch.shutdown import exit_on_sigterm
 from motor.launch.spec import ClusterSpec
+from nodemanager.heartbeat_stream import HeartbeatStream
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +62,7 @@ TARGET_STATUS_P50_MS = 20.0
 # Register calls in flight at once per sender (a fleet's NodeManagers start together).
 REGISTER_CONCURRENCY = 64
 NM_PORT = 50051
+TRANSPORTS = ("stream", "unary")
 
 
 def register_request(spec: ClusterSpec, iid: int, pod: int) -> controller_pb2.RegisterRequest:
@@ -72,17 +80,19 @@ def register_request(spec: ClusterSpec, iid: int, pod: int) -> controller_pb2.Re
 
 
 async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz: float, run_sec: float,
-                ready: Path) -> dict[str, Any]:
-    """Registers `pods`, says so in `ready`, then heartbeats each at `hz` for `run_sec`."""
+                ready: Path, transport: str) -> dict[str, Any]:
+    """Registers `pods`, says so in `ready`, then heartbeats each at `hz` for `run_sec` over `transport`.
+    The pods share one channel (one leader-following client); each has a stream of its own."""
     lat_ms: list[tuple[float, float]] = []  # (sent at, latency)
     errors: list[str] = []
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = controller_pb2_grpc.ControllerStub(channel)
+    client = LeaderFollowingClient([address], timeout_sec=10.0, label="heartbeat load")
+    streams = {pod: HeartbeatStream(client, label=f"heartbeat load pod {pod}") for pod in pods}
+    try:
         gate = asyncio.Semaphore(REGISTER_CONCURRENCY)
 
         async def register(iid: int, pod: int) -> None:
             async with gate:
-                resp = await stub.Register(register_request(spec, iid, pod), timeout=60)
+                resp = await client.stub(address).Register(register_request(spec, iid, pod), timeout=60)
                 if not resp.accepted:
                     raise RuntimeError(f"instance {iid} pod {pod} refused: {resp.message}")
 
@@ -93,17 +103,20 @@ async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz
         tasks: set[asyncio.Task[None]] = set()
 
         async def beat(iid: int, pod: int, n: int) -> None:
+            request = controller_pb2.HeartbeatRequest(
+                pod_ip=spec.pod_ip(iid, pod), instance_id=iid, alive_endpoint_ids=spec.pod_ranks(pod), seq=n)
             t = time.perf_counter()
             try:
-                await stub.Heartbeat(controller_pb2.HeartbeatRequest(
-                    pod_ip=spec.pod_ip(iid, pod), instance_id=iid, alive_endpoint_ids=spec.pod_ranks(pod), seq=n),
-                    timeout=10)
+                if transport == "stream":
+                    await streams[(iid, pod)].heartbeat(request)
+                else:
+                    await client.call("Heartbeat", request)
                 lat_ms.append((time.time(), 1000 * (time.perf_counter() - t)))
-            except grpc.aio.AioRpcError as exc:
-                errors.append(f"{exc.code().name}: {exc.details()}")
+            except (grpc.aio.AioRpcError, TimeoutError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
 
         start = time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < run_sec:
+        while time.perf_counter() - start < run_sec:
             seq += 1
             tick = start + (seq - 1) * period
             for i, (iid, pod) in enumerate(pods):
@@ -114,14 +127,21 @@ async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         await asyncio.gather(*tasks)
-    return {"heartbeats": lat_ms, "errors": len(errors), "error_samples": errors[:5]}
+    finally:
+        for stream in streams.values():
+            stream.close()
+        await client.close()
+    fallbacks = sum(s.unary_fallbacks for s in streams.values())
+    return {"heartbeats": lat_ms, "errors": len(errors), "error_samples": errors[:5], "unary_fallbacks": fallbacks}
 
 
 def sender_main(argv: list[str]) -> int:
-    address, spec_doc, pods, hz, run_sec, ready, out = (argv[0], json.loads(argv[1]), json.loads(argv[2]),
-                                                        float(argv[3]), float(argv[4]), Path(argv[5]), Path(argv[6]))
+    address, spec_doc, pods, hz, run_sec, ready, out, transport = (
+        argv[0], json.loads(argv[1]), json.loads(argv[2]), float(argv[3]), float(argv[4]), Path(argv[5]),
+        Path(argv[6]), argv[7])
     spec = fleet_spec(**spec_doc)
-    out.write_text(json.dumps(asyncio.run(_send(address, [tuple(p) for p in pods], spec, hz, run_sec, ready))))
+    out.write_text(json.dumps(asyncio.run(_send(address, [tuple(p) for p in pods], spec, hz, run_sec, ready,
+                                                transport))))
     return 0
 
 
@@ -140,7 +160,7 @@ def _service(name: str, script: str, config: dict[str, Any], work: Path) -> tupl
     return proc, proc.wait_ready_file(ready, 60, required_keys=["grpc_port", "http_port"])
 
 
-def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run(args: argparse.Namespace, work: Path, transport: str) -> dict[str, Any]:
     spec_doc = {"instances": args.instances, "dp_size": args.dp}
     spec = fleet_spec(**spec_doc)
     coord, cinfo = _service("coordinator", "motor-coordinator", render.coordinator_config(spec), work)
@@ -159,7 +179,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             ready, out = work / f"sender-{n}.ready.json", work / f"sender-{n}.json"
             senders.append((start_process(
                 [sys.executable, "-m", "benchmarks.heartbeat_load", "--sender", address, json.dumps(spec_doc),
-                 json.dumps(mine), str(args.heartbeat_hz), str(run_sec), str(ready), str(out)],
+                 json.dumps(mine), str(args.heartbeat_hz), str(run_sec), str(ready), str(out), transport],
                 log_path=work / f"sender-{n}.log", name=f"sender-{n}", cwd=ROOT), ready, out))
             procs.append(senders[-1][0])
         t0 = time.monotonic()
@@ -177,18 +197,19 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rss_mib = psutil.Process(pid).memory_info().rss / 2**20
         serving = _serving(address)
         beats: list[tuple[float, float]] = []
-        errors = 0
+        errors = fallbacks = 0
         for proc, _, out in senders:
             if proc.wait_exit(run_sec + 120) != 0:
                 raise RuntimeError(f"{proc.name} failed:\n{proc.log_tail()}")
             doc = json.loads(out.read_text())
             beats += [tuple(b) for b in doc["heartbeats"]]
             errors += doc["errors"]
+            fallbacks += doc["unary_fallbacks"]
         in_window = [ms for at, ms in beats if since <= at <= until]
         cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
         rate = len(in_window) / (until - since)
         return {
-            "instances": args.instances, "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
+            "transport": transport, "unary_fallbacks": fallbacks, "instances": args.instances, "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
             "heartbeat_hz_asked": args.heartbeat_hz, "heartbeats_per_sec": rate,
             "heartbeats_per_sec_asked": len(pods) * args.heartbeat_hz, "registered_sec": registered_sec,
             "controller_cpu_pct": cpu_pct, "controller_cpu_ms_per_heartbeat": 10 * cpu_pct / rate if rate else float("nan"),
@@ -205,10 +226,10 @@ def render_report(r: dict[str, Any]) -> str:
     saturates = 1000 / r["controller_cpu_ms_per_heartbeat"] if r["controller_cpu_ms_per_heartbeat"] else float("nan")
     hb, one, every, grpc_all = r["heartbeat"], r["status_http_one"], r["status_http_all"], r["status_grpc_all"]
     return "\n".join([
-        f"{r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, {r['pods']:,} pods), "
-        f"{r['instances_serving']} instances serving; registered in {r['registered_sec']:.1f} s",
+        f"{r['transport']} heartbeats: {r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, "
+        f"{r['pods']:,} pods), {r['instances_serving']} instances serving; registered in {r['registered_sec']:.1f} s",
         f"  heartbeats answered {r['heartbeats_per_sec']:.0f}/s of {r['heartbeats_per_sec_asked']:.0f}/s asked, "
-        f"{r['heartbeat_errors']} errors",
+        f"{r['heartbeat_errors']} errors, {r['unary_fallbacks']} sent unary after a stream failed",
         f"  Controller CPU {r['controller_cpu_pct']:.1f} % of one core, RSS {r['controller_rss_mib']:.0f} MiB; "
         f"{r['controller_cpu_ms_per_heartbeat']:.3f} ms per heartbeat (all its CPU, the status probes' too: an upper bound)",
         f"  at the asked rate: {at_full:.1f} % of one core (target ≤ {TARGET_CPU_PCT:g} %); one core saturates at "
@@ -228,10 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=64)
     parser.add_argument("--dp", type=int, default=256, help="endpoints per instance (a multiple of 8)")
     parser.add_argument("--heartbeat-hz", type=float, default=1.0)
+    parser.add_argument("--transports", default="stream",
+                        help=f"comma-separated, run in order: {', '.join(TRANSPORTS)} (default: stream)")
     parser.add_argument("--senders", type=int, default=1, help="load generator processes")
     parser.add_argument("--window-sec", type=float, default=30.0)
     parser.add_argument("--warmup-sec", type=float, default=10.0)
-    parser.add_argument("--json", type=Path, help="write every number here")
+    parser.add_argument("--json", type=Path, help="write every number here, by transport")
     args = parser.parse_args(argv)
     for name in ("instances", "senders"):
         if getattr(args, name) < 1:
@@ -240,14 +263,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--dp must be a positive multiple of 8 (8 ranks per pod), got {args.dp}")
     if not 0 < args.heartbeat_hz <= 10:
         parser.error(f"--heartbeat-hz must be in (0, 10], got {args.heartbeat_hz}")
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if not transports or set(transports) - set(TRANSPORTS):
+        parser.error(f"--transports takes {', '.join(TRANSPORTS)}, comma-separated; got {args.transports!r}")
     work = Path(tempfile.mkdtemp(prefix="motor-heartbeat-load-"))
     print(f"heartbeat load: python {platform.python_version()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}; logs under {work}", flush=True)
-    result = run(args, work)
-    result["load_average_end"] = os.getloadavg()
-    print(render_report(result))
+    results = []
+    for transport in transports:
+        (work / transport).mkdir()
+        result = run(args, work / transport, transport)
+        result["load_average_end"] = os.getloadavg()
+        print(render_report(result), flush=True)
+        results.append(result)
+    if len(results) > 1:
+        base = results[0]
+        for other in results[1:]:
+            print(f"{base['transport']} against {other['transport']}: Controller CPU per heartbeat "
+                  f"{base['controller_cpu_ms_per_heartbeat'] / other['controller_cpu_ms_per_heartbeat']:.2f}×, "
+                  f"heartbeat p95 {base['heartbeat']['p95_ms'] / other['heartbeat']['p95_ms']:.2f}×")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps({r["transport"]: r for r in results}, indent=1))
         print(f"wrote {args.json}")
     return 0
 

@@ -198,7 +198,8 @@ class NodeManagerConfig(PostureConfig):
         default=False,
         description="Exit (status 3) when every non-retired local engine died, so the orchestrator recreates the pod.")
     controller_request_timeout_sec: PositiveSec = Field(
-        default=5.0, description="Deadline of one Register / Heartbeat / ReportSoftwareFault call, in seconds.")
+        default=5.0, description="Deadline of one Register / Heartbeat / ReportSoftwareFault call, and of one "
+                                 "heartbeat's answer on the HeartbeatStream, in seconds.")
     # Registration is retried forever.
     controller_retry_max_backoff_sec: PositiveSec = Field(
         default=5.0, description="Cap of the backoff between Register attempts, and between the attempts of a "

@@ -1,5 +1,8 @@
 """The one client wrapper for the Controller peer: Register, Heartbeat, ReportSoftwareFault.
 
+Heartbeats go as messages of one long-lived HeartbeatStream call, with a unary Heartbeat whenever
+the stream cannot answer (`nodemanager.heartbeat_stream`).
+
 Every call carries the configured deadline and goes to the Controller leader among the configured
 replicas (`motor.common.leader_client`: a standby names the leader, a silent replica makes the next
 one tried). Failures surface as ``grpc.aio.AioRpcError``, or ``LeaderUnavailable`` while no replica
@@ -17,6 +20,7 @@ import grpc
 from gen.motor.v1 import controller_pb2
 from motor.common.config.tls import ClientTlsConfig
 from motor.common.leader_client import LeaderFollowingClient, LeaderUnavailable
+from nodemanager.heartbeat_stream import HeartbeatStream
 
 __all__ = ["ControllerClient", "LeaderUnavailable", "rpc_error_text"]
 
@@ -27,6 +31,7 @@ class ControllerClient:
         addresses = [address] if isinstance(address, str) else list(address)
         self._leader = LeaderFollowingClient(addresses, timeout_sec=timeout_sec, tls=tls,
                                              label="nodemanager controller client", on_term=on_term)
+        self.heartbeats = HeartbeatStream(self._leader)
         self.timeout_sec = timeout_sec
 
     @property
@@ -46,7 +51,7 @@ class ControllerClient:
         return await self._leader.call("Register", request)
 
     async def heartbeat(self, request: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
-        return await self._leader.call("Heartbeat", request)
+        return await self.heartbeats.heartbeat(request)
 
     async def report_software_fault(
         self, request: controller_pb2.ReportSoftwareFaultRequest
@@ -54,6 +59,7 @@ class ControllerClient:
         return await self._leader.call("ReportSoftwareFault", request)
 
     async def close(self) -> None:
+        self.heartbeats.close()
         await self._leader.close()
 
 

@@ -37,6 +37,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     # Only NodeManagers register, heartbeat and report what their engines say.
     "/motor.v1.Controller/Register": frozenset({NM}),
     "/motor.v1.Controller/Heartbeat": frozenset({NM}),
+    "/motor.v1.Controller/HeartbeatStream": frozenset({NM}),
     "/motor.v1.Controller/ReportSoftwareFault": frozenset({NM}),
     # Operators (motorctl hw-fault, MindCluster bridges) and controllers (replicas, monitors).
     "/motor.v1.Controller/ReportHardwareFault": frozenset({OP, C}),
@@ -187,7 +188,17 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
                 await _check(method, context)
                 return await inner_stream(request, context)
         return grpc.unary_stream_rpc_method_handler(unary_stream, **codec)
-    # Motor has no client-streaming methods; refuse rather than pass one through unchecked.
+    if handler.stream_stream is not None and inspect.isasyncgenfunction(handler.stream_stream):
+        inner_bidi = handler.stream_stream
+
+        async def stream_stream(request_iterator, context):
+            await _check(method, context)
+            async for item in inner_bidi(request_iterator, context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, **codec)
+    # Motor has no client-streaming methods, and its bidirectional ones are async generators; refuse
+    # any other kind rather than pass it through unchecked.
     kind = "stream_unary" if handler.stream_unary is not None else "stream_stream"
 
     async def refuse(request_iterator, context):

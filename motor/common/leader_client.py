@@ -76,8 +76,9 @@ class LeaderFollowingClient:
         # Replicas that did not answer, until when they are left out (monotonic time).
         self._down_until: dict[str, float] = {}
 
-    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
-        # Opened lazily inside the running event loop.
+    def stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
+        """The stub of `address`'s channel, opened lazily inside the running event loop and reopened
+        when the certificate files rotated (a caller holding a stream sees a new stub)."""
         stub = self._stubs.get(address)
         if stub is not None and self._files is not None and self._files.changed_since(self._stamps[address]):
             log.warning("%s: certificate files changed; channel to %s reopened", self._label, address)
@@ -104,6 +105,22 @@ class LeaderFollowingClient:
             self.address = address
             self.switches += 1
 
+    def answered(self, address: str, term: int) -> None:
+        """`address` answered a call made outside `call` (a stream's message), with leader `term`."""
+        self._down_until.pop(address, None)
+        if term:
+            self._observe_term(term)
+
+    def not_answering(self, address: str) -> bool:
+        """`address` did not answer a call made outside `call` in time: it is left out for a moment,
+        as `call` does, and the next call goes to another replica. False when there is none."""
+        self._down_until[address] = time.monotonic() + _DOWN_SEC
+        nxt = self._next_untried(address, {address})
+        if nxt is None:
+            return False
+        self._switch(nxt, f"{address} did not answer in {self.timeout_sec:g}s")
+        return True
+
     def _observe_term(self, term: int) -> None:
         if term != self.term:
             if self.term:
@@ -119,7 +136,7 @@ class LeaderFollowingClient:
         last: grpc.aio.AioRpcError | None = None
         target = self.address
         for _ in range(len(self.addresses) + 1):
-            call = getattr(self._stub(target), rpc)(request, timeout=self.timeout_sec)
+            call = getattr(self.stub(target), rpc)(request, timeout=self.timeout_sec)
             try:
                 response = await call
             except grpc.aio.AioRpcError as exc:

@@ -22,13 +22,16 @@ from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
-from motor.controller.identity import IdentityGate, IdentityRefusal, caller_of, require_pod_identity
+from motor.controller.identity import Caller, IdentityGate, IdentityRefusal, caller_of, require_pod_identity
 from motor.controller.instances import InstanceCapError, RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
 from motor.controller.restoration.restorer import RestoreRefused
 from motor.controller.status import runtime_proto
 
 log = logging.getLogger(__name__)
+
+# The longest deadline a HeartbeatStream may ask for: NodeManagers reopen theirs well before it.
+MAX_HEARTBEAT_STREAM_SEC = 3600.0
 
 _KINDS = {
     controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY: EvidenceKind.UNHEALTHY,
@@ -47,10 +50,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                      security.trust_domain if security is not None else "motor",
                                      require_pod_identity(core.config))
 
-    async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str) -> str:
+    async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str,
+                              caller: Caller | None | bool = False) -> str:
         """The caller's pod URI once its claims are covered by its certificate (see
-        `motor.controller.identity`); PERMISSION_DENIED otherwise."""
-        caller = caller_of(context, self.identity.trust_domain)
+        `motor.controller.identity`); PERMISSION_DENIED otherwise. `caller`: the connection's, when
+        the caller already has it (a stream's messages share one); looked up otherwise."""
+        if caller is False:
+            caller = caller_of(context, self.identity.trust_domain)
         if caller is None:
             return ""
         check = {"Register": self.identity.check_register, "Heartbeat": self.identity.check_heartbeat,
@@ -122,6 +128,24 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         await self._require_leader(context, "Heartbeat")
         await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip)
         return self.core.heartbeat(request)
+
+    async def HeartbeatStream(self, request_iterator, context):
+        """Heartbeat message by message on one call; the call's deadline bounds the loop."""
+        remaining = context.time_remaining()
+        if remaining is None or remaining > MAX_HEARTBEAT_STREAM_SEC:
+            asked = "none" if remaining is None else f"{remaining:.0f} s"
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"HeartbeatStream needs a deadline of at most {MAX_HEARTBEAT_STREAM_SEC:.0f} s; "
+                                f"it has {asked}")
+        caller = caller_of(context, self.identity.trust_domain)
+        core = self.core
+        async for request in request_iterator:
+            await check_request(request, context)
+            await self._require_leader(context, "Heartbeat")
+            await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip, caller)
+            response = core.heartbeat(request)
+            response.leader_term = core.leadership.term
+            yield response
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)

@@ -178,12 +178,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, pod_ip: _Optional[str] = ..., instance_id: _Optional[int] = ..., alive_endpoint_ids: _Optional[_Iterable[int]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known", "config")
+    __slots__ = ("known", "config", "leader_term")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TERM_FIELD_NUMBER: _ClassVar[int]
     known: bool
     config: NodeManagerFtConfig
-    def __init__(self, known: _Optional[bool] = ..., config: _Optional[_Union[NodeManagerFtConfig, _Mapping]] = ...) -> None: ...
+    leader_term: int
+    def __init__(self, known: _Optional[bool] = ..., config: _Optional[_Union[NodeManagerFtConfig, _Mapping]] = ..., leader_term: _Optional[int] = ...) -> None: ...
 
 class ReportSoftwareFaultRequest(_message.Message):
     __slots__ = ("pod_ip", "instance_id", "endpoint_id", "kind", "evidence", "status", "observed_at_unix_sec", "diagnosing_observed_at_unix_sec")

@@ -46,6 +46,11 @@ class ControllerStub:
                 request_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.HeartbeatStream = channel.stream_stream(
+                '/motor.v1.Controller/HeartbeatStream',
+                request_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.ReportSoftwareFault = channel.unary_unary(
                 '/motor.v1.Controller/ReportSoftwareFault',
                 request_serializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultRequest.SerializeToString,
@@ -97,6 +102,17 @@ class ControllerServicer:
 
     def Heartbeat(self, request, context):
         """Reports which local endpoints are alive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HeartbeatStream(self, request_iterator, context):
+        """Heartbeat on one long-lived call: one HeartbeatResponse for each HeartbeatRequest, in order. A
+        unary call per heartbeat costs the leader several times the CPU of a message on an open stream,
+        which is what bounds a fleet's size. Each message is checked as a Heartbeat call is (bounds,
+        leadership, identity); a replica that does not act ends the stream UNAVAILABLE naming the leader,
+        as Heartbeat does. The call needs a deadline of at most an hour (INVALID_ARGUMENT otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,6 +180,11 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
+                    request_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'HeartbeatStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.HeartbeatStream,
                     request_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.FromString,
                     response_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.SerializeToString,
             ),
@@ -257,6 +278,33 @@ class Controller:
             request,
             target,
             '/motor.v1.Controller/Heartbeat',
+            motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
+            motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HeartbeatStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/motor.v1.Controller/HeartbeatStream',
             motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
             motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
             options,

@@ -34,6 +34,7 @@ from motor.controller.persistence.errors import FencedWriteError
 from motor.coordinator.config import CoordinatorConfig
 from motor.coordinator.main import CoordinatorService
 from motor.testing.waits import async_wait_for
+from nodemanager.controller_client import ControllerClient
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.etcd]
 
@@ -175,6 +176,30 @@ async def test_the_standby_refuses_writes_naming_the_leader_and_clients_follow(r
         await async_wait_for(lambda: standby.core.acting, 20.0, "the standby acting")
         resp = await client.call("Heartbeat", _heartbeat())
         assert client.address == standby_addr and client.term > first_term
+    finally:
+        await client.close()
+
+
+async def test_the_heartbeat_stream_follows_the_leader_and_carries_its_term(replicas) -> None:
+    (leader, leader_addr), (standby, standby_addr) = replicas
+    terms: list[int] = []
+    client = ControllerClient([standby_addr, leader_addr], timeout_sec=3.0, on_term=terms.append)
+    try:
+        # The stream to the standby ends UNAVAILABLE naming the leader: that heartbeat goes unary to
+        # it, and the next one is a message of a stream to the leader, its term in the answer.
+        await client.heartbeat(_heartbeat())
+        assert client.address == leader_addr and client.heartbeats.unary_fallbacks == 1
+        terms.clear()
+        assert not (await client.heartbeat(_heartbeat())).known
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (2, 1)
+        first_term = leader.core.leadership.term
+        assert client.term == first_term and terms == [first_term]
+        await leader.stop()  # resigns: the standby takes over at once
+        await async_wait_for(lambda: standby.core.acting, 20.0, "the standby acting")
+        await client.heartbeat(_heartbeat())  # the stream broke with the leader: unary to the new one
+        await client.heartbeat(_heartbeat())
+        assert client.address == standby_addr and client.term == standby.core.leadership.term > first_term
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (3, 2)
     finally:
         await client.close()
 

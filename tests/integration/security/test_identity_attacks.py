@@ -99,6 +99,21 @@ async def test_pod_a_cannot_heartbeat_as_pod_b(world: World) -> None:
     assert world.refusals("Heartbeat", "pod_ip") == 1
 
 
+async def test_pod_a_cannot_heartbeat_as_pod_b_on_its_own_heartbeat_stream(world: World) -> None:
+    # The stream is checked message by message: A's own heartbeat is answered, B's ends the stream.
+    own = controller_pb2.HeartbeatRequest(pod_ip=A_IP, instance_id=INSTANCE, alive_endpoint_ids=[0], seq=1)
+    forged = controller_pb2.HeartbeatRequest(pod_ip=B_IP, instance_id=INSTANCE, alive_endpoint_ids=[1], seq=2)
+    async with open_channel(world.address, _tls(world.pki, "nodemanager-a")) as channel:
+        call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=10)
+        await call.write(own)
+        assert (await call.read()).known
+        await call.write(forged)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call.read()
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and f"pod_ip {B_IP}" in info.value.details()
+    assert world.refusals("Heartbeat", "pod_ip") == 1
+
+
 async def test_pod_a_cannot_report_pod_bs_rank_dead(world: World) -> None:
     dead = controller_pb2.SOFTWARE_FAULT_KIND_ENGINE_DEAD
     # In its own name: rank 1 is not its pod's.

@@ -357,6 +357,7 @@ def _seeds() -> dict[str, Message]:
                                endpoint_ids=[0]),
             instance_id=11, role=common_pb2.ROLE_UNION, model="m", dp_size=1, endpoints=[_endpoint(0, "127.0.0.6")]),
         "Heartbeat": c.HeartbeatRequest(pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1),
+        "HeartbeatStream": c.HeartbeatRequest(pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1),
         "ReportSoftwareFault": c.ReportSoftwareFaultRequest(pod_ip=ip, instance_id=CTL_INSTANCE, endpoint_id=1,
                                                             kind=c.SOFTWARE_FAULT_KIND_UNHEALTHY, evidence="fuzz"),
         "ReportHardwareFault": c.ReportHardwareFaultRequest(node_name="node-a", npu_name="Ascend910-1",
@@ -413,6 +414,10 @@ def _call(channel: grpc.Channel, path: str, method, request: Message) -> tuple[g
     out_cls = _message_class(method.output_type)
     kwargs = {"request_serializer": lambda m: m.SerializeToString(), "response_deserializer": out_cls.FromString}
     try:
+        if method.client_streaming:
+            # A bidirectional stream (HeartbeatStream): the request sent twice, every answer read.
+            answers = channel.stream_stream(path, **kwargs)(iter([request, request]), timeout=CALL_TIMEOUT_SEC)
+            return grpc.StatusCode.OK, "", sum(1 for _ in answers)
         if method.server_streaming:
             stream = channel.unary_stream(path, **kwargs)(request, timeout=1.0)
             received = 0
@@ -428,7 +433,7 @@ def _call(channel: grpc.Channel, path: str, method, request: Message) -> tuple[g
         return grpc.StatusCode.OK, "", 1
     except grpc.RpcError as exc:
         code = exc.code()
-        if method.server_streaming and code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        if method.server_streaming and not method.client_streaming and code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
             return grpc.StatusCode.OK, "", 0  # a watch that had nothing more to say within its deadline
         return code, exc.details() or "", 0
 

@@ -1,0 +1,163 @@
+"""Heartbeats on one HeartbeatStream call, against a real Controller on port 0: every heartbeat is a
+message of the same stream and is recorded as a Heartbeat call would be; a stream without a bounded
+deadline is refused naming it; a Controller without the stream (an older one), a replica that never
+answers and a lone silent replica each get the unary path or a clear failure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from motor.common.grpc_server import open_channel
+from motor.controller.config import ControllerConfig
+from motor.controller.main import ControllerService
+from motor.testing.fake_controller import FakeController
+from nodemanager.controller_client import ControllerClient
+
+pytestmark = pytest.mark.timeout(60)
+
+POD_IP = "127.0.0.2"
+INSTANCE = 3
+
+
+@pytest.fixture
+async def controller() -> AsyncIterator[tuple[ControllerService, str]]:
+    service = ControllerService(ControllerConfig.model_validate({
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
+        "status_http": {"host": "127.0.0.1", "port": 0},
+        "hardware_monitor": {"kubernetes": "off"},
+    }))
+    info = await service.start()
+    try:
+        yield service, f"127.0.0.1:{info['grpc_port']}"
+    finally:
+        await service.stop()
+
+
+def _register() -> controller_pb2.RegisterRequest:
+    return controller_pb2.RegisterRequest(
+        pod=common_pb2.Pod(pod_ip=POD_IP, node_name="node-1", node_manager_address=f"{POD_IP}:50061",
+                           endpoint_ids=[0, 1]),
+        instance_id=INSTANCE, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=2,
+        endpoints=[common_pb2.Endpoint(id=r, ip=POD_IP, business_port=18000 + r) for r in (0, 1)])
+
+
+def _beat(seq: int) -> controller_pb2.HeartbeatRequest:
+    return controller_pb2.HeartbeatRequest(pod_ip=POD_IP, instance_id=INSTANCE, alive_endpoint_ids=[0, 1], seq=seq)
+
+
+def _metric(service: ControllerService, name: str, labels: dict[str, str]) -> float:
+    assert service.core is not None
+    return service.core.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_heartbeats_are_messages_of_one_stream_and_recorded_as_heartbeats(controller) -> None:
+    service, address = controller
+    client = ControllerClient(address, timeout_sec=5.0)
+    try:
+        assert (await client.register(_register())).accepted
+        seen_before = service.core.registry.get(INSTANCE).pods[POD_IP].last_heartbeat_sec
+        for seq in range(1, 11):
+            resp = await client.heartbeat(_beat(seq))
+            assert resp.known and resp.config.heartbeat_interval_sec > 0
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (1, 0)
+        assert service.core.registry.get(INSTANCE).pods[POD_IP].last_heartbeat_sec > seen_before
+        counted = {d: _metric(service, "motor_grpc_server_stream_messages_total",
+                              {"method": "HeartbeatStream", "direction": d}) for d in ("received", "sent")}
+        assert counted == {"received": 10, "sent": 10}
+        assert _metric(service, "motor_grpc_server_calls_total", {"method": "Heartbeat"}) == 0
+        # A pod the Controller does not know is answered on the stream too: known=false.
+        other = controller_pb2.HeartbeatRequest(pod_ip=POD_IP, instance_id=INSTANCE + 1, alive_endpoint_ids=[0], seq=11)
+        assert not (await client.heartbeat(other)).known
+        assert client.heartbeats.streams_opened == 1
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("deadline_sec, says", [(None, "it has none"), (7200.0, "it has 72")])
+async def test_a_stream_without_a_bounded_deadline_is_refused_naming_it(controller, deadline_sec, says) -> None:
+    _, address = controller
+    async with open_channel(address) as channel:
+        call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=deadline_sec)
+        try:
+            await call.write(_beat(1))
+            await call.read()
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the refusal may come before the write or the read
+        assert await call.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "at most 3600 s" in await call.details() and says in await call.details()
+
+
+async def test_an_older_controller_without_the_stream_gets_unary_heartbeats() -> None:
+    fake = FakeController()
+    address = fake.start()
+    client = ControllerClient(address, timeout_sec=5.0)
+    try:
+        await client.register(_register())
+        for seq in range(1, 4):
+            assert (await client.heartbeat(_beat(seq))).known
+        # Asked once (UNIMPLEMENTED), then not again for a while: every heartbeat went unary.
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (1, 3)
+        assert [r.seq for r in fake.heartbeats] == [1, 2, 3]
+    finally:
+        await client.close()
+        fake.stop()
+
+
+class _Silent:
+    """A server that accepts HeartbeatStream calls and Heartbeat calls and never answers either."""
+
+    def __init__(self) -> None:
+        self.server = grpc.aio.server()
+        self.streams = 0
+
+    async def _stream(self, requests, context):  # noqa: ANN001
+        self.streams += 1
+        await asyncio.Event().wait()
+        yield controller_pb2.HeartbeatResponse()
+
+    async def _unary(self, request, context):  # noqa: ANN001
+        await asyncio.Event().wait()
+
+    async def start(self) -> str:
+        handlers = {
+            "HeartbeatStream": grpc.stream_stream_rpc_method_handler(
+                self._stream, controller_pb2.HeartbeatRequest.FromString,
+                controller_pb2.HeartbeatResponse.SerializeToString),
+            "Heartbeat": grpc.unary_unary_rpc_method_handler(
+                self._unary, controller_pb2.HeartbeatRequest.FromString,
+                controller_pb2.HeartbeatResponse.SerializeToString),
+        }
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("motor.v1.Controller", handlers),))
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return f"127.0.0.1:{port}"
+
+
+async def test_a_silent_replica_is_left_for_the_next_one_and_a_lone_one_fails_naming_it(controller) -> None:
+    _, address = controller
+    silent = _Silent()
+    silent_address = await silent.start()
+    client = ControllerClient([silent_address, address], timeout_sec=0.5)
+    lone = ControllerClient(silent_address, timeout_sec=0.5)
+    registrar = ControllerClient(address, timeout_sec=5.0)
+    try:
+        await registrar.register(_register())
+        # The stream to the silent replica gets no answer: the heartbeat goes unary to the other one,
+        # and the next one opens its stream there.
+        assert (await client.heartbeat(_beat(1))).known
+        assert client.address == address and client.heartbeats.unary_fallbacks == 1
+        assert (await client.heartbeat(_beat(2))).known
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (2, 1)
+        with pytest.raises(TimeoutError, match=f"HeartbeatStream to {silent_address}: no answer within 0.5s"):
+            await lone.heartbeat(_beat(1))
+        assert silent.streams == 2
+    finally:
+        await client.close()
+        await lone.close()
+        await registrar.close()
+        await silent.server.stop(grace=None)
