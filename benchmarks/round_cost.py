@@ -38,7 +38,9 @@ CALL_KINDS: list[tuple[str, str, str, dict[str, str]]] = [
      {"method": "ReportSoftwareFaults"}),
     ("  reports sent by NodeManagers", "nodemanagers", "motor_nodemanager_fault_reports_sent_total", {}),
     ("  reads taken as evidence", "nodemanagers", "motor_nodemanager_fault_reports_taken_total", {}),
-    ("heartbeats", "controller", "motor_grpc_server_calls_total", {"method": "Heartbeat"}),
+    ("heartbeats (unary calls)", "controller", "motor_grpc_server_calls_total", {"method": "Heartbeat"}),
+    ("heartbeats (stream messages)", "controller", "motor_grpc_server_stream_messages_total",
+     {"method": "HeartbeatStream", "direction": "received"}),
     ("Coordinator refreshes", "coordinator", "motor_grpc_server_calls_total", {"method": "Refresh"}),
 ]
 

@@ -68,8 +68,9 @@ class HeartbeatStream:
         call = self._open(address)
         timeout_sec = self._leader.timeout_sec
         try:
-            await asyncio.wait_for(call.write(request), timeout=timeout_sec)
-            response = await asyncio.wait_for(call.read(), timeout=timeout_sec)
+            async with asyncio.timeout(timeout_sec):
+                await call.write(request)
+                response = await call.read()
         except asyncio.CancelledError:
             self.close()
             raise

@@ -151,13 +151,39 @@ class RuntimeBroadcaster:
             queue.put_nowait(instance_id)
 
 
-async def _render_off_loop(protos: list[Message], assemble: Callable[[list[dict[str, Any]]], dict[str, Any]]
-                           ) -> web.Response:
+class RuntimeJsonCache:
+    """Each instance's runtime JSON as last rendered, keyed by the message's serialized bytes: an
+    instance unchanged since the last page is not walked again (the walk is most of a page's cost
+    at thousands of endpoints), and any change in any field renders it anew, since the key is the
+    whole content. Holds one entry per instance; a page of every instance drops the ones gone."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[bytes, dict[str, Any]]] = {}
+
+    def docs(self, protos: list[controller_pb2.InstanceFtRuntime], every: bool) -> list[dict[str, Any]]:
+        out = []
+        for proto in protos:
+            key = proto.SerializeToString(deterministic=True)
+            entry = self._entries.get(proto.instance_id)
+            if entry is None or entry[0] != key:
+                entry = self._entries[proto.instance_id] = (key, message_json(proto))
+            out.append(entry[1])
+        if every and len(self._entries) > len(protos):
+            live = {p.instance_id for p in protos}
+            for gone in [iid for iid in self._entries if iid not in live]:
+                self._entries.pop(gone, None)
+        return out
+
+
+async def _render_off_loop(protos: list[Message], assemble: Callable[[list[dict[str, Any]]], dict[str, Any]],
+                           docs_of: Callable[[list[Message]], list[dict[str, Any]]] | None = None) -> web.Response:
     """JSON of messages the loop already copied, rendered in a worker thread: a page of thousands of
     engine statuses (tens of ms) then holds the event loop only in GIL slices, so heartbeats and
-    rounds are not queued behind it."""
+    rounds are not queued behind it. `docs_of` turns the messages into JSON documents (each one
+    walked by `message_json` unless given)."""
     def render() -> str:
-        return json.dumps(assemble([message_json(p) for p in protos]))
+        docs = docs_of(protos) if docs_of is not None else [message_json(p) for p in protos]
+        return json.dumps(assemble(docs))
     return web.Response(text=await asyncio.to_thread(render), content_type="application/json")
 
 
@@ -172,6 +198,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
     which Controller replica leads under `"leadership"`; given `publishers` (a callable returning
     each serving publisher's health), the page lists them under `"publishers"`.
     """
+
+    cache = RuntimeJsonCache()
 
     def _not_found(wanted: int) -> web.HTTPNotFound:
         return web.HTTPNotFound(text=json.dumps({"detail": f"unknown instance_id {wanted}"}),
@@ -196,7 +224,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
         tail: dict[str, Any] = {"leadership": leadership()} if leadership is not None else {}
         if publishers is not None:
             tail["publishers"] = publishers()
-        return await _render_off_loop(protos, lambda docs: {**head, "instances": docs, **tail})
+        return await _render_off_loop(protos, lambda docs: {**head, "instances": docs, **tail},
+                                      lambda ps: cache.docs(ps, every=wanted is None))
 
     async def timeline(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
