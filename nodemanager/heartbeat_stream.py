@@ -69,8 +69,8 @@ class HeartbeatStream:
         timeout_sec = self._leader.timeout_sec
         try:
             async with asyncio.timeout(timeout_sec):
-                await call.write(request)
-                response = await call.read()
+                await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=request))
+                answer = await call.read()
         except asyncio.CancelledError:
             self.close()
             raise
@@ -86,11 +86,11 @@ class HeartbeatStream:
                          _NO_STREAM_SEC)
                 self._no_stream_until[address] = time.monotonic() + _NO_STREAM_SEC
             return None
-        if response is grpc.aio.EOF:
+        if answer is grpc.aio.EOF:
             self.close()
             return None
-        self._leader.answered(address, response.leader_term)
-        return response
+        self._leader.answered(address, answer.leader_term)
+        return answer.heartbeat
 
     def _open(self, address: str) -> grpc.aio.StreamStreamCall:
         stub = self._leader.stub(address)

@@ -139,13 +139,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                 f"it has {asked}")
         caller = caller_of(context, self.identity.trust_domain)
         core = self.core
-        async for request in request_iterator:
-            await check_request(request, context)
+        async for message in request_iterator:
+            await check_request(message, context)
             await self._require_leader(context, "Heartbeat")
+            request = message.heartbeat
             await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip, caller)
-            response = core.heartbeat(request)
-            response.leader_term = core.leadership.term
-            yield response
+            yield controller_pb2.HeartbeatStreamResponse(heartbeat=core.heartbeat(request),
+                                                         leader_term=core.leadership.term)
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)

@@ -178,14 +178,26 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, pod_ip: _Optional[str] = ..., instance_id: _Optional[int] = ..., alive_endpoint_ids: _Optional[_Iterable[int]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known", "config", "leader_term")
+    __slots__ = ("known", "config")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
-    LEADER_TERM_FIELD_NUMBER: _ClassVar[int]
     known: bool
     config: NodeManagerFtConfig
+    def __init__(self, known: _Optional[bool] = ..., config: _Optional[_Union[NodeManagerFtConfig, _Mapping]] = ...) -> None: ...
+
+class HeartbeatStreamRequest(_message.Message):
+    __slots__ = ("heartbeat",)
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatRequest
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ...) -> None: ...
+
+class HeartbeatStreamResponse(_message.Message):
+    __slots__ = ("heartbeat", "leader_term")
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TERM_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatResponse
     leader_term: int
-    def __init__(self, known: _Optional[bool] = ..., config: _Optional[_Union[NodeManagerFtConfig, _Mapping]] = ..., leader_term: _Optional[int] = ...) -> None: ...
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., leader_term: _Optional[int] = ...) -> None: ...
 
 class ReportSoftwareFaultRequest(_message.Message):
     __slots__ = ("pod_ip", "instance_id", "endpoint_id", "kind", "evidence", "status", "observed_at_unix_sec", "diagnosing_observed_at_unix_sec")

@@ -48,8 +48,8 @@ class ControllerStub:
                 _registered_method=True)
         self.HeartbeatStream = channel.stream_stream(
                 '/motor.v1.Controller/HeartbeatStream',
-                request_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
+                request_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatStreamRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatStreamResponse.FromString,
                 _registered_method=True)
         self.ReportSoftwareFault = channel.unary_unary(
                 '/motor.v1.Controller/ReportSoftwareFault',
@@ -108,7 +108,7 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def HeartbeatStream(self, request_iterator, context):
-        """Heartbeat on one long-lived call: one HeartbeatResponse for each HeartbeatRequest, in order. A
+        """Heartbeat on one long-lived call: one answer for each heartbeat, in order. A
         unary call per heartbeat costs the leader several times the CPU of a message on an open stream,
         which is what bounds a fleet's size. Each message is checked as a Heartbeat call is (bounds,
         leadership, identity); a replica that does not act ends the stream UNAVAILABLE naming the leader,
@@ -185,8 +185,8 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'HeartbeatStream': grpc.stream_stream_rpc_method_handler(
                     servicer.HeartbeatStream,
-                    request_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatRequest.FromString,
-                    response_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatResponse.SerializeToString,
+                    request_deserializer=motor_dot_v1_dot_controller__pb2.HeartbeatStreamRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_controller__pb2.HeartbeatStreamResponse.SerializeToString,
             ),
             'ReportSoftwareFault': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportSoftwareFault,
@@ -305,8 +305,8 @@ class Controller:
             request_iterator,
             target,
             '/motor.v1.Controller/HeartbeatStream',
-            motor_dot_v1_dot_controller__pb2.HeartbeatRequest.SerializeToString,
-            motor_dot_v1_dot_controller__pb2.HeartbeatResponse.FromString,
+            motor_dot_v1_dot_controller__pb2.HeartbeatStreamRequest.SerializeToString,
+            motor_dot_v1_dot_controller__pb2.HeartbeatStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -84,7 +84,7 @@ async def test_a_stream_without_a_bounded_deadline_is_refused_naming_it(controll
     async with open_channel(address) as channel:
         call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=deadline_sec)
         try:
-            await call.write(_beat(1))
+            await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=_beat(1)))
             await call.read()
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # the refusal may come before the write or the read
@@ -118,7 +118,7 @@ class _Silent:
     async def _stream(self, requests, context):  # noqa: ANN001
         self.streams += 1
         await asyncio.Event().wait()
-        yield controller_pb2.HeartbeatResponse()
+        yield controller_pb2.HeartbeatStreamResponse()
 
     async def _unary(self, request, context):  # noqa: ANN001
         await asyncio.Event().wait()
@@ -126,8 +126,8 @@ class _Silent:
     async def start(self) -> str:
         handlers = {
             "HeartbeatStream": grpc.stream_stream_rpc_method_handler(
-                self._stream, controller_pb2.HeartbeatRequest.FromString,
-                controller_pb2.HeartbeatResponse.SerializeToString),
+                self._stream, controller_pb2.HeartbeatStreamRequest.FromString,
+                controller_pb2.HeartbeatStreamResponse.SerializeToString),
             "Heartbeat": grpc.unary_unary_rpc_method_handler(
                 self._unary, controller_pb2.HeartbeatRequest.FromString,
                 controller_pb2.HeartbeatResponse.SerializeToString),

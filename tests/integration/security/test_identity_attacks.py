@@ -105,9 +105,9 @@ async def test_pod_a_cannot_heartbeat_as_pod_b_on_its_own_heartbeat_stream(world
     forged = controller_pb2.HeartbeatRequest(pod_ip=B_IP, instance_id=INSTANCE, alive_endpoint_ids=[1], seq=2)
     async with open_channel(world.address, _tls(world.pki, "nodemanager-a")) as channel:
         call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=10)
-        await call.write(own)
-        assert (await call.read()).known
-        await call.write(forged)
+        await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=own))
+        assert (await call.read()).heartbeat.known
+        await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=forged))
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call.read()
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and f"pod_ip {B_IP}" in info.value.details()

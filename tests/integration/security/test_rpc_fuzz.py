@@ -357,7 +357,8 @@ def _seeds() -> dict[str, Message]:
                                endpoint_ids=[0]),
             instance_id=11, role=common_pb2.ROLE_UNION, model="m", dp_size=1, endpoints=[_endpoint(0, "127.0.0.6")]),
         "Heartbeat": c.HeartbeatRequest(pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1),
-        "HeartbeatStream": c.HeartbeatRequest(pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1),
+        "HeartbeatStream": c.HeartbeatStreamRequest(heartbeat=c.HeartbeatRequest(
+            pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1)),
         "ReportSoftwareFault": c.ReportSoftwareFaultRequest(pod_ip=ip, instance_id=CTL_INSTANCE, endpoint_id=1,
                                                             kind=c.SOFTWARE_FAULT_KIND_UNHEALTHY, evidence="fuzz"),
         "ReportHardwareFault": c.ReportHardwareFaultRequest(node_name="node-a", npu_name="Ascend910-1",
