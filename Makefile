@@ -93,7 +93,10 @@ SIDE_E2E_TESTS := tests/e2e/test_e2e_console.py tests/e2e/test_e2e_vllm_router.p
 CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
 # Pure CPU, no cluster: it runs with the chaos rows, whose run has the most time to spare.
 SIMULATION_TESTS := tests/simulation
-CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS)
+# The reference engine's vLLM-dialect scale-up story (a minute, real ranks on 127.0.0.150-153): with
+# the chaos rows too, which keeps the component tiers about as long as the other two runs.
+CHAOS_SIDE_TESTS := tests/integration/sim/test_sim_scale_up_flow.py
+CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS) $(CHAOS_SIDE_TESTS)
 
 # Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
 # The image's base rootfs builds here too (standard library only: it needs no venv).
@@ -112,7 +115,7 @@ test-e2e-then-ts: test-e2e
 	$(MAKE) ts-test
 
 test-chaos: deps
-	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIDE_E2E_TESTS) $(SIMULATION_TESTS)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIDE_E2E_TESTS) $(CHAOS_SIDE_TESTS) $(SIMULATION_TESTS)
 
 test-chaos-then-image: test-chaos
 	$(MAKE) image-build
