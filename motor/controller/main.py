@@ -39,6 +39,7 @@ class ControllerService:
         self.core: ControllerCore | None = None
         self._replica: ControllerReplica | None = None
         self._grpc: GrpcServer | None = None
+        self._servicer: ControllerServicer | None = None
         self._http: web.AppRunner | None = None
         self._reloaders: list = []
 
@@ -60,7 +61,7 @@ class ControllerService:
         core = self.core = replica.core
         if not election:
             await replica.start_alone()
-        servicer = ControllerServicer(core)
+        servicer = self._servicer = ControllerServicer(core)
         self._grpc = GrpcServer(
             server_config(self.config.server, security),
             [ServiceBinding("motor.v1.Controller", lambda s: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, s))],
@@ -99,6 +100,10 @@ class ControllerService:
         if self._replica is not None:
             # Resign before going deaf: a standby takes over while this one drains its calls.
             await self._replica.resign()
+        if self._servicer is not None:
+            ended = await self._servicer.end_heartbeat_streams(
+                f"controller {self._servicer.core.leadership.replica_id} is stopping")
+            log.info("controller stopping: %d heartbeat streams ended", ended)
         if self._grpc is not None:
             await self._grpc.stop()
         if self._http is not None:

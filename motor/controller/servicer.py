@@ -49,6 +49,20 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         self.identity = IdentityGate(core.registry, core.metrics.registry,
                                      security.trust_domain if security is not None else "motor",
                                      require_pod_identity(core.config))
+        # The open HeartbeatStreams, ended when this replica stops (`end_heartbeat_streams`).
+        self._heartbeat_streams: set[grpc.aio.ServicerContext] = set()
+
+    async def end_heartbeat_streams(self, why: str) -> int:
+        """Ends every open HeartbeatStream UNAVAILABLE: at shutdown, so the server's grace period is
+        left to the calls in flight instead of being spent on streams that never end by themselves
+        (each NodeManager sends its next heartbeat as a call, which finds the next leader)."""
+        contexts, self._heartbeat_streams = list(self._heartbeat_streams), set()
+        for context in contexts:
+            try:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"HeartbeatStream: {why}")
+            except Exception:  # noqa: BLE001 - abort raises in its caller once the status is sent; a finished call refuses it
+                pass
+        return len(contexts)
 
     async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str,
                               caller: Caller | None | bool = False) -> str:
@@ -139,13 +153,18 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                 f"it has {asked}")
         caller = caller_of(context, self.identity.trust_domain)
         core = self.core
-        async for message in request_iterator:
-            await check_request(message, context)
-            await self._require_leader(context, "Heartbeat")
-            request = message.heartbeat
-            await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip, caller)
-            yield controller_pb2.HeartbeatStreamResponse(heartbeat=core.heartbeat(request),
-                                                         leader_term=core.leadership.term)
+        self._heartbeat_streams.add(context)
+        try:
+            async for message in request_iterator:
+                await check_request(message, context)
+                await self._require_leader(context, "Heartbeat")
+                request = message.heartbeat
+                await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip,
+                                           caller)
+                yield controller_pb2.HeartbeatStreamResponse(heartbeat=core.heartbeat(request),
+                                                             leader_term=core.leadership.term)
+        finally:
+            self._heartbeat_streams.discard(context)
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)

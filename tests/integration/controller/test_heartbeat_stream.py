@@ -161,3 +161,28 @@ async def test_a_silent_replica_is_left_for_the_next_one_and_a_lone_one_fails_na
         await lone.close()
         await registrar.close()
         await silent.server.stop(grace=None)
+
+
+async def test_a_stopping_controller_ends_its_heartbeat_streams_instead_of_waiting_out_its_grace() -> None:
+    service = ControllerService(ControllerConfig.model_validate({
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 300},
+        "status_http": {"host": "127.0.0.1", "port": 0},
+        "hardware_monitor": {"kubernetes": "off"},
+    }))
+    info = await service.start()
+    stopped = False
+    try:
+        async with open_channel(f"127.0.0.1:{info['grpc_port']}") as channel:
+            call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=600)
+            await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=_beat(1)))
+            assert not (await call.read()).heartbeat.known
+            stopping = asyncio.create_task(service.stop())
+            with pytest.raises(grpc.aio.AioRpcError) as info_err:
+                await call.read()
+            assert info_err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "is stopping" in info_err.value.details()
+            await stopping  # the grace of 300 s was left to calls in flight: there were none
+            stopped = True
+    finally:
+        if not stopped:
+            await service.stop()
