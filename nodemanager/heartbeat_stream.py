@@ -73,7 +73,12 @@ class HeartbeatStream:
                 answer = await call.read()
         except asyncio.CancelledError:
             self.close()
-            raise
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            # Not this task's cancellation: grpc raises CancelledError from a read of a call cancelled
+            # under it (its channel closed for rotated certificates). The stream is gone, that is all.
+            return None
         except TimeoutError:
             self.close()
             if self._leader.not_answering(address):

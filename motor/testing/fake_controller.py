@@ -73,6 +73,10 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 resp.config.CopyFrom(self._config())
             return resp
 
+    def HeartbeatStream(self, request_iterator: Any, context: Any) -> Any:
+        # A Controller from before the stream: NodeManagers send it unary heartbeats.
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "this Controller has no HeartbeatStream")
+
     def Heartbeat(self, request: controller_pb2.HeartbeatRequest, context: Any) -> controller_pb2.HeartbeatResponse:
         with self.lock:
             self.heartbeats.append(request)

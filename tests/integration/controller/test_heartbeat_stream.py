@@ -109,19 +109,25 @@ async def test_an_older_controller_without_the_stream_gets_unary_heartbeats() ->
 
 
 class _Silent:
-    """A server that accepts HeartbeatStream calls and Heartbeat calls and never answers either."""
+    """A server that accepts HeartbeatStream calls and never answers them, and Heartbeat calls, which
+    it answers only when `answer_unary`."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_unary: bool = False) -> None:
         self.server = grpc.aio.server()
         self.streams = 0
+        self.heard = asyncio.Event()  # a heartbeat came on a stream
+        self.answer_unary = answer_unary
 
     async def _stream(self, requests, context):  # noqa: ANN001
         self.streams += 1
-        await asyncio.Event().wait()
+        async for _ in requests:
+            self.heard.set()
         yield controller_pb2.HeartbeatStreamResponse()
 
     async def _unary(self, request, context):  # noqa: ANN001
-        await asyncio.Event().wait()
+        if not self.answer_unary:
+            await asyncio.Event().wait()
+        return controller_pb2.HeartbeatResponse(known=True)
 
     async def start(self) -> str:
         handlers = {
@@ -186,3 +192,21 @@ async def test_a_stopping_controller_ends_its_heartbeat_streams_instead_of_waiti
     finally:
         if not stopped:
             await service.stop()
+
+
+async def test_a_stream_cancelled_under_a_heartbeat_is_a_lost_stream_not_a_cancelled_heartbeat() -> None:
+    # What closing the channel does to the stream (rotated certificate files reopen it while a
+    # heartbeat waits for its answer): grpc raises CancelledError in the read, though nobody
+    # cancelled the heartbeat. It goes unary instead of ending the NodeManager's heartbeat loop.
+    silent = _Silent(answer_unary=True)
+    address = await silent.start()
+    client = ControllerClient(address, timeout_sec=30.0)
+    try:
+        beat = asyncio.create_task(client.heartbeat(_beat(1)))
+        await silent.heard.wait()
+        client.heartbeats._call.cancel()  # as the channel's close cancels each of its calls
+        assert (await beat).known
+        assert (client.heartbeats.streams_opened, client.heartbeats.unary_fallbacks) == (1, 1)
+    finally:
+        await client.close()
+        await silent.server.stop(grace=None)
