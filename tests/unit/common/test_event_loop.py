@@ -1,5 +1,5 @@
-"""--event-loop: the Coordinator runs on uvloop where it is installed (auto), every service can be
-told asyncio (the flag or MOTOR_EVENT_LOOP), and the others keep asyncio by default."""
+"""--event-loop: the Coordinator and the Controller run on uvloop where it is installed (auto), every
+service can be told asyncio (the flag or MOTOR_EVENT_LOOP), and the NodeManager keeps asyncio by default."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ import importlib.util
 import pytest
 
 from motor.common import service
-from motor.common.service import base_arg_parser, resolve_event_loop, run_loop
+from motor.common.service import resolve_event_loop, run_loop
+from motor.controller import main as controller_main
 from motor.coordinator import main as coordinator_main
+from nodemanager import main as nodemanager_main
 
 
-def _parser_of_coordinator(monkeypatch: pytest.MonkeyPatch):
+def _parser_of(main_module, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001
     captured = {}
 
     def fake_run_service(label, build, parser, argv=None):
         captured["parser"] = parser
         return 0
 
-    monkeypatch.setattr(coordinator_main, "run_service", fake_run_service)
-    coordinator_main.main([])
+    monkeypatch.setattr(main_module, "run_service", fake_run_service)
+    main_module.main([])
     return captured["parser"]
 
 
@@ -34,16 +36,17 @@ def test_auto_is_uvloop_where_installed_and_asyncio_where_not(monkeypatch: pytes
         resolve_event_loop("libev")
 
 
-def test_the_coordinator_defaults_to_auto_and_the_flag_or_the_environment_turns_it_off(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("main_module", [coordinator_main, controller_main], ids=["coordinator", "controller"])
+def test_the_coordinator_and_the_controller_default_to_auto_and_the_flag_or_the_environment_turns_it_off(
+        monkeypatch: pytest.MonkeyPatch, main_module) -> None:  # noqa: ANN001
     monkeypatch.delenv("MOTOR_EVENT_LOOP", raising=False)
-    parser = _parser_of_coordinator(monkeypatch)
+    parser = _parser_of(main_module, monkeypatch)
     assert parser.parse_args([]).event_loop == "auto"
     assert parser.parse_args(["--event-loop", "asyncio"]).event_loop == "asyncio"
     monkeypatch.setenv("MOTOR_EVENT_LOOP", "asyncio")
-    assert _parser_of_coordinator(monkeypatch).parse_args([]).event_loop == "asyncio"
+    assert _parser_of(main_module, monkeypatch).parse_args([]).event_loop == "asyncio"
     monkeypatch.delenv("MOTOR_EVENT_LOOP")
-    assert base_arg_parser("motor-controller", "").parse_args([]).event_loop == "asyncio"
+    assert _parser_of(nodemanager_main, monkeypatch).parse_args([]).event_loop == "asyncio"
 
 
 def test_run_loop_runs_the_coroutine_on_the_loop_chosen() -> None:
