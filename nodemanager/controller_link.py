@@ -133,8 +133,12 @@ class ControllerLink:
         while True:
             await self.heartbeat_once()
             self._poke.clear()
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that completes in
+            # the same turn as a cancellation and drops the cancellation, so a poke that came with
+            # the NodeManager's stop would keep this loop (and the stop waiting for it) going.
             try:
-                await asyncio.wait_for(self._poke.wait(), timeout=self.heartbeat_interval_sec)
+                async with asyncio.timeout(self.heartbeat_interval_sec):
+                    await self._poke.wait()
             except TimeoutError:
                 pass
 

@@ -156,6 +156,24 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
             await task
 
 
+async def test_a_stop_that_comes_with_a_poke_ends_the_heartbeat_loop() -> None:
+    # A poke (an engine stopping, say) and the stop's cancellation in the same turn of the loop:
+    # the wait between heartbeats must end in the cancellation, not take the poke and go on.
+    client = ScriptedClient()
+    lk = link(client, [], [0])
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(lk.run(launched))
+    await async_wait_for(lambda: len(client.calls["heartbeat"]) >= 1, 5.0, "a first heartbeat", interval_sec=0.01)
+    await asyncio.sleep(0)  # the loop is in its wait between heartbeats
+    sent = len(client.calls["heartbeat"])
+    lk.poke()
+    task.cancel()
+    await async_wait_for(lambda: task.done() or len(client.calls["heartbeat"]) > sent, 5.0,
+                         "the loop ended or sent another heartbeat", interval_sec=0.01)
+    assert task.cancelled(), f"the loop went on: {len(client.calls['heartbeat']) - sent} heartbeats after its stop"
+
+
 async def test_the_link_tells_when_the_controller_may_have_lost_the_reports() -> None:
     """A heartbeat outage that ends (the Controller may have restarted from its store, answering
     known=true with no evidence) and a re-registration (it forgot the pod) each renew the Controller;
