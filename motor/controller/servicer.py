@@ -64,13 +64,15 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                 pass
         return len(contexts)
 
-    async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str,
-                              caller: Caller | None | bool = False) -> str:
+    async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str) -> str:
         """The caller's pod URI once its claims are covered by its certificate (see
-        `motor.controller.identity`); PERMISSION_DENIED otherwise. `caller`: the connection's, when
-        the caller already has it (a stream's messages share one); looked up otherwise."""
-        if caller is False:
-            caller = caller_of(context, self.identity.trust_domain)
+        `motor.controller.identity`); PERMISSION_DENIED otherwise."""
+        return await self._check_caller(context, caller_of(context, self.identity.trust_domain), method, request,
+                                        instance_id, pod_ip)
+
+    async def _check_caller(self, context, caller: Caller | None, method: str, request, instance_id: int,
+                            pod_ip: str) -> str:
+        """`_check_identity` for a caller already known (a stream's messages share one)."""
         if caller is None:
             return ""
         check = {"Register": self.identity.check_register, "Heartbeat": self.identity.check_heartbeat,
@@ -159,8 +161,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                 await check_request(message, context)
                 await self._require_leader(context, "Heartbeat")
                 request = message.heartbeat
-                await self._check_identity(context, "Heartbeat", request, request.instance_id, request.pod_ip,
-                                           caller)
+                await self._check_caller(context, caller, "Heartbeat", request, request.instance_id, request.pod_ip)
                 yield controller_pb2.HeartbeatStreamResponse(heartbeat=core.heartbeat(request),
                                                              leader_term=core.leadership.term)
         finally:

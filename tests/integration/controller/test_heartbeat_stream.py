@@ -24,13 +24,17 @@ POD_IP = "127.0.0.2"
 INSTANCE = 3
 
 
-@pytest.fixture
-async def controller() -> AsyncIterator[tuple[ControllerService, str]]:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
+def _service(shutdown_grace_sec: float = 0.5) -> ControllerService:
+    return ControllerService(ControllerConfig.model_validate({
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": shutdown_grace_sec},
         "status_http": {"host": "127.0.0.1", "port": 0},
         "hardware_monitor": {"kubernetes": "off"},
     }))
+
+
+@pytest.fixture
+async def controller() -> AsyncIterator[tuple[ControllerService, str]]:
+    service = _service()
     info = await service.start()
     try:
         yield service, f"127.0.0.1:{info['grpc_port']}"
@@ -170,11 +174,7 @@ async def test_a_silent_replica_is_left_for_the_next_one_and_a_lone_one_fails_na
 
 
 async def test_a_stopping_controller_ends_its_heartbeat_streams_instead_of_waiting_out_its_grace() -> None:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 300},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-    }))
+    service = _service(shutdown_grace_sec=300)
     info = await service.start()
     stopped = False
     try:
