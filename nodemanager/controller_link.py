@@ -29,6 +29,7 @@ from collections.abc import Callable
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import controller_pb2
+from motor.common.waiting import wait_set
 from nodemanager.controller_client import ControllerClient, rpc_error_text
 
 log = logging.getLogger("nodemanager.controller_link")
@@ -133,14 +134,7 @@ class ControllerLink:
         while True:
             await self.heartbeat_once()
             self._poke.clear()
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that completes in
-            # the same turn as a cancellation and drops the cancellation, so a poke that came with
-            # the NodeManager's stop would keep this loop (and the stop waiting for it) going.
-            try:
-                async with asyncio.timeout(self.heartbeat_interval_sec):
-                    await self._poke.wait()
-            except TimeoutError:
-                pass
+            await wait_set(self._poke, self.heartbeat_interval_sec)
 
     async def heartbeat_once(self) -> None:
         self._seq += 1

@@ -30,6 +30,7 @@ import grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from gen.motor.v1 import controller_pb2
+from motor.common.waiting import wait_set
 from nodemanager.controller_client import ControllerClient, LeaderUnavailable, rpc_error_text
 from nodemanager.ft_poller import FaultReport, kind_name
 from nodemanager.metrics import NodeManagerMetrics
@@ -159,11 +160,8 @@ class FaultReporter:
             while not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            try:
-                # Held until the first registration: the Controller would not know the instance.
-                await asyncio.wait_for(self.registered.wait(), self._hold_sec)
-            except TimeoutError:
-                pass
+            # Held until the first registration: the Controller would not know the instance.
+            await wait_set(self.registered, self._hold_sec)
             report = self._queue.popleft()
             if self._is_retired(report.endpoint_id):
                 continue
@@ -187,10 +185,7 @@ class FaultReporter:
 
     async def _nap(self, seconds: float) -> None:
         """A backoff that a newer report of the rank, or `retry_now`, ends early."""
-        try:
-            await asyncio.wait_for(self._hurry.wait(), seconds)
-        except TimeoutError:
-            pass
+        await wait_set(self._hurry, seconds)
         self._hurry.clear()
 
     async def _deliver(self, report: FaultReport) -> None:

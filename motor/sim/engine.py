@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from motor.common.waiting import get_within
 from motor.sim.config import SimConfig
 from motor.sim.engine_rounds import SUPPORTED_INSTRUCTIONS, EngineRounds
 from motor.sim.executor_client import ExecutorHandle
@@ -121,7 +122,7 @@ class SimEngine(EngineRounds):
                 raise EngineUnavailable(f"dp rank {self.rank} executor is unreachable")
             for _ in range(max_tokens):
                 try:
-                    item = await asyncio.wait_for(stream.queue.get(), timeout=self._token_wait_sec)
+                    item = await get_within(stream.queue, self._token_wait_sec)
                 except TimeoutError:
                     raise EngineUnavailable(
                         f"dp rank {self.rank} produced no token within {self._token_wait_sec:.0f}s"

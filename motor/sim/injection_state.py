@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from motor.common.waiting import wait_set
+
 _MAX_HANG_SEC = 24 * 3600.0  # "forever" still has a bound
 
 
@@ -49,10 +51,7 @@ class InjectionState:
         if remaining <= 0:
             self.status_hang_until = None
             return
-        try:
-            await asyncio.wait_for(self._release.wait(), timeout=remaining)
-        except TimeoutError:
-            pass
+        await wait_set(self._release, remaining)
 
     def clear(self) -> None:
         self.fail_next_apply = None

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from motor.common.waiting import get_within
 from motor.controller.console.cells import fleet_row
 from motor.controller.fault_tolerance.evidence import RankEvidence
 from motor.controller.fault_tolerance.stages import fault_to_published_sec, transaction_stages
@@ -211,7 +212,7 @@ class ConsoleFeed:
             changed: set[int] = set()
             timeout = max(0.0, min(next_refresh, last_write + self.keepalive_sec) - loop.time())
             try:
-                changed.add(await asyncio.wait_for(queue.get(), timeout))
+                changed.add(await get_within(queue, timeout))
                 await asyncio.sleep(self.coalesce_sec)
                 while not queue.empty():
                     changed.add(queue.get_nowait())

@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 from gen.motor.v1 import common_pb2
 from motor.common.text import rank_ranges
+from motor.common.waiting import wait_set
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake, OlderObservationError
@@ -160,11 +161,8 @@ class SnapshotPuller:
                 await self._pull_once(instance_id, {address: [ranks[probe_turn % len(ranks)]]})
                 if len(self._intake.of(instance_id).evidence) != known:
                     continue  # the probe found a verdict: the others follow, read them at once
-            try:
-                await asyncio.wait_for(news.wait(), probe_sec)
+            if await wait_set(news, probe_sec):
                 self.woken += 1
-            except TimeoutError:
-                pass
             news.clear()
 
     async def _pull_once(self, instance_id: int, targets: dict[str, list[int]]) -> None:

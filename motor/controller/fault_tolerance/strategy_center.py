@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from motor.common.waiting import wait_set
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.correlation import HardwareCorrelation
 from motor.controller.fault_tolerance.decision import Action, FallbackCause, decide, reconfiguration_retry_delay_sec
@@ -111,10 +112,7 @@ class StrategyCenter:
         interval = self.deps.config.fault_tolerance_config.strategy_center_check_interval
         while not self._closing:
             timeout = max(_MIN_WAKE_SEC, min(interval, self._next_deadline_sec() - self.deps.clock.monotonic()))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, timeout)
             self._wake.clear()
             try:
                 await self.evaluate_all()

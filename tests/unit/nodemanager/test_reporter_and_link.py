@@ -240,3 +240,22 @@ async def test_a_report_held_past_the_hold_time_stays_owed() -> None:
         r.submit(FaultReport(1, ENGINE_DEAD, "gone"))
         await async_wait_for(lambda: r.sent == 1, 5.0, "r.sent == 1", interval_sec=0.01)
         assert r.lost == 0 and len(client.calls["report"]) == 6
+
+
+async def test_a_stop_that_comes_with_the_first_registration_ends_the_reporter() -> None:
+    # A held report waits for the first registration; the registration and the reporter's stop in
+    # the same turn must end the reporter, not send the report and wait for the next one forever.
+    client = ScriptedClient()
+    r = reporter(client, registered=False)
+    r.start()
+    r.submit(FaultReport(1, ENGINE_DEAD, "exited before registration"))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the reporter holds the report
+    task = r._task
+    assert task is not None and not task.done()
+    r.registered.set()
+    task.cancel()
+    await async_wait_for(lambda: task.done() or len(client.calls["report"]) > 0, 5.0,
+                         "the reporter ended or sent the report", interval_sec=0.01)
+    assert task.cancelled(), f"the reporter went on after its stop: {len(client.calls['report'])} reports sent"
+    await r.close()
