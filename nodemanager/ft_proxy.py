@@ -56,6 +56,7 @@ from nodemanager.pod_state import PodState
 from nodemanager.settle import (
     SETTLE_SHARE_OF_DEADLINE,
     EngineStatePair,
+    check_reread_cap,
     check_settle,
     engine_state,
     reread_delay_sec,
@@ -163,11 +164,12 @@ class FtProxy:
     # -- status -----------------------------------------------------------------------------
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
                      timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
-                     settle_sec: float = 0.0, taken_as_evidence: bool = False) -> list[EngineStatusEntry]:
+                     settle_sec: float = 0.0, taken_as_evidence: bool = False,
+                     reread_max_sec: float = 0.0) -> list[EngineStatusEntry]:
         """One read of each engine; with `wait_while` and `settle_sec` a long poll (the
         Controller learns that survivors settled within one re-read, with one call per pod instead of
         one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
-        rotating): the ranks of a DP group move together (one vote, one rebuild), so when the probe
+        rotating; `reread_max_sec` caps the gap): the ranks of a DP group move together (one vote, one rebuild), so when the probe
         leaves the waited-out states every other waiting engine is read at once. The answer then holds
         a read of each engine taken after the last probe, or, at the bound, a final read of those still
         waiting. With `taken_as_evidence` the answer's UNHEALTHY and DEAD entries count as reported
@@ -176,6 +178,7 @@ class FtProxy:
         check_instance(instance_id, self._instance)
         ids = self._routable_ids(endpoint_ids)
         waits = check_settle(wait_while, settle_sec)
+        reread_cap_sec = check_reread_cap(reread_max_sec)
         started = self._clock.monotonic()
         settle_until = started + (min(settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
                                   if timeout_sec is not None else settle_sec)
@@ -194,7 +197,7 @@ class FtProxy:
             pending = [i for i in ids if engine_state(entries[i]) in waits]
             if not pending:
                 break
-            delay = reread_delay_sec(probes)
+            delay = reread_delay_sec(probes, reread_cap_sec)
             if self._clock.monotonic() + delay >= settle_until:
                 if probes:
                     await read(pending)  # older than the last probe: the answer is as fresh as it

@@ -47,7 +47,8 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
                                            engine_timeout(context),
                                            wait_while=[(w.status, w.ft_state) for w in request.wait_while],
                                            settle_sec=request.settle_sec,
-                                           taken_as_evidence=request.taken_as_evidence)
+                                           taken_as_evidence=request.taken_as_evidence,
+                                           reread_max_sec=request.reread_max_sec)
         return node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in entries])
 
     @rpc_method("Apply")

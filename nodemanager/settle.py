@@ -18,6 +18,9 @@ from nodemanager.errors import InvalidArgument
 SETTLE_FIRST_REREAD_SEC = 0.025
 SETTLE_FAST_REREADS = 4
 SETTLE_MAX_REREAD_SEC = 0.2
+# The shortest cap a caller may set on the gap (StatusRequest.reread_max_sec): below it a long poll
+# would read an engine faster than its answer changes.
+SETTLE_MIN_REREAD_CAP_SEC = 0.01
 MAX_SETTLE_SEC = 60.0
 # The rest of the call's deadline is kept for the last read of every engine.
 SETTLE_SHARE_OF_DEADLINE = 0.8
@@ -38,11 +41,22 @@ def check_settle(wait_while: Iterable[EngineStatePair], settle_sec: float) -> fr
     return pairs if settle_sec > 0 else frozenset()
 
 
+def check_reread_cap(reread_max_sec: float) -> float:
+    """The longest gap between two re-reads a caller asked for (0: the NodeManager's own);
+    InvalidArgument naming a bad value."""
+    if reread_max_sec == 0.0:
+        return SETTLE_MAX_REREAD_SEC
+    if not math.isfinite(reread_max_sec) or not SETTLE_MIN_REREAD_CAP_SEC <= reread_max_sec <= SETTLE_MAX_REREAD_SEC:
+        raise InvalidArgument(f"reread_max_sec {reread_max_sec!r} is outside [{SETTLE_MIN_REREAD_CAP_SEC:g}, "
+                              f"{SETTLE_MAX_REREAD_SEC:g}] (0: the NodeManager's own)")
+    return reread_max_sec
+
+
 def engine_state(entry: EngineStatusEntry) -> EngineStatePair:
     msg = entry.to_pb()
     return msg.status, msg.ft_state
 
 
-def reread_delay_sec(rereads_done: int) -> float:
+def reread_delay_sec(rereads_done: int, cap_sec: float = SETTLE_MAX_REREAD_SEC) -> float:
     doublings = max(0, rereads_done - SETTLE_FAST_REREADS + 1)
-    return min(SETTLE_MAX_REREAD_SEC, SETTLE_FIRST_REREAD_SEC * 2 ** min(doublings, 16))
+    return min(cap_sec, SETTLE_FIRST_REREAD_SEC * 2 ** min(doublings, 16))

@@ -77,14 +77,15 @@ class NodeManagerClient:
 
     async def status(self, instance_id: int, request_id: str, endpoint_ids: Sequence[int],
                      wait_while: Iterable[tuple[int, int]] = (), settle_sec: float = 0.0,
-                     taken_as_evidence: bool = False) -> list[common_pb2.EngineFtStatus]:
+                     taken_as_evidence: bool = False, reread_max_sec: float = 0.0) -> list[common_pb2.EngineFtStatus]:
         """With `wait_while` and `settle_sec`, a long poll (the NodeManager answers once no engine is in
-        one of those (status, ft_state) pairs, or after settle_sec); the deadline grows by settle_sec.
+        one of those (status, ft_state) pairs, or after settle_sec, reading a waiting engine again at
+        least every `reread_max_sec`, 0: its own cadence); the deadline grows by settle_sec.
         `taken_as_evidence`: the caller records the UNHEALTHY and DEAD entries as evidence, so the
         NodeManager does not report them again."""
         req = node_manager_pb2.StatusRequest(
             instance_id=instance_id, request_id=request_id, endpoint_ids=list(endpoint_ids), settle_sec=settle_sec,
-            taken_as_evidence=taken_as_evidence,
+            taken_as_evidence=taken_as_evidence, reread_max_sec=reread_max_sec,
             wait_while=[node_manager_pb2.EngineState(status=s, ft_state=f) for s, f in sorted(wait_while)])
         resp = await _invoke("status", self.address, self._ft.Status, req, self._timeout + settle_sec,
                              leadership=self._leadership)

@@ -138,12 +138,12 @@ class SimNodeManagerClient:
         return await self._call("guard", fn, request_id=request_id)
 
     async def status(self, instance_id, request_id, endpoint_ids, wait_while=(), settle_sec=0.0,
-                     taken_as_evidence=False):
+                     taken_as_evidence=False, reread_max_sec=0.0):
         async def fn(nm, term):
             entries = await nm.proxy.status(instance_id, list(endpoint_ids), request_id,
                                             self._engine_timeout(self._timeout + settle_sec),
                                             wait_while=sorted(wait_while), settle_sec=settle_sec,
-                                            taken_as_evidence=taken_as_evidence)
+                                            taken_as_evidence=taken_as_evidence, reread_max_sec=reread_max_sec)
             return [e.to_pb() for e in entries]
         return await self._call("status", fn, self._timeout + settle_sec, request_id)
 

@@ -40,20 +40,22 @@ class GuardResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ("instance_id", "endpoint_ids", "request_id", "wait_while", "settle_sec", "taken_as_evidence")
+    __slots__ = ("instance_id", "endpoint_ids", "request_id", "wait_while", "settle_sec", "taken_as_evidence", "reread_max_sec")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_WHILE_FIELD_NUMBER: _ClassVar[int]
     SETTLE_SEC_FIELD_NUMBER: _ClassVar[int]
     TAKEN_AS_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    REREAD_MAX_SEC_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
     request_id: str
     wait_while: _containers.RepeatedCompositeFieldContainer[EngineState]
     settle_sec: float
     taken_as_evidence: bool
-    def __init__(self, instance_id: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., wait_while: _Optional[_Iterable[_Union[EngineState, _Mapping]]] = ..., settle_sec: _Optional[float] = ..., taken_as_evidence: _Optional[bool] = ...) -> None: ...
+    reread_max_sec: float
+    def __init__(self, instance_id: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ..., wait_while: _Optional[_Iterable[_Union[EngineState, _Mapping]]] = ..., settle_sec: _Optional[float] = ..., taken_as_evidence: _Optional[bool] = ..., reread_max_sec: _Optional[float] = ...) -> None: ...
 
 class EngineState(_message.Message):
     __slots__ = ("status", "ft_state")

@@ -45,6 +45,11 @@ RECOVERY_WAIT_STATES: frozenset[tuple[int, int]] = frozenset({
     (_HEALTH.ENGINE_HEALTH_UNHEALTHY, _FT.FT_STATE_RECOVERING),
 })
 
+# What the snapshot pull's probe waits out at the NodeManager: only UNHEALTHY or DEAD is a verdict.
+NO_VERDICT_STATES: frozenset[tuple[int, int]] = frozenset(
+    (health, ft_state) for health in (_HEALTH.ENGINE_HEALTH_HEALTHY, _HEALTH.ENGINE_HEALTH_DIAGNOSING)
+    for ft_state in _FT.values())
+
 
 def apply_readiness(s: common_pb2.EngineFtStatus) -> Verdict:
     """Before apply: DONE (apply-ready) only on (unhealthy, -); WAIT on (healthy, -), diagnosing and

@@ -82,6 +82,7 @@ class FaultManager:
         self.idle_probe = IdleProbe(deps)
         self.center = StrategyCenter(deps, self.intake, self.hardware, self.correlation, running,
                                      fast_recovery or RetryFastRecovery(ft), wake=wake, on_waiting=self.puller.ensure,
+                                     on_started=self.puller.poke,
                                      idle_probe=self.idle_probe)
 
     def report_software(

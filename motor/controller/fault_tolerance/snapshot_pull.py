@@ -7,12 +7,17 @@ state costs nothing: pulls run only while a collection window is open.
 Cheap at scale (pulling every rank of 16 instances of 256 ranks every 0.2 s would read 20,000
 statuses a second and stall every round): a rank that already has UNHEALTHY or DEAD evidence is
 never read again (the round's own status polls absorb a later death), and between full reads of the
-ranks still lacking evidence only a probe of one of them is read, every quarter of
-`snapshot_pull_interval_sec`, rotating over pods. A full read follows at once when anything new came
-in (a probe's find or a NodeManager's report: the survivors flip together, their verdicts arrive
-together), and at the latest every `_FULL_EVERY` intervals. A NodeManager's report wakes the puller
-at once (`poke`) rather than at its next probe tick, so a round's snapshot wait does not grow by up
-to a tick. One summary log line per read that found something, never one per rank.
+ranks still lacking evidence only one of them is probed, rotating over pods. The probe is one Status
+long poll (`wait_while` the states that are no verdict), which its NodeManager answers when the rank
+reads a verdict or the time to the next full read has passed, re-reading it at least every quarter of
+`snapshot_pull_interval_sec`: a verdict is seen as soon as a probe call per quarter interval would
+see it, for one call instead of one per quarter (a pod serving a gRPC call costs more than reading a
+local engine). A full read follows at once when anything new came in (a probe's find or a
+NodeManager's report: the survivors flip together, their verdicts arrive together), and at the
+latest every `_FULL_EVERY` intervals. A NodeManager's report, or a strategy starting, wakes the
+puller at once (`poke`): an outstanding probe is cancelled (its rank is then owed a read, below), so
+a round's snapshot wait does not grow by a probe's slice. One summary log line per read that found
+something, never one per rank.
 
 Every pull is flagged `taken_as_evidence`: the NodeManagers count the verdicts it read as reported
 and do not send them again, so a survivor's verdict reaches the Controller once. The NodeManager
@@ -49,6 +54,7 @@ from motor.common.text import rank_ranges
 from motor.common.waiting import wait_set
 from motor.controller.clients import PeerCallError
 from motor.controller.fault_tolerance.evidence import EvidenceKind, Health
+from motor.controller.fault_tolerance.engine_states import NO_VERDICT_STATES
 from motor.controller.fault_tolerance.evidence_intake import EvidenceIntake, OlderObservationError
 from motor.controller.fault_tolerance.strategy.base import ControllerDeps
 
@@ -61,6 +67,10 @@ _HEALTH = {EvidenceKind.UNHEALTHY: Health.UNHEALTHY, EvidenceKind.DEAD: Health.D
 # such full reads, in snapshot_pull_interval_sec.
 _PROBES_PER_INTERVAL = 4
 _FULL_EVERY = 5
+# StatusRequest.reread_max_sec's range: a probe's re-reads at the NodeManager are as often as the
+# probe ticks were, within it.
+_REREAD_CAP_MIN_SEC = 0.01
+_REREAD_CAP_MAX_SEC = 0.2
 
 # (instance_id, endpoint_id, kind, detail, observed_at_sec, diagnosing_at_sec, pulled=True): records
 # a verdict read, as fault_manager.SoftwareReports.record.
@@ -158,18 +168,49 @@ class SnapshotPuller:
                 address = sorted(lacking)[probe_turn % len(lacking)]
                 ranks = lacking[address]
                 probe_turn += 1
-                await self._pull_once(instance_id, {address: [ranks[probe_turn % len(ranks)]]})
-                if len(self._intake.of(instance_id).evidence) != known:
-                    continue  # the probe found a verdict: the others follow, read them at once
+                slice_sec = min(full_due, deadline) - clock.monotonic()
+                if await self._probe(instance_id, address, ranks[probe_turn % len(ranks)], slice_sec, probe_sec, news):
+                    self.woken += 1
+                    news.clear()
+                    continue  # a report came in, or a strategy started: judge afresh
+                if len(self._intake.of(instance_id).evidence) != known or clock.monotonic() >= full_due:
+                    continue  # the probe found a verdict (the others follow: read them at once), or waited its slice out
             if await wait_set(news, probe_sec):
                 self.woken += 1
             news.clear()
 
-    async def _pull_once(self, instance_id: int, targets: dict[str, list[int]]) -> None:
+    async def _probe(self, instance_id: int, address: str, rank: int, slice_sec: float, reread_sec: float,
+                     news: asyncio.Event) -> bool:
+        """Long-polls one rank at its NodeManager until it reads a verdict or `slice_sec` passes,
+        read again at least every `reread_sec` there (one call instead of a call per probe tick).
+        True when news (a report, a strategy starting) ended it first: the poll is then cancelled, and
+        the rank is owed a read, since the NodeManager may have taken a verdict whose answer is lost."""
+        settle_sec = max(0.0, slice_sec)
+        reread_max_sec = min(_REREAD_CAP_MAX_SEC, max(_REREAD_CAP_MIN_SEC, reread_sec))
+        poll = asyncio.create_task(self._pull_once(instance_id, {address: [rank]}, NO_VERDICT_STATES, settle_sec,
+                                                   reread_max_sec), name=f"snapshot-probe-{instance_id}-{rank}")
+        woken = asyncio.create_task(news.wait())
+        try:
+            await asyncio.wait({poll, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            cut = not poll.done()
+            if cut:
+                poll.cancel()
+                self._owed.setdefault(instance_id, set()).add(rank)
+            await asyncio.gather(poll, woken, return_exceptions=True)
+        if not cut:
+            poll.result()  # a bug in the read is raised, as an awaited read's would be
+        return cut
+
+    async def _pull_once(self, instance_id: int, targets: dict[str, list[int]],
+                         wait_while: frozenset[tuple[int, int]] = frozenset(), settle_sec: float = 0.0,
+                         reread_max_sec: float = 0.0) -> None:
         async def one(address: str, ranks: list[int]) -> list[common_pb2.EngineFtStatus]:
             try:
-                entries = await self._deps.nodemanagers.get(address).status(instance_id, "", ranks,
-                                                                             taken_as_evidence=True)
+                entries = await self._deps.nodemanagers.get(address).status(
+                    instance_id, "", ranks, wait_while, settle_sec, taken_as_evidence=True,
+                    reread_max_sec=reread_max_sec)
             except PeerCallError as exc:
                 # The NodeManager may have read and taken them: they are owed a read. Its own poll and
                 # process watch still report what it did not count as taken.

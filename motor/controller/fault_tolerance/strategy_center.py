@@ -64,6 +64,7 @@ class StrategyCenter:
         *,
         wake: asyncio.Event,
         on_waiting: Callable[[int], None],
+        on_started: Callable[[int], None] = lambda instance_id: None,
         idle_probe: IdleProbe | None = None,
     ) -> None:
         self.deps = deps
@@ -77,6 +78,8 @@ class StrategyCenter:
         self._wake = wake
         # Called for an instance whose snapshot is still incomplete (the snapshot puller's ensure).
         self._on_waiting = on_waiting
+        # Called when a strategy starts (the snapshot puller's poke: its outstanding probe ends).
+        self._on_started = on_started
         # The idle-fault probe (opt-in): sees every WAIT decision; its canaries go into the timeline
         # of the transaction that ends the collection window.
         self.idle_probe = idle_probe
@@ -242,6 +245,7 @@ class StrategyCenter:
         )
         slot.task = asyncio.create_task(strategy.run(prelude), name=f"{strategy.name}-{instance_id}")
         slot.driver = asyncio.create_task(self._drive(instance_id, strategy, slot.task))
+        self._on_started(instance_id)
 
     async def stop_running(self, instance_id: int) -> None:
         """stop(), then wait for both the logical finish and the task's completion, so an old

@@ -90,6 +90,22 @@ async def test_without_settle_one_read_of_each_engine(controller: FakeController
         assert await status_reads(n.engine_url(0)) == before + 1
 
 
+async def test_a_caller_sets_the_longest_gap_between_reads(controller: FakeController, tmp_path: Path) -> None:
+    """The same wait with reread_max_sec at its floor reads the waiting engine more often than with
+    the NodeManager's own cadence (which doubles up to 0.2 s)."""
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
+        await first_polls_done(n)
+        await fake_control(n.engine_url(0), status="diagnosing")
+        reads = {}
+        for cap in (0.0, 0.01):
+            before = await status_reads(n.engine_url(0))
+            resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0], wait_while=[DIAGNOSING],
+                                                      settle_sec=0.6, reread_max_sec=cap), timeout=10)
+            assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_DIAGNOSING]
+            reads[cap] = await status_reads(n.engine_url(0)) - before
+        assert reads[0.01] > reads[0.0], reads
+
+
 BAD = [
     ({"settle_sec": -1.0, "wait_while": [UNHEALTHY]}, "settle_sec -1.0 is outside [0, 60]"),
     ({"settle_sec": 61.0, "wait_while": [UNHEALTHY]}, "settle_sec 61.0 is outside [0, 60]"),
@@ -99,6 +115,11 @@ BAD = [
     ({"settle_sec": 1.0, "wait_while": [nm.EngineState(status=99)]}, "wait_while status 99 is not an engine health"),
     ({"settle_sec": 1.0, "wait_while": [nm.EngineState(status=common_pb2.ENGINE_HEALTH_HEALTHY, ft_state=42)]},
      "wait_while ft_state 42 is not an FT state"),
+    ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": 0.001},
+     "reread_max_sec 0.001 is outside [0.01, 0.2]"),
+    ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": 5.0}, "reread_max_sec 5.0 is outside [0.01, 0.2]"),
+    ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": float("inf")},
+     "reread_max_sec inf is outside [0.01, 0.2]"),
 ]
 
 

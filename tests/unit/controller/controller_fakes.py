@@ -80,6 +80,12 @@ class FakeCluster:
     # Hold a status answer for settle_sec (on the manual clock) while an engine asked for is in a
     # wait_while state, as a long-polling NodeManager whose engines do not settle in that time.
     long_poll: bool = False
+    # Hold a long poll (settle_sec > 0 with an engine in a wait_while state) until this is set or the
+    # call is cancelled, as a NodeManager whose engines do not change while the caller waits.
+    hold_long_polls: asyncio.Event | None = None
+    # The long polls cancelled by their caller while held, and every status call's reread_max_sec.
+    status_cancelled: int = 0
+    status_reread_caps: list[float] = field(default_factory=list)
     # The instruction of every apply, in order (node_manager_pb2.Instruction values).
     instructions: list[int] = field(default_factory=list)
     # The added_dp_ranks of every apply, in order (a scale-up's; empty otherwise).
@@ -131,12 +137,13 @@ class FakeNodeManagerClient:
         return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
 
     async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0,
-                     taken_as_evidence=False):
+                     taken_as_evidence=False, reread_max_sec=0.0):
         # Answers at once unless long_poll, as a NodeManager that does not long-poll: the round's backoff paces it.
         c = self.cluster
         c.status_polls += 1
         c.status_taken.append(taken_as_evidence)
         c.status_settles.append((frozenset(wait_while), settle_sec, c.clock.monotonic() if c.clock else 0.0))
+        c.status_reread_caps.append(reread_max_sec)
         if c.on_status is not None:
             c.on_status(c.status_polls)
         c.calls.append(("status", self.address, tuple(endpoint_ids)))
@@ -153,7 +160,14 @@ class FakeNodeManagerClient:
                     eng.polls_since_apply = -1
             out.append(eng.proto())
         out += [c.engines[r].proto() for r in c.extra_status.get(self.address, [])]
-        if c.long_poll and settle_sec > 0 and any((e.status, e.ft_state) in wait_while for e in out):
+        waiting = settle_sec > 0 and any((e.status, e.ft_state) in wait_while for e in out)
+        if waiting and c.hold_long_polls is not None:
+            try:
+                await c.hold_long_polls.wait()
+            except asyncio.CancelledError:
+                c.status_cancelled += 1
+                raise
+        elif waiting and c.long_poll:
             await c.clock.sleep(settle_sec)
         if self.address in c.lose_next_answer:
             c.lose_next_answer.discard(self.address)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 
+from motor.controller.fault_tolerance.engine_states import NO_VERDICT_STATES
 from motor.controller.fault_tolerance.evidence import EvidenceKind
 from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.testing.waits import async_wait_for
@@ -152,4 +153,46 @@ async def test_a_rank_whose_pulled_answer_was_lost_is_read_again_though_an_older
     assert core.faults.evidence(7)[0].kind is EvidenceKind.DEAD, core.faults.evidence(7)[0]
     reads = [ids for address, ids in ((c[1], c[2]) for c in cluster.named("status")) if address == address0]
     assert sum(0 in ids for ids in reads) >= 2, reads
+    await core.faults.close()
+
+
+async def test_a_probe_is_one_long_poll_reread_at_the_probe_pace() -> None:
+    """Between full reads the probe of one rank is a single Status long poll, held at the
+    NodeManager until the rank reads a verdict, re-read there as often as the probe ticks were
+    (a quarter of the pull interval), instead of one call per tick."""
+    cluster, core = await rank1_dead_survivors_diagnosing(0.2)
+    cluster.hold_long_polls = asyncio.Event()
+    await async_wait_for(lambda: any(settle > 0 for _, settle, _ in cluster.status_settles), BOUND_SEC,
+                         "a probe", interval_sec=0.005)
+    probe = next(i for i, (_, settle, _) in enumerate(cluster.status_settles) if settle > 0)
+    assert probe == 2, "the first read is a full one: one call per pod"
+    assert len(cluster.named("status")[probe][2]) == 1
+    assert cluster.status_settles[probe][0] == NO_VERDICT_STATES
+    assert cluster.status_reread_caps[probe] == 0.05
+    assert cluster.status_reread_caps[0] == 0.0 and cluster.status_settles[0][1] == 0.0, "a full read is one read"
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(cluster.named("status")) == probe + 1, "no call while the probe is held"
+    cluster.hold_long_polls.set()
+    await core.faults.close()
+
+
+async def test_a_report_ends_an_outstanding_probe_and_its_rank_is_read_again() -> None:
+    """A report arrives while a probe is held at its NodeManager: the probe is cancelled and the ranks
+    still lacking evidence are read at once, the probed one among them, since the NodeManager may have
+    taken a verdict whose answer the cancellation lost."""
+    cluster, core = await rank1_dead_survivors_diagnosing(0.2)
+    cluster.hold_long_polls = asyncio.Event()
+    await async_wait_for(lambda: any(settle > 0 for _, settle, _ in cluster.status_settles), BOUND_SEC,
+                         "a probe held", interval_sec=0.005)
+    probe = next(i for i, (_, settle, _) in enumerate(cluster.status_settles) if settle > 0)
+    (probed,) = cluster.named("status")[probe][2]
+    reported = next(r for r in (0, 2, 3) if r != probed)
+    for r in (0, 2, 3):
+        cluster.set(r, UNHEALTHY)
+    core.faults.report_software(7, reported, EvidenceKind.UNHEALTHY, "collective failed", core.clock.wall())
+    await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC,
+                         "the others read after the report", interval_sec=0.005)
+    assert cluster.status_cancelled == 1 and core.faults.puller.woken >= 1
+    assert "pulled by the Controller" in core.faults.evidence(7)[probed].detail
     await core.faults.close()
