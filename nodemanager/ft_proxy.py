@@ -169,8 +169,9 @@ class FtProxy:
         """One read of each engine; with `wait_while` and `settle_sec` a long poll (the
         Controller learns that survivors settled within one re-read, with one call per pod instead of
         one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
-        rotating; `reread_max_sec` caps the gap): the ranks of a DP group move together (one vote, one rebuild), so when the probe
-        leaves the waited-out states every other waiting engine is read at once. The answer then holds
+        rotating; `reread_max_sec` caps the gap): the ranks of a DP group move together (one vote,
+        one rebuild), so when the probe leaves the waited-out states every other waiting engine is
+        read at once. The answer then holds
         a read of each engine taken after the last probe, or, at the bound, a final read of those still
         waiting. With `taken_as_evidence` the answer's UNHEALTHY and DEAD entries count as reported
         (`on_taken`: the poller sends no report of them)."""

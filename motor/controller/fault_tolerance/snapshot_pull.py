@@ -174,7 +174,7 @@ class SnapshotPuller:
                     news.clear()
                     continue  # a report came in, or a strategy started: judge afresh
                 if len(self._intake.of(instance_id).evidence) != known or clock.monotonic() >= full_due:
-                    continue  # the probe found a verdict (the others follow: read them at once), or waited its slice out
+                    continue  # a verdict (the others follow: read them at once), or the slice is over
             if await wait_set(news, probe_sec):
                 self.woken += 1
             news.clear()

@@ -117,7 +117,8 @@ BAD = [
      "wait_while ft_state 42 is not an FT state"),
     ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": 0.001},
      "reread_max_sec 0.001 is outside [0.01, 0.2]"),
-    ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": 5.0}, "reread_max_sec 5.0 is outside [0.01, 0.2]"),
+    ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": 5.0},
+     "reread_max_sec 5.0 is outside [0.01, 0.2]"),
     ({"settle_sec": 1.0, "wait_while": [UNHEALTHY], "reread_max_sec": float("inf")},
      "reread_max_sec inf is outside [0.01, 0.2]"),
 ]

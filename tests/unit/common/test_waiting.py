@@ -64,6 +64,6 @@ def _event_or_queue_waits_under_wait_for(path: Path) -> list[int]:
 
 
 def test_no_service_waits_for_an_event_or_a_queue_under_wait_for() -> None:
-    found = {str(p.relative_to(ROOT)): lines for pkg in ("motor", "nodemanager") for p in sorted((ROOT / pkg).rglob("*.py"))
-             if (lines := _event_or_queue_waits_under_wait_for(p))}
+    sources = [p for pkg in ("motor", "nodemanager") for p in sorted((ROOT / pkg).rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)): lines for p in sources if (lines := _event_or_queue_waits_under_wait_for(p))}
     assert found == {}, f"asyncio.wait_for around an event or queue wait (use motor.common.waiting): {found}"
