@@ -99,9 +99,8 @@ CHAOS_SIDE_TESTS := tests/integration/sim/test_sim_scale_up_flow.py
 CLUSTER_TESTS := $(E2E_TESTS) $(CHAOS_TESTS) $(CHAOS_SIDE_TESTS)
 
 # Everything `make test` installs, at once (the apt installs one after the other: dpkg takes one lock).
-# The images build here too, on the base rootfs once the venv is there: podman's two minutes overlap
-# the vLLM venv's install instead of following the chaos rows, the longest of the three runs.
-TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok image-build
+# The image's base rootfs builds here too (standard library only: it needs no venv).
+TEST_DEPS = deps $(TS_DIR)/node_modules/.ci-stamp $(DEPLOY_VENV)/.installed .tools/podman.ok image-base
 
 .PHONY: test-e2e test-chaos test-e2e-then-ts test-chaos-then-image test-components
 test:
@@ -119,6 +118,7 @@ test-chaos: deps
 	$(PY) -m pytest -q $(PYTEST_ARGS) $(CHAOS_TESTS) $(SIDE_E2E_TESTS) $(CHAOS_SIDE_TESTS) $(SIMULATION_TESTS)
 
 test-chaos-then-image: test-chaos
+	$(MAKE) image-build
 	$(MAKE) image-test
 
 test-components: deps
@@ -175,7 +175,7 @@ $(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
 image-base: .tools/podman.ok
 	python3 tests/deploy/image_base.py
 
-image-build: $(VENV)/.installed .tools/podman.ok image-base
+image-build: $(VENV)/.installed .tools/podman.ok
 	$(PY) -m tests.deploy.image_build
 
 image-test: $(VENV)/.installed $(DEPLOY_VENV)/.installed .tools/podman.ok
