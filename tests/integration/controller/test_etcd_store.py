@@ -123,6 +123,16 @@ async def test_endpoints_tried_in_order(etcd_endpoint: str, prefix: str,
     assert f"etcd endpoint {dead} unusable" in caplog.text
 
 
+def _every_thread_stopped(pid: int) -> bool:
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append(task.joinpath("stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix: str) -> None:
     # A dedicated server: this test freezes and stops it under a connected store.
     server = await astart_etcd(tmp_path)
@@ -132,6 +142,10 @@ async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix
 
         os.kill(server.pid, signal.SIGSTOP)
         try:
+            # The stop is delivered to etcd's threads as each is next scheduled: on a busy machine a
+            # call sent at once could still be served. Go on once every thread is stopped.
+            await async_wait_for(lambda: _every_thread_stopped(server.pid), 10.0, "etcd's threads stopped",
+                                 interval_sec=0.01)
             # Two calls on the same connection: both fail, neither cancels the other's RPC.
             put_error, load_error = await asyncio.gather(
                 store.put(record(generation=1), 0), store.load_all(), return_exceptions=True)
