@@ -136,10 +136,18 @@ async def _fire(world: World, event: Event) -> None:
     elif event.kind == "hardware_fault":
         await world.hardware.fire(event)
     elif event.kind == "lossy_network":
-        calm = world.net.bounds
+        # Windows may overlap: the network calms down when the last one ends, back to the bounds it
+        # had before the first (a window ending inside another must not restore LOSSY for good).
+        if world.lossy_windows == 0:
+            world.calm_bounds = world.net.bounds
+        world.lossy_windows += 1
         world.net.bounds = LOSSY
-        await asyncio.sleep(event.duration_sec)
-        world.net.bounds = calm
+        try:
+            await asyncio.sleep(event.duration_sec)
+        finally:
+            world.lossy_windows -= 1
+            if world.lossy_windows == 0:
+                world.net.bounds = world.calm_bounds
     else:
         raise ValueError(f"unknown event kind {event.kind!r}")
 

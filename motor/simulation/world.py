@@ -94,6 +94,9 @@ class World:
         self.clock = VirtualClock(loop)
         self.config = controller_config(idle_fault_probe=rng.random() < 0.5, fast_recovery=fast_recovery)
         self.net = Network(rng, bounds)
+        # Lossy-network windows in force, and the bounds the network returns to after the last.
+        self.lossy_windows = 0
+        self.calm_bounds = bounds
         self.knobs = Knobs(idle=rng.random() < 0.5)
         if dialect in ("rfc", "sglang"):
             self.knobs.diagnosing_sec = 0.0

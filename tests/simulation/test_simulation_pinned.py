@@ -143,3 +143,12 @@ def test_a_card_fault_that_joined_a_window_closed_by_a_recovery_is_still_acted_o
               Event(37.698, "hardware_fault", rank=2, level=4, target="card", hardware_first=True, kill="kill_process",
                     duration_sec=2.504)]
     assert _violations(9, events, dialect) == []
+
+
+def test_overlapping_lossy_windows_leave_a_calm_network_after_the_last() -> None:
+    # Two lossy windows overlap, then rank 3 dies: the second window's end used to restore the
+    # lossy bounds it found at its start, so every later call could be lost and the reconfiguration
+    # gave up although every NodeManager ran.
+    assert _violations(591147, [Event(25.126, "lossy_network", duration_sec=5.9),
+                                Event(28.286, "lossy_network", duration_sec=10.0),
+                                Event(32.654, "kill_process", rank=3)]) == []
