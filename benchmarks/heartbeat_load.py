@@ -1,36 +1,40 @@
 """Heartbeat load: one Controller leader under a whole fleet's heartbeats, without the fleet.
 
     .venv/bin/python -m benchmarks.heartbeat_load [--instances 64] [--dp 256] [--heartbeat-hz 1]
+                                                  [--quiet-intervals default,0]
                                                   [--transports stream,unary] [--senders 1]
                                                   [--window-sec 30] [--json out.json]
 
 A real Controller and Coordinator (`motor-controller`, `motor-coordinator`, `benchmarks.scale`'s
-fleet settings: in-memory store, the services' default timings) and, in place of the NodeManagers,
-a load generator: it registers every pod of --instances × --dp endpoints (8 ranks per pod) with the
-fields a NodeManager sends (`Register`), then sends each pod's `Heartbeat` --heartbeat-hz times a
-second, the pods spread evenly over the period, over grpc.aio from --senders processes, through the
-NodeManager's own client code: each pod's heartbeats are messages of its HeartbeatStream
-(`nodemanager.heartbeat_stream`, as NodeManagers send them), or unary Heartbeat calls (what they
-sent before the stream, and still send to an older Controller). --transports runs the fleet once
-per transport, a fresh Controller each time, so one run prints both. No engine
-exists and nothing faults, so the Controller does what a quiet fleet of that size makes it do.
-`benchmarks.scale` runs the real NodeManagers instead, which on a small machine starve long before
-the Controller does (2,048 of them do not fit two cores).
+fleet settings: in-memory store, the services' default timings, a heartbeat period of
+1 / --heartbeat-hz) and, in place of the NodeManagers, a load generator: it registers every pod of
+--instances × --dp endpoints (8 ranks per pod) with the fields a NodeManager sends (`Register`),
+then heartbeats each pod as an idle NodeManager does (`nodemanager.controller_link`; nothing changes
+in the pods): every period when the Controller hands down no quiet interval at registration, else
+once per quiet interval, the pods spread evenly over that time, over grpc.aio from --senders
+processes, through the NodeManager's own client code. Each pod's heartbeats are
+messages of its HeartbeatStream (`nodemanager.heartbeat_stream`, as NodeManagers send them), or
+unary Heartbeat calls (what they send to an older Controller). The fleet runs once per transport and
+quiet interval, a fresh Controller each time, so one run prints the quiet fleet beside the one that
+heartbeats every period. No engine exists and nothing faults, so the Controller does what a quiet
+fleet of that size makes it do. `benchmarks.scale` runs the real NodeManagers instead, which on a
+small machine starve long before the Controller does (2,048 of them do not fit two cores).
 
 Measured over --window-sec after --warmup-sec: the Controller's CPU (% of one core, schedstat), its
 RSS, the heartbeats it answered per second, heartbeat latency (p50 / p95 / p99, as the generator saw
 it), the status API's latency (the JSON page of every instance, of one instance, and gRPC
-GetFaultToleranceStatus) and how many instances serve. The generator may fall short of the asked
-rate on a small machine; the rate reached is printed, and the CPU per heartbeat (all the Controller's
-CPU in the window divided by the heartbeats it answered: an upper bound) is what extrapolates.
-Targets printed beside the numbers (never asserted): Controller ≤ 25 % of one core at 16,384
-endpoints and 1 Hz, heartbeat p95 ≤ 10 ms, status API p50 ≤ 20 ms.
+GetFaultToleranceStatus) and how many instances serve. The generator may fall short of the rate the
+pods are due to send on a small machine; the rate reached is printed, and the CPU per heartbeat (all
+the Controller's CPU in the window divided by the heartbeats it answered: an upper bound) is what
+extrapolates. Targets printed beside the numbers (never asserted): Controller ≤ 25 % of one core at
+16,384 endpoints and 1 Hz, heartbeat p95 ≤ 10 ms, status API p50 ≤ 20 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -81,8 +85,10 @@ def register_request(spec: ClusterSpec, iid: int, pod: int) -> controller_pb2.Re
 
 async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz: float, run_sec: float,
                 ready: Path, transport: str) -> dict[str, Any]:
-    """Registers `pods`, says so in `ready`, then heartbeats each at `hz` for `run_sec` over `transport`.
-    The pods share one channel (one leader-following client); each has a stream of its own."""
+    """Registers `pods`, says so in `ready`, then heartbeats each for `run_sec` over `transport` as an idle
+    NodeManager does (nodemanager.controller_link): every 1 / `hz` seconds, or once per quiet interval
+    when the Controller hands one down at registration. The pods share one channel (one
+    leader-following client); each has a stream of its own."""
     lat_ms: list[tuple[float, float]] = []  # (sent at, latency)
     errors: list[str] = []
     client = LeaderFollowingClient([address], timeout_sec=10.0, label="heartbeat load")
@@ -90,15 +96,18 @@ async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz
     try:
         gate = asyncio.Semaphore(REGISTER_CONCURRENCY)
 
+        quiet_sec: set[float] = set()
+
         async def register(iid: int, pod: int) -> None:
             async with gate:
                 resp = await client.stub(address).Register(register_request(spec, iid, pod), timeout=60)
                 if not resp.accepted:
                     raise RuntimeError(f"instance {iid} pod {pod} refused: {resp.message}")
+                quiet_sec.add(resp.config.heartbeat_quiet_interval_sec)
 
         await asyncio.gather(*(register(iid, pod) for iid, pod in pods))
         ready.write_text(json.dumps({"pods": len(pods)}))
-        period = 1.0 / hz
+        period = max(1.0 / hz, *quiet_sec)
         seq = 0
         tasks: set[asyncio.Task[None]] = set()
 
@@ -132,7 +141,8 @@ async def _send(address: str, pods: list[tuple[int, int]], spec: ClusterSpec, hz
             stream.close()
         await client.close()
     fallbacks = sum(s.unary_fallbacks for s in streams.values())
-    return {"heartbeats": lat_ms, "errors": len(errors), "error_samples": errors[:5], "unary_fallbacks": fallbacks}
+    return {"heartbeats": lat_ms, "errors": len(errors), "error_samples": errors[:5], "unary_fallbacks": fallbacks,
+            "quiet_interval_sec": sorted(quiet_sec)}
 
 
 def sender_main(argv: list[str]) -> int:
@@ -160,15 +170,19 @@ def _service(name: str, script: str, config: dict[str, Any], work: Path) -> tupl
     return proc, proc.wait_ready_file(ready, 60, required_keys=["grpc_port", "http_port"])
 
 
-def run(args: argparse.Namespace, work: Path, transport: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, work: Path, transport: str, quiet: str) -> dict[str, Any]:
+    """One fleet: `quiet` is the Controller's heartbeat_quiet_interval_sec, or "default" (its own)."""
     spec_doc = {"instances": args.instances, "dp_size": args.dp}
     spec = fleet_spec(**spec_doc)
     coord, cinfo = _service("coordinator", "motor-coordinator", render.coordinator_config(spec), work)
     procs = [coord]
     try:
-        ctl, info = _service("controller", "motor-controller", render.controller_config(
-            spec, 0, coordinator_address=f"127.0.0.1:{cinfo['grpc_port']}", store_endpoints=[],
-            store_key_prefix="/motor-heartbeat-load"), work)
+        config = render.controller_config(spec, 0, coordinator_address=f"127.0.0.1:{cinfo['grpc_port']}",
+                                          store_endpoints=[], store_key_prefix="/motor-heartbeat-load")
+        config["heartbeat_interval_sec"] = 1.0 / args.heartbeat_hz
+        if quiet != "default":
+            config["heartbeat_quiet_interval_sec"] = float(quiet)
+        ctl, info = _service("controller", "motor-controller", config, work)
         procs.append(ctl)
         address, http = f"127.0.0.1:{info['grpc_port']}", f"http://127.0.0.1:{info['http_port']}"
         pods = [(p.instance_id, p.index) for p in spec.all_pods()]
@@ -198,6 +212,7 @@ def run(args: argparse.Namespace, work: Path, transport: str) -> dict[str, Any]:
         serving = _serving(address)
         beats: list[tuple[float, float]] = []
         errors = fallbacks = 0
+        quiet_sec: set[float] = set()
         for proc, _, out in senders:
             if proc.wait_exit(run_sec + 120) != 0:
                 raise RuntimeError(f"{proc.name} failed:\n{proc.log_tail()}")
@@ -205,13 +220,17 @@ def run(args: argparse.Namespace, work: Path, transport: str) -> dict[str, Any]:
             beats += [tuple(b) for b in doc["heartbeats"]]
             errors += doc["errors"]
             fallbacks += doc["unary_fallbacks"]
+            quiet_sec.update(doc["quiet_interval_sec"])
         in_window = [ms for at, ms in beats if since <= at <= until]
         cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
         rate = len(in_window) / (until - since)
         return {
-            "transport": transport, "unary_fallbacks": fallbacks, "instances": args.instances, "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
+            "transport": transport, "label": f"{transport}, quiet interval {quiet}",
+            "quiet_interval_sec": sorted(quiet_sec), "unary_fallbacks": fallbacks, "instances": args.instances, "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
             "heartbeat_hz_asked": args.heartbeat_hz, "heartbeats_per_sec": rate,
-            "heartbeats_per_sec_asked": len(pods) * args.heartbeat_hz, "registered_sec": registered_sec,
+            "heartbeats_per_sec_asked": len(pods) * args.heartbeat_hz,
+            "heartbeats_per_sec_due": len(pods) / max([1.0 / args.heartbeat_hz, *quiet_sec]),
+            "registered_sec": registered_sec,
             "controller_cpu_pct": cpu_pct, "controller_cpu_ms_per_heartbeat": 10 * cpu_pct / rate if rate else float("nan"),
             "controller_rss_mib": rss_mib, "instances_serving": serving, "heartbeat_errors": errors,
             **probes.summary(), "heartbeat": distribution(in_window),
@@ -222,17 +241,18 @@ def run(args: argparse.Namespace, work: Path, transport: str) -> dict[str, Any]:
 
 
 def render_report(r: dict[str, Any]) -> str:
-    at_full = r["controller_cpu_ms_per_heartbeat"] * r["heartbeats_per_sec_asked"] / 10
+    at_full = r["controller_cpu_ms_per_heartbeat"] * r["heartbeats_per_sec_due"] / 10
     saturates = 1000 / r["controller_cpu_ms_per_heartbeat"] if r["controller_cpu_ms_per_heartbeat"] else float("nan")
     hb, one, every, grpc_all = r["heartbeat"], r["status_http_one"], r["status_http_all"], r["status_grpc_all"]
     return "\n".join([
-        f"{r['transport']} heartbeats: {r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, "
+        f"{r['label']} heartbeats: {r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, "
         f"{r['pods']:,} pods), {r['instances_serving']} instances serving; registered in {r['registered_sec']:.1f} s",
-        f"  heartbeats answered {r['heartbeats_per_sec']:.0f}/s of {r['heartbeats_per_sec_asked']:.0f}/s asked, "
+        f"  heartbeats answered {r['heartbeats_per_sec']:.0f}/s of the {r['heartbeats_per_sec_due']:.0f}/s its "
+        f"NodeManagers send with nothing changing ({r['heartbeats_per_sec_asked']:.0f}/s at every period), "
         f"{r['heartbeat_errors']} errors, {r['unary_fallbacks']} sent unary after a stream failed",
         f"  Controller CPU {r['controller_cpu_pct']:.1f} % of one core, RSS {r['controller_rss_mib']:.0f} MiB; "
         f"{r['controller_cpu_ms_per_heartbeat']:.3f} ms per heartbeat (all its CPU, the status probes' too: an upper bound)",
-        f"  at the asked rate: {at_full:.1f} % of one core (target ≤ {TARGET_CPU_PCT:g} %); one core saturates at "
+        f"  at the rate sent: {at_full:.1f} % of one core (target ≤ {TARGET_CPU_PCT:g} %); one core saturates at "
         f"about {saturates:,.0f} heartbeats/s",
         f"  heartbeat p50/p95/p99 {hb['p50_ms']:.1f}/{hb['p95_ms']:.1f}/{hb['p99_ms']:.1f} ms "
         f"(target p95 ≤ {TARGET_HEARTBEAT_P95_MS:g})",
@@ -251,10 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heartbeat-hz", type=float, default=1.0)
     parser.add_argument("--transports", default="stream",
                         help=f"comma-separated, run in order: {', '.join(TRANSPORTS)} (default: stream)")
+    parser.add_argument("--quiet-intervals", default="default,0",
+                        help="the Controller's heartbeat_quiet_interval_sec, one fleet each, comma-separated: "
+                             "'default' (its own: a third of the heartbeat timeout) or seconds, 0 a heartbeat "
+                             "every period (default: default,0)")
     parser.add_argument("--senders", type=int, default=1, help="load generator processes")
     parser.add_argument("--window-sec", type=float, default=30.0)
     parser.add_argument("--warmup-sec", type=float, default=10.0)
-    parser.add_argument("--json", type=Path, help="write every number here, by transport")
+    parser.add_argument("--json", type=Path, help="write every number here, a list of the runs in order")
     args = parser.parse_args(argv)
     for name in ("instances", "senders"):
         if getattr(args, name) < 1:
@@ -266,24 +290,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if not transports or set(transports) - set(TRANSPORTS):
         parser.error(f"--transports takes {', '.join(TRANSPORTS)}, comma-separated; got {args.transports!r}")
+    quiets = [q.strip() for q in args.quiet_intervals.split(",") if q.strip()]
+    for q in quiets:
+        try:
+            if q != "default" and not 0 <= float(q) <= 300:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--quiet-intervals takes 'default' or seconds in [0, 300], comma-separated; got {q!r}")
+    if not quiets:
+        parser.error("--quiet-intervals is empty")
     work = Path(tempfile.mkdtemp(prefix="motor-heartbeat-load-"))
     print(f"heartbeat load: python {platform.python_version()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}; logs under {work}", flush=True)
     results = []
-    for transport in transports:
-        (work / transport).mkdir()
-        result = run(args, work / transport, transport)
+    for n, (transport, quiet) in enumerate(itertools.product(transports, quiets)):
+        (work / f"{n}-{transport}-{quiet}").mkdir()
+        result = run(args, work / f"{n}-{transport}-{quiet}", transport, quiet)
         result["load_average_end"] = os.getloadavg()
         print(render_report(result), flush=True)
         results.append(result)
     if len(results) > 1:
         base = results[0]
         for other in results[1:]:
-            print(f"{base['transport']} against {other['transport']}: Controller CPU per heartbeat "
+            print(f"{base['label']} against {other['label']}: Controller CPU {base['controller_cpu_pct'] / other['controller_cpu_pct']:.2f}×, per heartbeat "
                   f"{base['controller_cpu_ms_per_heartbeat'] / other['controller_cpu_ms_per_heartbeat']:.2f}×, "
                   f"heartbeat p95 {base['heartbeat']['p95_ms'] / other['heartbeat']['p95_ms']:.2f}×")
     if args.json:
-        args.json.write_text(json.dumps({r["transport"]: r for r in results}, indent=1))
+        args.json.write_text(json.dumps(results, indent=1))
         print(f"wrote {args.json}")
     return 0
 

@@ -4,8 +4,11 @@ Registration starts once the initial launch of the local engines has ended (ever
 failed) and is retried forever with capped exponential backoff (each attempt has a deadline; a
 refusal, ``accepted=false``, is retried too). The heartbeat then runs every
 ``heartbeat_interval_sec`` (the Controller's value when it hands one > 0 down) with the alive
-endpoint set; ``known=false`` makes the pod register again, and so does a new leader term (another
-Controller replica took over: it learns this pod's retired ranks from the registration). Heartbeat
+endpoint set. When the Controller hands down a quiet interval, a heartbeat that would repeat the
+alive set it last answered waits until that interval has passed since the last answer; a changed
+set, a poke, and every heartbeat of an outage still go each period. ``known=false`` makes the pod
+register again, and so does a new leader term (another Controller replica took over: it learns this
+pod's retired ranks from the registration). Heartbeat
 failures are logged (once per outage) and the next period simply tries again: the NodeManager never
 crashes because the Controller is down. Every NodeManagerFtConfig the Controller sends is handed to
 ``on_config``.
@@ -14,8 +17,8 @@ crashes because the Controller is down. Every NodeManagerFtConfig the Controller
 re-registration (it forgot the pod), a new leader term, or a heartbeat outage that ended (a
 Controller that restarted and restored the instance from its store answers ``known=true`` but holds
 no evidence; the contract carries no incarnation of the Controller, so an outage is the sign). The
-pod then reports its unacknowledged and its still-current faults again. A restart shorter than one
-heartbeat period leaves no outage to see.
+pod then reports its unacknowledged and its still-current faults again. A restart shorter than the
+time between two heartbeats leaves no outage to see.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ log = logging.getLogger("nodemanager.controller_link")
 # Bounds on a heartbeat period handed down by the Controller (a bad value must not spin or stall).
 _MIN_INTERVAL_SEC = 0.05
 _MAX_INTERVAL_SEC = 300.0
+_EARLY_SEC = 0.001
 
 
 class RegistrationRefused(Exception):
@@ -69,6 +73,10 @@ class ControllerLink:
         self._alive_ids = alive_ids
         self._on_config = on_config
         self.heartbeat_interval_sec = heartbeat_interval_sec
+        # 0: a heartbeat every period (what a Controller that sends none expects).
+        self.quiet_interval_sec = 0.0
+        # Loop time of the last answered heartbeat (None: none since the last registration).
+        self._answered_at: float | None = None
         self._max_backoff = max_backoff_sec
         self._on_renewed = on_renewed
         # The leader term the last registration was accepted under (0: none, or no election).
@@ -94,8 +102,18 @@ class ControllerLink:
                      self.heartbeat_interval_sec, interval_sec)
             self.heartbeat_interval_sec = interval_sec
 
+    def adopt_quiet_interval(self, quiet_sec: float) -> None:
+        if not (quiet_sec >= 0 and math.isfinite(quiet_sec)):
+            return
+        quiet_sec = min(quiet_sec, _MAX_INTERVAL_SEC)
+        if quiet_sec != self.quiet_interval_sec:
+            log.info("instance=%d heartbeat quiet interval %gs -> %gs (from controller)", self._instance,
+                     self.quiet_interval_sec, quiet_sec)
+            self.quiet_interval_sec = quiet_sec
+
     def _apply_config(self, cfg: controller_pb2.NodeManagerFtConfig, source: str) -> None:
         self.adopt_interval(cfg.heartbeat_interval_sec)
+        self.adopt_quiet_interval(cfg.heartbeat_quiet_interval_sec)
         self._on_config(cfg, source)
 
     async def register(self) -> None:
@@ -126,6 +144,7 @@ class ControllerLink:
                  [e.id for e in req.endpoints], list(req.retired_ids), resp.message or "accepted")
         if resp.HasField("config"):
             self._apply_config(resp.config, "register")
+        self._answered_at = None
         self.registered.set()
 
     async def run(self, launched: asyncio.Event) -> None:
@@ -133,8 +152,26 @@ class ControllerLink:
         await self.register()
         while True:
             await self.heartbeat_once()
-            self._poke.clear()
-            await wait_set(self._poke, self.heartbeat_interval_sec)
+            while True:  # ends at a heartbeat due: bounded by the quiet interval
+                self._poke.clear()
+                if await wait_set(self._poke, self._wait_sec()) or self._due():
+                    break
+
+    def _wait_sec(self) -> float:
+        """Until the next period, or sooner when the quiet interval ends before it."""
+        if not self.quiet_interval_sec or self._answered_at is None:
+            return self.heartbeat_interval_sec
+        left = self._answered_at + self.quiet_interval_sec - asyncio.get_running_loop().time()
+        return max(0.0, min(self.heartbeat_interval_sec, left))
+
+    def _due(self) -> bool:
+        """Whether this period's heartbeat tells the Controller anything it has not answered."""
+        if not self.quiet_interval_sec or self._answered_at is None or self._heartbeat_failing:
+            return True
+        if self._alive_ids() != self.last_alive:
+            return True
+        # The timer that ends the wait may fire up to the clock's resolution early.
+        return asyncio.get_running_loop().time() >= self._answered_at + self.quiet_interval_sec - _EARLY_SEC
 
     async def heartbeat_once(self) -> None:
         self._seq += 1
@@ -161,6 +198,7 @@ class ControllerLink:
         if alive != self.last_alive:
             log.info("instance=%d pod=%s heartbeat alive endpoints %s", self._instance, self._pod_ip, alive)
             self.last_alive = alive
+        self._answered_at = asyncio.get_running_loop().time()
         if resp.HasField("config"):
             self._apply_config(resp.config, "heartbeat")
         if not resp.known:

@@ -52,42 +52,43 @@ class FieldBoundError(ValueError):
         super().__init__(f"field {path}: {message}")
 
 
-def _check_scalar(field: FieldDescriptor, value: object, path: str) -> None:
-    if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
-        limit = STRING_LIMITS.get(field.name, DEFAULT_STRING_LIMIT)
-        size = len(value)  # type: ignore[arg-type]
-        if size > limit:
-            unit = "characters" if field.type == FieldDescriptor.TYPE_STRING else "bytes"
-            raise FieldBoundError(path, f"{size} {unit} exceeds the limit of {limit}")
+_SIZED = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
+
+
+def _check_sized(field: FieldDescriptor, value: object, prefix: str, name: str) -> None:
+    """A string or bytes value against its bound; the path is built only for the error (heartbeats
+    are checked at fleet rate)."""
+    limit = STRING_LIMITS.get(field.name, DEFAULT_STRING_LIMIT)
+    size = len(value)  # type: ignore[arg-type]
+    if size > limit:
+        unit = "characters" if field.type == FieldDescriptor.TYPE_STRING else "bytes"
+        raise FieldBoundError(f"{prefix}{name}", f"{size} {unit} exceeds the limit of {limit}")
 
 
 def check_bounds(msg: Message, prefix: str = "") -> None:
     """Raises FieldBoundError for the first field (in declaration order) above its bound."""
     for field, value in msg.ListFields():
-        path = f"{prefix}{field.name}"
-        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
         if field.is_repeated:
             limit = REPEATED_LIMITS.get(field.name, DEFAULT_REPEATED_LIMIT)
             if len(value) > limit:
-                raise FieldBoundError(path, f"{len(value)} entries exceed the limit of {limit}")
-            if is_map:
+                raise FieldBoundError(f"{prefix}{field.name}", f"{len(value)} entries exceed the limit of {limit}")
+            if field.message_type is not None and field.message_type.GetOptions().map_entry:
                 value_field = field.message_type.fields_by_name["value"]
                 for key, item in value.items():
-                    item_path = f"{path}[{key!r}]"
                     if value_field.message_type is not None:
-                        check_bounds(item, item_path + ".")
-                    else:
-                        _check_scalar(value_field, item, item_path)
+                        check_bounds(item, f"{prefix}{field.name}[{key!r}].")
+                    elif value_field.type in _SIZED:
+                        _check_sized(value_field, item, prefix, f"{field.name}[{key!r}]")
             elif field.message_type is not None:
                 for i, item in enumerate(value):
-                    check_bounds(item, f"{path}[{i}].")
-            else:
+                    check_bounds(item, f"{prefix}{field.name}[{i}].")
+            elif field.type in _SIZED:
                 for i, item in enumerate(value):
-                    _check_scalar(field, item, f"{path}[{i}]")
+                    _check_sized(field, item, prefix, f"{field.name}[{i}]")
         elif field.message_type is not None:
-            check_bounds(value, path + ".")
-        else:
-            _check_scalar(field, value, path)
+            check_bounds(value, f"{prefix}{field.name}.")
+        elif field.type in _SIZED:
+            _check_sized(field, value, prefix, field.name)
 
 
 async def check_request(request: Message, context: grpc.aio.ServicerContext) -> None:

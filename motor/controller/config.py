@@ -149,6 +149,16 @@ class ControllerConfig(PostureConfig):
         default=2.0, description="Seconds between NodeManager heartbeats (told to them at registration).")
     heartbeat_timeout_sec: PositiveSec = Field(
         default=10.0, description="Seconds of silence after which a pod is considered lost.")
+    # At fleet size the heartbeats that only repeat what the Controller holds are most of its work
+    # (docs/benchmarks.md); a changed alive set still goes at the next period, so only the liveness
+    # signal of an unchanged pod is sent less often: a third of the timeout, as etcd's clients renew
+    # their leases and ZooKeeper's ping their sessions.
+    heartbeat_quiet_interval_sec: Annotated[float, Field(ge=0.0, le=300.0)] | None = Field(
+        default=None,
+        description="Longest time between heartbeats of a NodeManager whose alive endpoints have not changed, in "
+                    "seconds (a change goes at the next heartbeat_interval_sec); at least heartbeat_interval_sec "
+                    "and at most half of heartbeat_timeout_sec. Unset: the larger of heartbeat_interval_sec and "
+                    "heartbeat_timeout_sec / 3; 0: a heartbeat every heartbeat_interval_sec.")
     publish_interval_sec: PositiveSec = Field(
         default=10.0,
         description="Seconds between full-view SETs, so the Coordinator converges after a lost publication.")
@@ -195,4 +205,18 @@ class ControllerConfig(PostureConfig):
                 f"heartbeat_timeout_sec={self.heartbeat_timeout_sec:g} must exceed "
                 f"heartbeat_interval_sec={self.heartbeat_interval_sec:g}"
             )
+        quiet = self.heartbeat_quiet_interval_sec
+        if quiet and not self.heartbeat_interval_sec <= quiet <= self.heartbeat_timeout_sec / 2:
+            raise ValueError(
+                f"heartbeat_quiet_interval_sec={quiet:g} must lie between heartbeat_interval_sec="
+                f"{self.heartbeat_interval_sec:g} and half of heartbeat_timeout_sec={self.heartbeat_timeout_sec:g} "
+                "(a pod then misses two before it counts as lost), or be 0"
+            )
         return self
+
+    @property
+    def quiet_interval_sec(self) -> float:
+        """heartbeat_quiet_interval_sec as the NodeManagers are told it (0: a heartbeat every period)."""
+        if self.heartbeat_quiet_interval_sec is not None:
+            return self.heartbeat_quiet_interval_sec
+        return max(self.heartbeat_interval_sec, self.heartbeat_timeout_sec / 3)

@@ -63,6 +63,10 @@ class ControllerCore:
         """`metrics`: shared with what the process built before the core (its leadership's refusals);
         `new_id`: the unique part of the request ids the core's strategies and probes make."""
         self.config = config
+        # The config is frozen: every heartbeat's answer carries this one message.
+        self._nm_config = controller_pb2.NodeManagerFtConfig(
+            enable_dp_scale_down_proxy=config.fault_tolerance_config.enable_dp_scale_down_proxy,
+            heartbeat_interval_sec=config.heartbeat_interval_sec, heartbeat_quiet_interval_sec=config.quiet_interval_sec)
         self.clock = clock or SystemClock()
         self.leadership = leadership or Leadership.solo()
         ft = config.fault_tolerance_config
@@ -248,10 +252,7 @@ class ControllerCore:
             await asyncio.sleep(interval)
 
     def nm_config(self) -> controller_pb2.NodeManagerFtConfig:
-        return controller_pb2.NodeManagerFtConfig(
-            enable_dp_scale_down_proxy=self.config.fault_tolerance_config.enable_dp_scale_down_proxy,
-            heartbeat_interval_sec=self.config.heartbeat_interval_sec,
-        )
+        return self._nm_config
 
     # ---- registration and heartbeats ---------------------------------------------------------
 

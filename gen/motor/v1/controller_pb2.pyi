@@ -148,12 +148,14 @@ class RegisterRequest(_message.Message):
     def __init__(self, pod: _Optional[_Union[_common_pb2.Pod, _Mapping]] = ..., instance_id: _Optional[int] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., model: _Optional[str] = ..., dp_size: _Optional[int] = ..., endpoints: _Optional[_Iterable[_Union[_common_pb2.Endpoint, _Mapping]]] = ..., ft_capability: _Optional[_Union[_common_pb2.FtCapability, _Mapping]] = ..., retired_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeManagerFtConfig(_message.Message):
-    __slots__ = ("enable_dp_scale_down_proxy", "heartbeat_interval_sec")
+    __slots__ = ("enable_dp_scale_down_proxy", "heartbeat_interval_sec", "heartbeat_quiet_interval_sec")
     ENABLE_DP_SCALE_DOWN_PROXY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SEC_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_QUIET_INTERVAL_SEC_FIELD_NUMBER: _ClassVar[int]
     enable_dp_scale_down_proxy: bool
     heartbeat_interval_sec: float
-    def __init__(self, enable_dp_scale_down_proxy: _Optional[bool] = ..., heartbeat_interval_sec: _Optional[float] = ...) -> None: ...
+    heartbeat_quiet_interval_sec: float
+    def __init__(self, enable_dp_scale_down_proxy: _Optional[bool] = ..., heartbeat_interval_sec: _Optional[float] = ..., heartbeat_quiet_interval_sec: _Optional[float] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("accepted", "message", "config")

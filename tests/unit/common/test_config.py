@@ -101,11 +101,21 @@ def _flatten(data: dict, prefix: str = ""):
         ({"store": {"key_prefix": "motor"}}, "store.key_prefix='motor'"),
         ({"coordinator_address": "nope"}, "coordinator_address='nope'"),
         ({"heartbeat_interval_sec": 20}, "heartbeat_timeout_sec=10 must exceed heartbeat_interval_sec=20"),
+        ({"heartbeat_quiet_interval_sec": 1}, "heartbeat_quiet_interval_sec=1 must lie between heartbeat_interval_sec=2"),
+        ({"heartbeat_quiet_interval_sec": 6}, "heartbeat_quiet_interval_sec=6 must lie between"),
+        ({"heartbeat_quiet_interval_sec": -1}, "heartbeat_quiet_interval_sec=-1"),
         ({"server": {"tls": {"cert_file": "/nonexistent/c.pem", "key_file": "/nonexistent/k.pem"}}}, "cert_file='/nonexistent/c.pem'"),
     ],
 )
 def test_controller_bad_values_are_refused_with_key_named(data: dict, named: str) -> None:
     assert named in _refused(ControllerConfig, data)
+
+
+def test_the_heartbeat_quiet_interval_defaults_to_a_third_of_the_timeout_and_0_turns_it_off() -> None:
+    assert ControllerConfig().quiet_interval_sec == pytest.approx(10 / 3)
+    assert ControllerConfig(heartbeat_interval_sec=4.0).quiet_interval_sec == 4.0
+    assert ControllerConfig(heartbeat_quiet_interval_sec=4.0).quiet_interval_sec == 4.0
+    assert ControllerConfig(heartbeat_quiet_interval_sec=0).quiet_interval_sec == 0.0
 
 
 def test_lease_bound_violation_is_refused() -> None:

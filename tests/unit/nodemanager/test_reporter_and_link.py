@@ -156,6 +156,64 @@ async def test_heartbeats_adopt_config_and_reregister_when_unknown() -> None:
             await task
 
 
+class TimedClient(ScriptedClient):
+    """Records the loop time of every heartbeat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent_at: list[float] = []
+
+    async def heartbeat(self, req: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
+        self.sent_at.append(asyncio.get_running_loop().time())
+        return await super().heartbeat(req)
+
+
+async def test_an_unchanged_pod_repeats_its_heartbeat_only_after_the_quiet_interval() -> None:
+    client = TimedClient()
+    client.config = controller_pb2.NodeManagerFtConfig(heartbeat_interval_sec=0.05, heartbeat_quiet_interval_sec=0.25)
+    lk = link(client, [], [0, 1])
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(lk.run(launched))
+    try:
+        await async_wait_for(lambda: len(client.sent_at) >= 4, 10.0, "four heartbeats", interval_sec=0.01)
+        gaps = [b - a for a, b in zip(client.sent_at, client.sent_at[1:])]
+        assert lk.quiet_interval_sec == 0.25 and min(gaps) >= 0.25 - 0.002, gaps
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_changed_alive_set_a_poke_and_an_outage_still_go_every_period() -> None:
+    """With a quiet interval far longer than the waits here, each of these heartbeats can only have
+    gone at a period."""
+    client = TimedClient()
+    client.config = controller_pb2.NodeManagerFtConfig(heartbeat_interval_sec=0.05, heartbeat_quiet_interval_sec=300)
+    alive = [0, 1]
+    lk = link(client, [], alive)
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(lk.run(launched))
+    try:
+        await async_wait_for(lambda: len(client.sent_at) >= 1 and lk.quiet_interval_sec == 300, 10.0, "a first heartbeat",
+                             interval_sec=0.01)
+        alive.remove(1)  # no poke: the period's check sees it
+        await async_wait_for(lambda: list(client.calls["heartbeat"][-1].alive_endpoint_ids) == [0], 10.0,
+                             "the changed set sent", interval_sec=0.01)
+        sent = len(client.sent_at)
+        lk.poke()
+        await async_wait_for(lambda: len(client.sent_at) > sent, 10.0, "the poked heartbeat", interval_sec=0.01)
+        client.fail["heartbeat"] = 3
+        lk.poke()
+        await async_wait_for(lambda: client.fail["heartbeat"] == 0 and not lk._heartbeat_failing, 10.0,
+                             "heartbeats each period through the outage until one is answered", interval_sec=0.01)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_stop_that_comes_with_a_poke_ends_the_heartbeat_loop() -> None:
     # A poke (an engine stopping, say) and the stop's cancellation in the same turn of the loop:
     # the wait between heartbeats must end in the cancellation, not take the poke and go on.
