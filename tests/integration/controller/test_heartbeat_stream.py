@@ -6,6 +6,7 @@ answers and a lone silent replica each get the unary path or a clear failure."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -16,7 +17,9 @@ from motor.common.grpc_server import open_channel
 from motor.controller.config import ControllerConfig
 from motor.controller.main import ControllerService
 from motor.testing.fake_controller import FakeController
+from motor.testing.waits import async_wait_for
 from nodemanager.controller_client import ControllerClient
+from nodemanager.controller_link import ControllerLink
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,6 +83,38 @@ async def test_heartbeats_are_messages_of_one_stream_and_recorded_as_heartbeats(
         assert client.heartbeats.streams_opened == 1
     finally:
         await client.close()
+
+
+async def test_the_quiet_interval_travels_to_the_nodemanager_and_spaces_its_unchanged_heartbeats() -> None:
+    service = ControllerService(ControllerConfig.model_validate({
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
+        "status_http": {"host": "127.0.0.1", "port": 0}, "hardware_monitor": {"kubernetes": "off"},
+        "heartbeat_interval_sec": 0.1, "heartbeat_timeout_sec": 0.9}))
+    info = await service.start()
+    client = ControllerClient(f"127.0.0.1:{info['grpc_port']}", timeout_sec=5.0)
+    link = ControllerLink(client, instance_id=INSTANCE, pod_ip=POD_IP, build_register=_register,
+                          alive_ids=lambda: [0, 1], on_config=lambda cfg, source: None,
+                          heartbeat_interval_sec=1.0, max_backoff_sec=0.2)
+    launched = asyncio.Event()
+    launched.set()
+    task = asyncio.create_task(link.run(launched))
+    received = {"method": "HeartbeatStream", "direction": "received"}
+    try:
+        await async_wait_for(lambda: _metric(service, "motor_grpc_server_stream_messages_total", received) >= 4,
+                             20.0, "four heartbeats", interval_sec=0.02)
+        # The Controller's period and a third of its timeout, handed down at registration.
+        assert (link.heartbeat_interval_sec, link.quiet_interval_sec) == (0.1, pytest.approx(0.3))
+        seen = service.core.registry.get(INSTANCE).pods[POD_IP].last_heartbeat_sec
+        await async_wait_for(lambda: service.core.registry.get(INSTANCE).pods[POD_IP].last_heartbeat_sec > seen,
+                             20.0, "the next heartbeat", interval_sec=0.01)
+        gap_sec = service.core.registry.get(INSTANCE).pods[POD_IP].last_heartbeat_sec - seen
+        assert gap_sec >= 0.3 - 0.05, f"an unchanged pod heartbeated {gap_sec:.3f}s after the last, inside 0.3s"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+        await service.stop()
 
 
 @pytest.mark.parametrize("deadline_sec, says", [(None, "it has none"), (7200.0, "it has 72")])
