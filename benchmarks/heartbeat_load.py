@@ -12,12 +12,13 @@ fleet settings: in-memory store, the services' default timings, a heartbeat peri
 then heartbeats each pod as an idle NodeManager does (`nodemanager.controller_link`; nothing changes
 in the pods): every period when the Controller hands down no quiet interval at registration, else
 once per quiet interval, the pods spread evenly over that time, over grpc.aio from --senders
-processes, through the NodeManager's own client code. Each pod's heartbeats are
-messages of its HeartbeatStream (`nodemanager.heartbeat_stream`, as NodeManagers send them), or
-unary Heartbeat calls (what they send to an older Controller). The fleet runs once per transport and
-quiet interval, a fresh Controller each time, so one run prints the quiet fleet beside the one that
-heartbeats every period. No engine exists and nothing faults, so the Controller does what a quiet
-fleet of that size makes it do. `benchmarks.scale` runs the real NodeManagers instead, which on a
+processes, through the NodeManager's own client code. Each pod's heartbeats are messages of its
+HeartbeatStream (`nodemanager.heartbeat_stream`, as NodeManagers send them), or unary Heartbeat
+calls (what they send to an older Controller). The fleet runs once per transport and quiet interval
+(--quiet-intervals: the Controller's heartbeat_quiet_interval_sec, its own default or seconds), a
+fresh Controller each time, so one run prints the quiet fleet beside the one that heartbeats every
+period. No engine exists and nothing faults, so the Controller does what a quiet fleet of that size
+makes it do. `benchmarks.scale` runs the real NodeManagers instead, which on a
 small machine starve long before the Controller does (2,048 of them do not fit two cores).
 
 Measured over --window-sec after --warmup-sec: the Controller's CPU (% of one core, schedstat), its
@@ -226,7 +227,8 @@ def run(args: argparse.Namespace, work: Path, transport: str, quiet: str) -> dic
         rate = len(in_window) / (until - since)
         return {
             "transport": transport, "label": f"{transport}, quiet interval {quiet}",
-            "quiet_interval_sec": sorted(quiet_sec), "unary_fallbacks": fallbacks, "instances": args.instances, "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
+            "quiet_interval_sec": sorted(quiet_sec), "unary_fallbacks": fallbacks, "instances": args.instances,
+            "dp": args.dp, "endpoints": args.instances * args.dp, "pods": len(pods),
             "heartbeat_hz_asked": args.heartbeat_hz, "heartbeats_per_sec": rate,
             "heartbeats_per_sec_asked": len(pods) * args.heartbeat_hz,
             "heartbeats_per_sec_due": len(pods) / max([1.0 / args.heartbeat_hz, *quiet_sec]),
@@ -285,8 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.dp < 8 or args.dp % 8:
         parser.error(f"--dp must be a positive multiple of 8 (8 ranks per pod), got {args.dp}")
-    if not 0 < args.heartbeat_hz <= 10:
-        parser.error(f"--heartbeat-hz must be in (0, 10], got {args.heartbeat_hz}")
+    if not 0.1 < args.heartbeat_hz <= 10:
+        # The Controller refuses a period not shorter than its heartbeat timeout (10 s).
+        parser.error(f"--heartbeat-hz must be in (0.1, 10], got {args.heartbeat_hz}")
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if not transports or set(transports) - set(TRANSPORTS):
         parser.error(f"--transports takes {', '.join(TRANSPORTS)}, comma-separated; got {args.transports!r}")
@@ -312,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(results) > 1:
         base = results[0]
         for other in results[1:]:
-            print(f"{base['label']} against {other['label']}: Controller CPU {base['controller_cpu_pct'] / other['controller_cpu_pct']:.2f}×, per heartbeat "
+            print(f"{base['label']} against {other['label']}: Controller CPU "
+                  f"{base['controller_cpu_pct'] / other['controller_cpu_pct']:.2f}×, per heartbeat "
                   f"{base['controller_cpu_ms_per_heartbeat'] / other['controller_cpu_ms_per_heartbeat']:.2f}×, "
                   f"heartbeat p95 {base['heartbeat']['p95_ms'] / other['heartbeat']['p95_ms']:.2f}×")
     if args.json:
