@@ -8,8 +8,6 @@ prefix.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -23,7 +21,7 @@ from motor.controller.persistence import EtcdRuntimeStore, StaleWriteError, Stor
 from motor.launch.etcd import astart_etcd
 from motor.testing.waits import async_wait_for
 
-from .store_support import etcd_store, record
+from .store_support import etcd_store, frozen, record
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.etcd]
 
@@ -123,16 +121,6 @@ async def test_endpoints_tried_in_order(etcd_endpoint: str, prefix: str,
     assert f"etcd endpoint {dead} unusable" in caplog.text
 
 
-def _every_thread_stopped(pid: int) -> bool:
-    states = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            states.append(task.joinpath("stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:
-            continue  # a thread that ended meanwhile
-    return bool(states) and all(state in ("T", "t") for state in states)
-
-
 async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix: str) -> None:
     # A dedicated server: this test freezes and stops it under a connected store.
     server = await astart_etcd(tmp_path)
@@ -140,12 +128,7 @@ async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix
     try:
         await store.put(record(generation=0), None)
 
-        os.kill(server.pid, signal.SIGSTOP)
-        try:
-            # The stop is delivered to etcd's threads as each is next scheduled: on a busy machine a
-            # call sent at once could still be served. Go on once every thread is stopped.
-            await async_wait_for(lambda: _every_thread_stopped(server.pid), 10.0, "etcd's threads stopped",
-                                 interval_sec=0.01)
+        async with frozen(server.pid):
             # Two calls on the same connection: both fail, neither cancels the other's RPC.
             put_error, load_error = await asyncio.gather(
                 store.put(record(generation=1), 0), store.load_all(), return_exceptions=True)
@@ -154,8 +137,6 @@ async def test_hung_then_dead_server_maps_to_store_errors(tmp_path: Path, prefix
             message = str(put_error)
             assert server.endpoint in message and "timed out" in message and "outcome unknown" in message
             assert "outcome unknown" not in str(load_error)
-        finally:
-            os.kill(server.pid, signal.SIGCONT)
 
         # The frozen server may still apply the write it had buffered: re-read, then go on from there.
         reread = await store.load(1)
@@ -177,8 +158,7 @@ async def test_close_during_a_call_fails_that_call_with_store_error(tmp_path: Pa
     store = etcd_store(server.endpoint, prefix, timeout_sec=5.0)
     try:
         await store.put(record(generation=0), None)
-        os.kill(server.pid, signal.SIGSTOP)
-        try:
+        async with frozen(server.pid):
             pending = asyncio.create_task(store.load_all())
             # Close only once the call is on the wire to the frozen server (an event, not a sleep).
             await async_wait_for(lambda: store._conn.in_flight and not pending.done(), 10,
@@ -188,8 +168,6 @@ async def test_close_during_a_call_fails_that_call_with_store_error(tmp_path: Pa
             # either way, never a hang or a bare cancellation.
             with pytest.raises(StoreError, match="closed|failed"):
                 await asyncio.wait_for(pending, 5.0)
-        finally:
-            os.kill(server.pid, signal.SIGCONT)
         with pytest.raises(StoreError, match="closed"):
             await store.load_all()
     finally:
