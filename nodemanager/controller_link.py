@@ -150,11 +150,14 @@ class ControllerLink:
     async def run(self, launched: asyncio.Event) -> None:
         await launched.wait()
         await self.register()
+        alive = self._alive_ids()
         while True:
-            await self.heartbeat_once()
+            await self.heartbeat_once(alive)
             while True:  # ends at a heartbeat due: bounded by the quiet interval
                 self._poke.clear()
-                if await wait_set(self._poke, self._wait_sec()) or self._due():
+                poked = await wait_set(self._poke, self._wait_sec())
+                alive = self._alive_ids()
+                if poked or self._due(alive):
                     break
 
     def _wait_sec(self) -> float:
@@ -164,18 +167,17 @@ class ControllerLink:
         left = self._answered_at + self.quiet_interval_sec - asyncio.get_running_loop().time()
         return max(0.0, min(self.heartbeat_interval_sec, left))
 
-    def _due(self) -> bool:
+    def _due(self, alive: list[int]) -> bool:
         """Whether this period's heartbeat tells the Controller anything it has not answered."""
         if not self.quiet_interval_sec or self._answered_at is None or self._heartbeat_failing:
             return True
-        if self._alive_ids() != self.last_alive:
+        if alive != self.last_alive:
             return True
         # The timer that ends the wait may fire up to the clock's resolution early.
         return asyncio.get_running_loop().time() >= self._answered_at + self.quiet_interval_sec - _EARLY_SEC
 
-    async def heartbeat_once(self) -> None:
+    async def heartbeat_once(self, alive: list[int]) -> None:
         self._seq += 1
-        alive = self._alive_ids()
         req = controller_pb2.HeartbeatRequest(
             pod_ip=self._pod_ip, instance_id=self._instance, alive_endpoint_ids=alive, seq=self._seq
         )

@@ -251,9 +251,6 @@ class ControllerCore:
                     failing = True
             await asyncio.sleep(interval)
 
-    def nm_config(self) -> controller_pb2.NodeManagerFtConfig:
-        return self._nm_config
-
     # ---- registration and heartbeats ---------------------------------------------------------
 
     async def register(self, req: controller_pb2.RegisterRequest, identity: str = "") -> controller_pb2.RegisterResponse:
@@ -292,7 +289,7 @@ class ControllerCore:
             self.faults.pod_registered(iid)
         self.broadcaster.changed(iid)
         return controller_pb2.RegisterResponse(accepted=True, message="assembled" if record.assembled else "waiting for pods",
-                                               config=self.nm_config())
+                                               config=self._nm_config)
 
     def _check_retired(self, instance_id: int) -> None:
         """A pod that retired ranks the Controller never committed crossed the NM-commit /
@@ -317,7 +314,7 @@ class ControllerCore:
     def heartbeat(self, req: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
         pod = self.registry.heartbeat(req.pod_ip, req.instance_id, req.alive_endpoint_ids, self.clock.monotonic())
         if pod is None:
-            return controller_pb2.HeartbeatResponse(known=False, config=self.nm_config())
+            return controller_pb2.HeartbeatResponse(known=False, config=self._nm_config)
         runtime = self.runtimes.find(req.instance_id)
         if runtime is not None:
             expected = expected_alive(pod, runtime.dead_committed, self.scale_down_enabled)
@@ -340,7 +337,7 @@ class ControllerCore:
                 self.broadcaster.changed(req.instance_id)
             if missing:
                 log.info("instance=%d pod=%s heartbeat misses ranks %s", req.instance_id, req.pod_ip, sorted(missing))
-        return controller_pb2.HeartbeatResponse(known=True, config=self.nm_config())
+        return controller_pb2.HeartbeatResponse(known=True, config=self._nm_config)
 
     def report_software_fault(self, req: controller_pb2.ReportSoftwareFaultRequest, kind: EvidenceKind) -> str:
         self.metrics.fault_report(str(kind))
