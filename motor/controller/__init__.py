@@ -13,6 +13,7 @@ Modules:
                    holder every write, peer call and servicer checks)
   servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
   identity         IdentityGate: a NodeManager's claims (pod IP, address, ranks) against its certificate
+  heartbeat_streams  the open HeartbeatStreams, ended when the replica stops
   clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
   router_client    VllmRouterClient: vllm-router's worker API (deadlines, retries with backoff)
   instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability
@@ -37,7 +38,7 @@ Layers, each importing only the ones below it (siblings on one line import each 
 `layers` contract in pyproject.toml checks this):
   main
   servicer | replica
-  identity                              which pod a NodeManager may speak for
+  identity | heartbeat_streams          which pod a NodeManager may speak for; the open heartbeat streams
   console                               the operator web console (/ui), read-only
   core                                  the composition root
   restoration                           capacity restoration (pods replaced, RestoreInstance, auto mode)

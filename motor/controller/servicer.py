@@ -22,6 +22,7 @@ from motor.controller.core import ControllerCore
 from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
+from motor.controller.heartbeat_streams import HeartbeatStreams
 from motor.controller.identity import Caller, IdentityGate, IdentityRefusal, caller_of, require_pod_identity
 from motor.controller.instances import InstanceCapError, RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
@@ -50,19 +51,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                      security.trust_domain if security is not None else "motor",
                                      require_pod_identity(core.config))
         # The open HeartbeatStreams, ended when this replica stops (`end_heartbeat_streams`).
-        self._heartbeat_streams: set[grpc.aio.ServicerContext] = set()
+        self._heartbeat_streams = HeartbeatStreams()
 
     async def end_heartbeat_streams(self, why: str) -> int:
         """Ends every open HeartbeatStream UNAVAILABLE: at shutdown, so the server's grace period is
-        left to the calls in flight instead of being spent on streams that never end by themselves
-        (each NodeManager sends its next heartbeat as a call, which finds the next leader)."""
-        contexts, self._heartbeat_streams = list(self._heartbeat_streams), set()
-        for context in contexts:
-            try:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"HeartbeatStream: {why}")
-            except Exception:  # noqa: BLE001 - abort raises in its caller once the status is sent; a finished call refuses it
-                pass
-        return len(contexts)
+        left to the calls in flight. Returns how many were open."""
+        return await self._heartbeat_streams.end_all(why)
 
     async def _check_identity(self, context, method: str, request, instance_id: int, pod_ip: str) -> str:
         """The caller's pod URI once its claims are covered by its certificate (see
@@ -155,17 +149,21 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                                 f"it has {asked}")
         caller = caller_of(context, self.identity.trust_domain)
         core = self.core
-        self._heartbeat_streams.add(context)
+        streams = self._heartbeat_streams
+        await streams.opened(context)
         try:
             async for message in request_iterator:
+                if not streams.received(context):
+                    return
                 await check_request(message, context)
                 await self._require_leader(context, "Heartbeat")
                 request = message.heartbeat
                 await self._check_caller(context, caller, "Heartbeat", request, request.instance_id, request.pod_ip)
                 yield controller_pb2.HeartbeatStreamResponse(heartbeat=core.heartbeat(request),
                                                              leader_term=core.leadership.term)
+                await streams.answered(context)
         finally:
-            self._heartbeat_streams.discard(context)
+            streams.closed(context)
 
     async def ReportSoftwareFault(self, request, context):
         await check_request(request, context)

@@ -241,6 +241,38 @@ async def test_a_stopping_controller_ends_its_heartbeat_streams_instead_of_waiti
             await service.stop()
 
 
+async def test_a_stream_answering_when_the_controller_stops_ends_once_its_answer_is_sent(monkeypatch) -> None:
+    # The stop starts as the Controller hands an answer to grpc to send: the answer still arrives,
+    # then the stream's end (the refusal a status sent during that send would meet is in
+    # tests/unit/controller/test_heartbeat_streams.py: here the send may finish first).
+    service = _service(shutdown_grace_sec=300)
+    info = await service.start()
+    assert service.core is not None
+    answer = service.core.heartbeat
+    stopping: list[asyncio.Task] = []
+
+    def answer_then_stop(request: controller_pb2.HeartbeatRequest) -> controller_pb2.HeartbeatResponse:
+        if request.seq == 2:  # runs as soon as the handler yields this answer to grpc to send
+            stopping.append(asyncio.create_task(service.stop()))
+        return answer(request)
+
+    monkeypatch.setattr(service.core, "heartbeat", answer_then_stop)
+    try:
+        async with open_channel(f"127.0.0.1:{info['grpc_port']}") as channel:
+            call = controller_pb2_grpc.ControllerStub(channel).HeartbeatStream(timeout=600)
+            for seq in (1, 2):
+                await call.write(controller_pb2.HeartbeatStreamRequest(heartbeat=_beat(seq)))
+                assert (await call.read()).HasField("heartbeat")
+            with pytest.raises(grpc.aio.AioRpcError) as info_err:
+                await call.read()
+            assert info_err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "is stopping" in info_err.value.details()
+            await stopping[0]
+    finally:
+        if not stopping:
+            await service.stop()
+
+
 async def test_a_stream_cancelled_under_a_heartbeat_is_a_lost_stream_not_a_cancelled_heartbeat() -> None:
     # What closing the channel does to the stream (rotated certificate files reopen it while a
     # heartbeat waits for its answer): grpc raises CancelledError in the read, though nobody
