@@ -1,4 +1,4 @@
-"""The one client wrapper for the Controller peer: Register, Heartbeat, ReportSoftwareFault.
+"""The one client wrapper for the Controller peer: Register, Heartbeat, ReportSoftwareFault(s).
 
 Heartbeats go as messages of one long-lived HeartbeatStream call, with a unary Heartbeat whenever
 the stream cannot answer (`nodemanager.heartbeat_stream`).
@@ -57,6 +57,11 @@ class ControllerClient:
         self, request: controller_pb2.ReportSoftwareFaultRequest
     ) -> controller_pb2.ReportSoftwareFaultResponse:
         return await self._leader.call("ReportSoftwareFault", request)
+
+    async def report_software_faults(
+        self, request: controller_pb2.ReportSoftwareFaultsRequest
+    ) -> controller_pb2.ReportSoftwareFaultsResponse:
+        return await self._leader.call("ReportSoftwareFaults", request)
 
     async def close(self) -> None:
         self.heartbeats.close()

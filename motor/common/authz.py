@@ -39,6 +39,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/motor.v1.Controller/Heartbeat": frozenset({NM}),
     "/motor.v1.Controller/HeartbeatStream": frozenset({NM}),
     "/motor.v1.Controller/ReportSoftwareFault": frozenset({NM}),
+    "/motor.v1.Controller/ReportSoftwareFaults": frozenset({NM}),
     # Operators (motorctl hw-fault, MindCluster bridges) and controllers (replicas, monitors).
     "/motor.v1.Controller/ReportHardwareFault": frozenset({OP, C}),
     # Reads of the RFC §7 runtime and the timelines: also the read-only monitor role.

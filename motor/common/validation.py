@@ -39,6 +39,7 @@ REPEATED_LIMITS: dict[str, int] = {
     "pods": 1024,
     "device_infos": 64,
     "instance_ids": 1024,
+    "reports": 64,  # software fault reports of one pod in one call
 }
 # Rank lists (endpoint_ids, removed_dp_ranks, retired_ids, alive_endpoint_ids, mask, ...), endpoints.
 DEFAULT_REPEATED_LIMIT = MAX_RANKS

@@ -14,6 +14,7 @@ Modules:
   servicer         gRPC `motor.v1.Controller` adapted to ControllerCore (validation, status codes)
   identity         IdentityGate: a NodeManager's claims (pod IP, address, ranks) against its certificate
   heartbeat_streams  the open HeartbeatStreams, ended when the replica stops
+  software_reports   software fault reports taken one or several of one pod at a time (servicer and simulation)
   clients          one client wrapper per peer (NodeManager, Coordinator), PeerCallError, ControllerPeers
   router_client    VllmRouterClient: vllm-router's worker API (deadlines, retries with backoff)
   instances        InstanceRegistry: pods → instances, immutable original ranks, assembly, capability
@@ -38,7 +39,9 @@ Layers, each importing only the ones below it (siblings on one line import each 
 `layers` contract in pyproject.toml checks this):
   main
   servicer | replica
-  identity | heartbeat_streams          which pod a NodeManager may speak for; the open heartbeat streams
+  identity | heartbeat_streams | software_reports
+                                        which pod a NodeManager may speak for; the open heartbeat
+                                        streams; taking software fault reports
   console                               the operator web console (/ui), read-only
   core                                  the composition root
   restoration                           capacity restoration (pods replaced, RestoreInstance, auto mode)

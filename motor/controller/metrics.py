@@ -71,7 +71,8 @@ class ControllerMetrics:
                                        "Scale-down gate refusals, one per failed condition", ["reason"], registry=r)
         self.evidence = Counter("motor_evidence_total", "Fault evidence that entered a recovery transaction",
                                 ["kind"], registry=r)
-        self.fault_reports = Counter("motor_fault_reports_total", "ReportSoftwareFault calls received",
+        self.fault_reports = Counter("motor_fault_reports_total",
+                                     "Software fault reports received (each of a ReportSoftwareFaults call too)",
                                      ["kind"], registry=r)
         self.stage_seconds = Histogram("motor_scale_down_stage_seconds",
                                        "Stages of successful scale-down rounds (see fault_tolerance.stages)",

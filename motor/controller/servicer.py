@@ -18,8 +18,8 @@ import grpc
 from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.common.metadata import LEADER_ADDRESS_METADATA, LEADER_TERM_METADATA
 from motor.common.validation import check_request
+from motor.controller import software_reports
 from motor.controller.core import ControllerCore
-from motor.controller.fault_tolerance.evidence import EvidenceKind, NormalizationError
 from motor.controller.hardware.model import HardwareFaultError
 from motor.controller.hardware.monitor import SourceNotStarted
 from motor.controller.heartbeat_streams import HeartbeatStreams
@@ -33,14 +33,6 @@ log = logging.getLogger(__name__)
 
 # The longest deadline a HeartbeatStream may ask for: NodeManagers reopen theirs well before it.
 MAX_HEARTBEAT_STREAM_SEC = 3600.0
-
-_KINDS = {
-    controller_pb2.SOFTWARE_FAULT_KIND_UNHEALTHY: EvidenceKind.UNHEALTHY,
-    controller_pb2.SOFTWARE_FAULT_KIND_DEAD: EvidenceKind.DEAD,
-    controller_pb2.SOFTWARE_FAULT_KIND_ENGINE_DEAD: EvidenceKind.ENGINE_DEAD,
-    controller_pb2.SOFTWARE_FAULT_KIND_PROTOCOL_ERROR: EvidenceKind.PROTOCOL_ERROR,
-    controller_pb2.SOFTWARE_FAULT_KIND_RECOVERED: EvidenceKind.RECOVERED,
-}
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
@@ -169,16 +161,28 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         await check_request(request, context)
         await self._require_leader(context, "ReportSoftwareFault")
         await self._check_identity(context, "ReportSoftwareFault", request, request.instance_id, request.pod_ip)
-        kind = _KINDS.get(request.kind)
-        if kind is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind} is not a software fault kind")
         try:
-            message = self.core.report_software_fault(request, kind)
+            return software_reports.take(self.core, request)
         except UnknownInstanceError:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {request.instance_id}")
-        except NormalizationError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"instance {request.instance_id}: {exc}")
-        return controller_pb2.ReportSoftwareFaultResponse(accepted=not message.endswith("ignored"), message=message)
+        except software_reports.ReportInvalid as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def ReportSoftwareFaults(self, request, context):
+        await check_request(request, context)
+        await self._require_leader(context, "ReportSoftwareFaults")
+        try:
+            instance_id, pod_ip = software_reports.one_pod(request)
+        except software_reports.ReportInvalid as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        # Every report's claims are checked before any is taken: a call is refused whole or not at all.
+        caller = caller_of(context, self.identity.trust_domain)
+        for report in request.reports:
+            await self._check_caller(context, caller, "ReportSoftwareFault", report, instance_id, pod_ip)
+        try:
+            return software_reports.take_all(self.core, request)
+        except UnknownInstanceError:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {instance_id}")
 
     async def ReportHardwareFault(self, request, context):
         await check_request(request, context)

@@ -6,7 +6,8 @@
   mapped by `nodemanager.rpc.status_code_of`.
 - `SimCoordinatorClient`: `CoordinatorClient` over the Coordinator's real `RoutingTable`.
 - `SimControllerClient`: `nodemanager.controller_client.ControllerClient` over the acting leader's
-  `ControllerCore` (Register, Heartbeat, ReportSoftwareFault as the Controller's servicer adapts them).
+  `ControllerCore` (Register, Heartbeat, ReportSoftwareFault and ReportSoftwareFaults as the Controller's
+  servicer adapts them).
 
 A Controller call goes through the real `motor.controller.clients._invoke` (the sending replica's
 leadership check, its term in the metadata), then its `Sender` (`motor.simulation.fences`), the
@@ -26,11 +27,10 @@ from gen.motor.v1 import controller_pb2, coordinator_pb2, node_manager_pb2
 from motor.common.leader_client import LeaderUnavailable
 from motor.common.term_fence import TermFence, term_of
 from motor.controller.clients import _invoke
+from motor.controller import software_reports
 from motor.controller.fencing import Leadership
-from motor.controller.fault_tolerance.evidence import NormalizationError
 from motor.controller.instances import RegistrationError
 from motor.controller.model.runtime import UnknownInstanceError
-from motor.controller.servicer import _KINDS
 from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import instance_from_proto, instance_to_proto
 from motor.coordinator.serving_view import RefreshError, RefreshErrorCode, RefreshEvent
@@ -346,17 +346,23 @@ class SimControllerClient:
 
     async def report_software_fault(self, request: controller_pb2.ReportSoftwareFaultRequest):
         async def fn(core):
-            kind = _KINDS.get(request.kind)
-            if kind is None:
-                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"kind {request.kind}")
             try:
-                message = core.report_software_fault(request, kind)
+                return software_reports.take(core, request)
             except UnknownInstanceError:
                 raise CallFailed(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {request.instance_id}") from None
-            except NormalizationError as exc:
+            except software_reports.ReportInvalid as exc:
                 raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-            return controller_pb2.ReportSoftwareFaultResponse(accepted=not message.endswith("ignored"),
-                                                              message=message)
+        return await self._call(fn, idempotent=True)
+
+    async def report_software_faults(self, request: controller_pb2.ReportSoftwareFaultsRequest):
+        async def fn(core):
+            try:
+                instance_id, _ = software_reports.one_pod(request)
+                return software_reports.take_all(core, request)
+            except UnknownInstanceError:
+                raise CallFailed(grpc.StatusCode.NOT_FOUND, f"unknown instance_id {instance_id}") from None
+            except software_reports.ReportInvalid as exc:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         return await self._call(fn, idempotent=True)
 
     async def close(self) -> None:

@@ -1,5 +1,5 @@
 """A recording Controller peer on a real gRPC server (thread pool, so it serves whatever event loop
-the caller runs): records Register / Heartbeat / ReportSoftwareFault and answers with a settable
+the caller runs): records Register / Heartbeat / ReportSoftwareFault(s) and answers with a settable
 NodeManagerFtConfig. Not a Controller: no decisions, only what a NodeManager test needs to observe.
 """
 
@@ -26,6 +26,7 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self.registers: list[controller_pb2.RegisterRequest] = []
         self.heartbeats: list[controller_pb2.HeartbeatRequest] = []
         self.reports: list[controller_pb2.ReportSoftwareFaultRequest] = []
+        self.report_calls = 0  # ReportSoftwareFaults calls (each of several reports)
         self._known: set[str] = set(known_pods)
         self._server: grpc.Server | None = None
         self.port = 0
@@ -90,6 +91,14 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         with self.lock:
             self.reports.append(request)
         return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
+
+    def ReportSoftwareFaults(self, request: controller_pb2.ReportSoftwareFaultsRequest,
+                             context: Any) -> controller_pb2.ReportSoftwareFaultsResponse:
+        with self.lock:
+            self.reports.extend(request.reports)
+            self.report_calls += 1
+        return controller_pb2.ReportSoftwareFaultsResponse(
+            results=[controller_pb2.ReportSoftwareFaultResult(accepted=True) for _ in request.reports])
 
     # -- observation ------------------------------------------------------------------------
     def reports_of(self, endpoint_id: int, kind: int | None = None) -> list[controller_pb2.ReportSoftwareFaultRequest]:

@@ -229,6 +229,28 @@ class ReportSoftwareFaultResponse(_message.Message):
     message: str
     def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
+class ReportSoftwareFaultsRequest(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[ReportSoftwareFaultRequest]
+    def __init__(self, reports: _Optional[_Iterable[_Union[ReportSoftwareFaultRequest, _Mapping]]] = ...) -> None: ...
+
+class ReportSoftwareFaultsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReportSoftwareFaultResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportSoftwareFaultResult, _Mapping]]] = ...) -> None: ...
+
+class ReportSoftwareFaultResult(_message.Message):
+    __slots__ = ("accepted", "message", "refused")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    message: str
+    refused: bool
+    def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ..., refused: _Optional[bool] = ...) -> None: ...
+
 class ReportHardwareFaultRequest(_message.Message):
     __slots__ = ("node_name", "npu_name", "fault_code", "level", "fault_type", "fault_handling", "fault_time_unix_sec", "source")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]

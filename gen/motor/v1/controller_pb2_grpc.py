@@ -56,6 +56,11 @@ class ControllerStub:
                 request_serializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultRequest.SerializeToString,
                 response_deserializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultResponse.FromString,
                 _registered_method=True)
+        self.ReportSoftwareFaults = channel.unary_unary(
+                '/motor.v1.Controller/ReportSoftwareFaults',
+                request_serializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsRequest.SerializeToString,
+                response_deserializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsResponse.FromString,
+                _registered_method=True)
         self.ReportHardwareFault = channel.unary_unary(
                 '/motor.v1.Controller/ReportHardwareFault',
                 request_serializer=motor_dot_v1_dot_controller__pb2.ReportHardwareFaultRequest.SerializeToString,
@@ -120,6 +125,17 @@ class ControllerServicer:
 
     def ReportSoftwareFault(self, request, context):
         """Reports software fault evidence for one endpoint (engine FT status or process death).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportSoftwareFaults(self, request, context):
+        """Reports several endpoints' software fault evidence of one pod in one call, taken in the given
+        order as that many ReportSoftwareFault calls would be. The call is refused as a whole when the
+        reports are not all of one pod and one instance, when the caller may not report one of them
+        (PERMISSION_DENIED), or for the reasons ReportSoftwareFault is; a report whose kind or rank is
+        invalid is refused alone (`ReportSoftwareFaultResult.refused`) and the others are taken.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,6 +208,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ReportSoftwareFault,
                     request_deserializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultRequest.FromString,
                     response_serializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultResponse.SerializeToString,
+            ),
+            'ReportSoftwareFaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSoftwareFaults,
+                    request_deserializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsRequest.FromString,
+                    response_serializer=motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsResponse.SerializeToString,
             ),
             'ReportHardwareFault': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportHardwareFault,
@@ -334,6 +355,33 @@ class Controller:
             '/motor.v1.Controller/ReportSoftwareFault',
             motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultRequest.SerializeToString,
             motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSoftwareFaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/motor.v1.Controller/ReportSoftwareFaults',
+            motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsRequest.SerializeToString,
+            motor_dot_v1_dot_controller__pb2.ReportSoftwareFaultsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -130,6 +130,21 @@ async def test_pod_a_cannot_report_pod_bs_rank_dead(world: World) -> None:
     assert world.service.core.faults.running(INSTANCE) is None  # no recovery started
 
 
+async def test_a_call_of_several_reports_with_one_forged_is_refused_whole(world: World) -> None:
+    dead = controller_pb2.SOFTWARE_FAULT_KIND_ENGINE_DEAD
+    reports = [controller_pb2.ReportSoftwareFaultRequest(pod_ip=A_IP, instance_id=INSTANCE, endpoint_id=rank,
+                                                         kind=dead, evidence="forged" if rank else "own")
+               for rank in (0, 1)]
+    err = await _as(world, "nodemanager-a", "ReportSoftwareFaults", controller_pb2.ReportSoftwareFaultsRequest(
+        reports=reports))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "rank 1 is not hosted by pod 127.0.0.2" in err.details()
+    assert world.refusals("ReportSoftwareFault", "rank") == 1
+    # A's own report in the same call was not taken either.
+    assert world.service.core.metrics.registry.get_sample_value(
+        "motor_fault_reports_total", {"kind": "ENGINE_DEAD"}) is None
+    assert world.service.core.faults.running(INSTANCE) is None
+
+
 async def test_pod_a_cannot_register_pod_bs_nodemanager_address(world: World) -> None:
     # Its own pod, in an instance of its own, with B's address: Guard, Apply and StopPod would go to B.
     err = await _as(world, "nodemanager-a", "Register", register_request(A_IP, 0, B_ADDRESS, instance_id=8))

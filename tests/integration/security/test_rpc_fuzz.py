@@ -361,6 +361,9 @@ def _seeds() -> dict[str, Message]:
             pod_ip=ip, instance_id=CTL_INSTANCE, alive_endpoint_ids=[0, 1], seq=1)),
         "ReportSoftwareFault": c.ReportSoftwareFaultRequest(pod_ip=ip, instance_id=CTL_INSTANCE, endpoint_id=1,
                                                             kind=c.SOFTWARE_FAULT_KIND_UNHEALTHY, evidence="fuzz"),
+        "ReportSoftwareFaults": c.ReportSoftwareFaultsRequest(reports=[
+            c.ReportSoftwareFaultRequest(pod_ip=ip, instance_id=CTL_INSTANCE, endpoint_id=rank,
+                                         kind=c.SOFTWARE_FAULT_KIND_UNHEALTHY, evidence="fuzz") for rank in (0, 1)]),
         "ReportHardwareFault": c.ReportHardwareFaultRequest(node_name="node-a", npu_name="Ascend910-1",
                                                             fault_code="80E18402", level=c.FAULT_LEVEL_L6),
         "GetFaultToleranceStatus": c.GetFaultToleranceStatusRequest(instance_ids=[CTL_INSTANCE]),

@@ -24,12 +24,16 @@ class ScriptedClient:
     address = "controller.test:1"
 
     def __init__(self) -> None:
-        self.fail = {"register": 0, "heartbeat": 0, "report": 0}
+        self.fail = {"register": 0, "heartbeat": 0, "report": 0, "reports": 0}
         self.fail_code = grpc.StatusCode.UNAVAILABLE
         self.refuse_register = 0
         self.known = True
         self.config: controller_pb2.NodeManagerFtConfig | None = None
-        self.calls: dict[str, list] = {"register": [], "heartbeat": [], "report": []}
+        self.calls: dict[str, list] = {"register": [], "heartbeat": [], "report": [], "reports": []}
+        # Whether it has ReportSoftwareFaults; without it (an older Controller) a call of several
+        # reports is answered UNIMPLEMENTED and the reporter sends one per call.
+        self.batches = False
+        self.refuse_ranks: set[int] = set()  # reports of these ranks are refused alone in a batch
 
     def _maybe_fail(self, kind: str, req: object) -> None:
         self.calls[kind].append(req)
@@ -58,6 +62,16 @@ class ScriptedClient:
                                     ) -> controller_pb2.ReportSoftwareFaultResponse:
         self._maybe_fail("report", req)
         return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
+
+    async def report_software_faults(self, req: controller_pb2.ReportSoftwareFaultsRequest
+                                     ) -> controller_pb2.ReportSoftwareFaultsResponse:
+        if not self.batches:
+            raise unavailable(grpc.StatusCode.UNIMPLEMENTED)
+        self._maybe_fail("reports", req)
+        return controller_pb2.ReportSoftwareFaultsResponse(results=[
+            controller_pb2.ReportSoftwareFaultResult(refused=True, message=f"rank {r.endpoint_id} refused")
+            if r.endpoint_id in self.refuse_ranks else controller_pb2.ReportSoftwareFaultResult(accepted=True)
+            for r in req.reports])
 
 
 def reporter(client: ScriptedClient, retired: set[int] | None = None, size: int = 8, registered: bool = True,

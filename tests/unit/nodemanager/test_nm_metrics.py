@@ -68,6 +68,12 @@ class Controller:
             raise grpc.aio.AioRpcError(self.code, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
         return controller_pb2.ReportSoftwareFaultResponse(accepted=True)
 
+    async def report_software_faults(self, req: controller_pb2.ReportSoftwareFaultsRequest
+                                     ) -> controller_pb2.ReportSoftwareFaultsResponse:
+        answer = await self.report_software_fault(req.reports[0])
+        return controller_pb2.ReportSoftwareFaultsResponse(
+            results=[controller_pb2.ReportSoftwareFaultResult(accepted=answer.accepted) for _ in req.reports])
+
 
 async def test_every_poll_is_counted_and_timed_and_errors_by_kind() -> None:
     metrics = NodeManagerMetrics()
@@ -101,13 +107,13 @@ async def test_reports_sent_retried_and_dropped_by_reason() -> None:
     try:
         reporter.submit(FaultReport(5, DEAD, "retired rank"))
         reporter.submit(FaultReport(1, DEAD, "owed after 3 attempts, delivered at the 5th"))
-        reporter.submit(FaultReport(2, UNHEALTHY, "delivered at once"))
+        reporter.submit(FaultReport(2, UNHEALTHY, "in the same call as rank 1's"))
         await async_wait_for(lambda: reporter.sent == 2, 5.0, "reporter.sent == 2", interval_sec=0.01)
     finally:
         await reporter.close()
     assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="retired") == 1
     assert value(metrics, "motor_nodemanager_fault_reports_dropped_total", reason="attempts_exhausted") == 0
-    assert value(metrics, "motor_nodemanager_fault_report_retries_total") == 4  # 4 failures of rank 1's report
+    assert value(metrics, "motor_nodemanager_fault_report_retries_total") == 4  # 4 failures of the call
     assert value(metrics, "motor_nodemanager_fault_reports_sent_total", kind="DEAD") == 1
     assert value(metrics, "motor_nodemanager_fault_reports_sent_total", kind="UNHEALTHY") == 1
 

@@ -93,6 +93,73 @@ async def test_a_refusal_is_final() -> None:
         assert r.lost == 1 and [c.endpoint_id for c in client.calls["report"]] == [1, 2]
 
 
+async def test_reports_waiting_together_go_in_one_call_in_order_and_a_refused_one_is_dropped_alone() -> None:
+    client = ScriptedClient()
+    client.batches, client.refuse_ranks = True, {2}
+    r = reporter(client)
+    r.submit(FaultReport(3, DEAD, "d"))
+    r.submit(FaultReport(1, UNHEALTHY, "u"))
+    r.submit(FaultReport(2, UNHEALTHY, "u"))
+    async with running(r):
+        await async_wait_for(lambda: r.sent == 2, 5.0, "r.sent == 2", interval_sec=0.01)
+        assert [[(x.endpoint_id, x.kind) for x in c.reports] for c in client.calls["reports"]] == \
+            [[(3, DEAD), (1, UNHEALTHY), (2, UNHEALTHY)]]
+        assert all((x.pod_ip, x.instance_id) == ("127.0.0.2", 7) for x in client.calls["reports"][0].reports)
+        assert client.calls["report"] == [] and r.lost == 1 and r.pending == 0
+        # A lone report later goes in a call of its own.
+        r.submit(FaultReport(4, DEAD, "d"))
+        await async_wait_for(lambda: r.sent == 3, 5.0, "r.sent == 3", interval_sec=0.01)
+        assert [c.endpoint_id for c in client.calls["report"]] == [4] and len(client.calls["reports"]) == 1
+
+
+async def test_a_call_of_several_is_retried_whole_and_a_superseded_report_leaves_it() -> None:
+    client = ScriptedClient()
+    client.batches = True
+    client.fail["reports"] = 1000
+    r = reporter(client)
+    r.submit(FaultReport(1, UNHEALTHY, "u"))
+    r.submit(FaultReport(2, UNHEALTHY, "u"))
+    async with running(r):
+        await async_wait_for(lambda: len(client.calls["reports"]) >= 4, 5.0, "the call past its quick attempts",
+                             interval_sec=0.01)
+        r.submit(FaultReport(1, DEAD, "d"))
+        assert r.pending == 3  # the call's two, and rank 1's DEAD waiting for it
+        client.fail["reports"] = 0
+        await async_wait_for(lambda: r.sent == 2, 5.0, "r.sent == 2", interval_sec=0.01)
+    # Every failed try carried both; the try after the DEAD carried rank 2's alone (a call of one).
+    assert {tuple((x.endpoint_id, x.kind) for x in c.reports) for c in client.calls["reports"]} == \
+        {((1, UNHEALTHY), (2, UNHEALTHY))}
+    assert [(c.endpoint_id, c.kind) for c in client.calls["report"]] == [(2, UNHEALTHY), (1, DEAD)]
+    assert r.lost == 0 and r.pending == 0
+
+
+async def test_a_controller_without_the_call_of_several_gets_each_report_once_in_calls_of_one() -> None:
+    client = ScriptedClient()  # answers ReportSoftwareFaults UNIMPLEMENTED
+    r = reporter(client)
+    for rank in (1, 2, 3):
+        r.submit(FaultReport(rank, DEAD, "d"))
+    async with running(r):
+        await async_wait_for(lambda: r.sent == 3, 5.0, "r.sent == 3", interval_sec=0.01)
+        r.submit(FaultReport(4, DEAD, "d"))
+        r.submit(FaultReport(5, DEAD, "d"))
+        await async_wait_for(lambda: r.sent == 5, 5.0, "r.sent == 5", interval_sec=0.01)
+    assert [c.endpoint_id for c in client.calls["report"]] == [1, 2, 3, 4, 5] and client.calls["reports"] == []
+    assert not r._batching and r.lost == 0
+
+
+async def test_a_call_of_several_refused_whole_drops_every_report_it_carried() -> None:
+    client = ScriptedClient()
+    client.batches = True
+    client.fail["reports"] = 1
+    client.fail_code = grpc.StatusCode.PERMISSION_DENIED
+    r = reporter(client)
+    r.submit(FaultReport(1, DEAD, "d"))
+    r.submit(FaultReport(2, DEAD, "d"))
+    async with running(r):
+        await async_wait_for(lambda: r.lost == 2, 5.0, "r.lost == 2", interval_sec=0.01)
+        assert r.sent == 0 and r.pending == 0 and len(client.calls["reports"]) == 1
+
+
 def test_queue_is_bounded_and_drops_the_oldest() -> None:
     r = reporter(ScriptedClient(), size=2)
     for i in range(4):
