@@ -152,38 +152,44 @@ class RuntimeBroadcaster:
 
 
 class RuntimeJsonCache:
-    """Each instance's runtime JSON as last rendered, keyed by the message's serialized bytes: an
-    instance unchanged since the last page is not walked again (the walk is most of a page's cost
-    at thousands of endpoints), and any change in any field renders it anew, since the key is the
-    whole content. Holds one entry per instance; a page of every instance drops the ones gone."""
+    """Each instance's runtime JSON text as last rendered, keyed by the message's serialized bytes: an
+    instance unchanged since the last page is neither walked nor encoded again (after a round every
+    rank's engine status is in its instance's runtime, and encoding a page of thousands of them took
+    most of the page's time), and any change in any field renders it anew, since the key is the
+    whole content. Holds one entry per instance; a page of every instance drops the ones gone.
+    Pages render in worker threads, so two may use it at once: each step is one dict operation."""
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[bytes, dict[str, Any]]] = {}
+        self._entries: dict[int, tuple[bytes, str]] = {}
 
-    def docs(self, protos: list[controller_pb2.InstanceFtRuntime], every: bool) -> list[dict[str, Any]]:
+    def texts(self, protos: list[controller_pb2.InstanceFtRuntime], every: bool) -> list[str]:
         out = []
         for proto in protos:
             key = proto.SerializeToString(deterministic=True)
             entry = self._entries.get(proto.instance_id)
             if entry is None or entry[0] != key:
-                entry = self._entries[proto.instance_id] = (key, message_json(proto))
+                entry = self._entries[proto.instance_id] = (key, json.dumps(message_json(proto)))
             out.append(entry[1])
         if every and len(self._entries) > len(protos):
             live = {p.instance_id for p in protos}
-            for gone in [iid for iid in self._entries if iid not in live]:
+            for gone in [iid for iid in list(self._entries) if iid not in live]:
                 self._entries.pop(gone, None)
         return out
 
 
-async def _render_off_loop(protos: list[Message], assemble: Callable[[list[dict[str, Any]]], dict[str, Any]],
-                           docs_of: Callable[[list[Message]], list[dict[str, Any]]] | None = None) -> web.Response:
-    """JSON of messages the loop already copied, rendered in a worker thread: a page of thousands of
-    engine statuses (tens of ms) then holds the event loop only in GIL slices, so heartbeats and
-    rounds are not queued behind it. `docs_of` turns the messages into JSON documents (each one
-    walked by `message_json` unless given)."""
-    def render() -> str:
-        docs = docs_of(protos) if docs_of is not None else [message_json(p) for p in protos]
-        return json.dumps(assemble(docs))
+def status_page_text(head: dict[str, Any], instances: list[str], tail: dict[str, Any]) -> str:
+    """`json.dumps({**head, "instances": [...], **tail})` with each instance's JSON text (from
+    `RuntimeJsonCache`) spliced in as it was rendered."""
+    members = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
+    members.append('"instances": [' + ", ".join(instances) + "]")
+    members += [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in tail.items()]
+    return "{" + ", ".join(members) + "}"
+
+
+async def _render_off_loop(render: Callable[[], str]) -> web.Response:
+    """A page of messages the loop already copied, rendered in a worker thread: a page of thousands of
+    engine statuses then holds the event loop only in GIL slices, so heartbeats and rounds are not
+    queued behind it."""
     return web.Response(text=await asyncio.to_thread(render), content_type="application/json")
 
 
@@ -224,8 +230,7 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
         tail: dict[str, Any] = {"leadership": leadership()} if leadership is not None else {}
         if publishers is not None:
             tail["publishers"] = publishers()
-        return await _render_off_loop(protos, lambda docs: {**head, "instances": docs, **tail},
-                                      lambda ps: cache.docs(ps, every=wanted is None))
+        return await _render_off_loop(lambda: status_page_text(head, cache.texts(protos, every=wanted is None), tail))
 
     async def timeline(request: web.Request) -> web.Response:
         wanted = _instance_filter(request)
@@ -238,7 +243,8 @@ def status_app(get_runtimes, get_timeline, scale_down_enabled: bool,
             copy = type(t.proto)()
             copy.CopyFrom(t.proto)
             protos.append(copy)
-        return await _render_off_loop(protos, lambda docs: {"instance_id": wanted, "transactions": docs})
+        return await _render_off_loop(
+            lambda: json.dumps({"instance_id": wanted, "transactions": [message_json(p) for p in protos]}))
 
     # GET pages only: a request body has no use here.
     app = web.Application(client_max_size=STATUS_MAX_BODY_BYTES)
