@@ -180,9 +180,10 @@ class ControllerMetrics:
             self.restore_seconds.observe(max(0.0, txn.proto.ended_at_unix_sec - txn.proto.started_at_unix_sec))
         if txn.strategy != "dp_scale_down" or outcome != "succeeded":
             return
-        for stage in scale_down_stages(txn.proto):
+        stages = scale_down_stages(txn.proto)
+        for stage in stages:
             self.stage_seconds.labels(stage.name).observe(stage.duration_sec)
-        total = fault_to_published_sec(txn.proto)
+        total = fault_to_published_sec(txn.proto, stages)
         if total is not None:
             self.fault_to_published.observe(total)
 

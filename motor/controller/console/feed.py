@@ -98,7 +98,7 @@ def transaction_doc(txn_proto) -> dict[str, Any]:
         **doc,
         "stages": [{"name": s.name, "start_unix_sec": s.start_unix_sec, "end_unix_sec": s.end_unix_sec,
                     "duration_sec": s.duration_sec} for s in stages],
-        "fault_to_published_sec": fault_to_published_sec(txn_proto),
+        "fault_to_published_sec": fault_to_published_sec(txn_proto, stages),
         "events": [{k: e[k] for k in ("at_unix_sec", "event_kind", "name", "target", "outcome", "detail",
                                        "duration_sec", "ranks")} for e in events[-TRANSACTION_EVENTS_MAX:]],
         "events_cut": max(0, len(events) - TRANSACTION_EVENTS_MAX),

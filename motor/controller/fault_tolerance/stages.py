@@ -45,35 +45,52 @@ class Stage:
         return max(0.0, self.end_unix_sec - self.start_unix_sec)
 
 
-def _end(e: controller_pb2.TimelineEvent) -> float:
-    return e.at_unix_sec + e.duration_sec
+@dataclass(frozen=True)
+class _Call:
+    position: int  # among the transaction's events: they are in the order they happened
+    end_unix_sec: float
+    commit: bool
 
 
-def _calls(txn: controller_pb2.Transaction, name: str, start: int = 0,
-           stop: int | None = None) -> list[controller_pb2.TimelineEvent]:
-    """Successful calls named `name` among events[start:stop] (by position: the events are in the
-    order they happened, even when a manual or coarse clock gives several the same time)."""
-    events = list(txn.events)[start:stop]
-    return [e for e in events if e.event_kind == Kind.TIMELINE_EVENT_KIND_CALL and e.name == name and not e.error]
+class _Timeline:
+    """One pass over a transaction's events: its successful calls by name, and its evidence times.
+    Reading a protobuf event's fields is what the stages cost (hundreds of events at DP 256), so each
+    is read once."""
+
+    def __init__(self, txn: controller_pb2.Transaction) -> None:
+        self.started_at_unix_sec = txn.started_at_unix_sec
+        self.calls: dict[str, list[_Call]] = {}
+        self.observed: list[float] = []
+        self.received: list[float] = []
+        call_kind, evidence_kind = Kind.TIMELINE_EVENT_KIND_CALL, Kind.TIMELINE_EVENT_KIND_EVIDENCE
+        for i, e in enumerate(txn.events):
+            kind = e.event_kind
+            if kind == call_kind:
+                if not e.error:
+                    self.calls.setdefault(e.name, []).append(_Call(i, e.at_unix_sec + e.duration_sec, e.commit))
+            elif kind == evidence_kind:
+                if e.observed_at_unix_sec > 0:
+                    self.observed.append(e.observed_at_unix_sec)
+                if e.received_at_unix_sec > 0:
+                    self.received.append(e.received_at_unix_sec)
+
+    def calls_of(self, name: str, start: int = 0, stop: int | None = None) -> list[_Call]:
+        """Successful calls named `name` among events[start:stop] (by position)."""
+        return [c for c in self.calls.get(name, ()) if c.position >= start and (stop is None or c.position < stop)]
+
+    def first_position(self, name: str) -> int | None:
+        calls = self.calls.get(name)
+        return calls[0].position if calls else None
+
+    def evidence_marks(self) -> list[tuple[str, float | None]]:
+        if not self.observed:
+            return [("", self.started_at_unix_sec)]
+        return [("", min(self.observed)), ("detection", min(self.received) if self.received else None),
+                ("decision", self.started_at_unix_sec)]
 
 
-def _first_index(txn: controller_pb2.Transaction, name: str) -> int | None:
-    return next((i for i, e in enumerate(txn.events)
-                 if e.event_kind == Kind.TIMELINE_EVENT_KIND_CALL and e.name == name and not e.error), None)
-
-
-def _last_end(events: list[controller_pb2.TimelineEvent]) -> float | None:
-    return max((_end(e) for e in events), default=None)
-
-
-def _evidence_marks(txn: controller_pb2.Transaction) -> list[tuple[str, float | None]]:
-    evidence = [e for e in txn.events if e.event_kind == Kind.TIMELINE_EVENT_KIND_EVIDENCE]
-    observed = [e.observed_at_unix_sec for e in evidence if e.observed_at_unix_sec > 0]
-    received = [e.received_at_unix_sec for e in evidence if e.received_at_unix_sec > 0]
-    if not observed:
-        return [("", txn.started_at_unix_sec)]
-    return [("", min(observed)), ("detection", min(received) if received else None),
-            ("decision", txn.started_at_unix_sec)]
+def _last_end(calls: list[_Call]) -> float | None:
+    return max((c.end_unix_sec for c in calls), default=None)
 
 
 def _chain(marks: list[tuple[str, float | None]]) -> list[Stage]:
@@ -90,46 +107,49 @@ def _chain(marks: list[tuple[str, float | None]]) -> list[Stage]:
 
 
 def scale_down_stages(txn: controller_pb2.Transaction) -> list[Stage]:
-    drain_at = _first_index(txn, "drain")
-    apply_at = _first_index(txn, "apply")
+    t = _Timeline(txn)
+    drain_at = t.first_position("drain")
+    apply_at = t.first_position("apply")
     # Polls before the drain (or, with nothing to drain, before the apply) judged apply-readiness;
     # polls after the apply judged the rebuild.
     ready_before = drain_at if drain_at is not None else apply_at
-    commits = [e for e in _calls(txn, "finalize") if e.commit]
-    return _chain(_evidence_marks(txn) + [
-        ("guard", _last_end(_calls(txn, "guard"))),
-        ("apply_ready", None if ready_before is None else _last_end(_calls(txn, "status", 0, ready_before))),
-        ("drain", _last_end(_calls(txn, "drain")[:1])),
-        ("apply", _last_end(_calls(txn, "apply"))),
-        ("rebuild", None if apply_at is None else _last_end(_calls(txn, "status", apply_at + 1))),
+    commits = [c for c in t.calls_of("finalize") if c.commit]
+    return _chain(t.evidence_marks() + [
+        ("guard", _last_end(t.calls_of("guard"))),
+        ("apply_ready", None if ready_before is None else _last_end(t.calls_of("status", 0, ready_before))),
+        ("drain", _last_end(t.calls_of("drain")[:1])),
+        ("apply", _last_end(t.calls_of("apply"))),
+        ("rebuild", None if apply_at is None else _last_end(t.calls_of("status", apply_at + 1))),
         ("commit", _last_end(commits)),
-        ("publish", _last_end(_calls(txn, "publish")[:1])),
+        ("publish", _last_end(t.calls_of("publish")[:1])),
     ])
 
 
 def reconfiguration_stages(txn: controller_pb2.Transaction) -> list[Stage]:
-    return _chain(_evidence_marks(txn) + [
-        ("drain", _last_end(_calls(txn, "drain")[:1])),
-        ("stop", _last_end(_calls(txn, "stop_engines"))),
-        ("start", _last_end(_calls(txn, "start_engines"))),
-        ("publish", _last_end(_calls(txn, "publish")[:1])),
+    t = _Timeline(txn)
+    return _chain(t.evidence_marks() + [
+        ("drain", _last_end(t.calls_of("drain")[:1])),
+        ("stop", _last_end(t.calls_of("stop_engines"))),
+        ("start", _last_end(t.calls_of("start_engines"))),
+        ("publish", _last_end(t.calls_of("publish")[:1])),
     ])
 
 
 def scale_up_stages(txn: controller_pb2.Transaction) -> list[Stage]:
-    drain_at = _first_index(txn, "drain")
-    apply_at = _first_index(txn, "apply")
+    t = _Timeline(txn)
+    drain_at = t.first_position("drain")
+    apply_at = t.first_position("apply")
     ready_before = drain_at if drain_at is not None else apply_at
-    commits = [e for e in _calls(txn, "finalize") if e.commit]
+    commits = [c for c in t.calls_of("finalize") if c.commit]
     return _chain([("", txn.started_at_unix_sec),
-                   ("guard", _last_end(_calls(txn, "guard"))),
-                   ("join", _last_end(_calls(txn, "start_engines"))),
-                   ("ready", None if ready_before is None else _last_end(_calls(txn, "status", 0, ready_before))),
-                   ("drain", _last_end(_calls(txn, "drain")[:1])),
-                   ("apply", _last_end(_calls(txn, "apply"))),
-                   ("rebuild", None if apply_at is None else _last_end(_calls(txn, "status", apply_at + 1))),
+                   ("guard", _last_end(t.calls_of("guard"))),
+                   ("join", _last_end(t.calls_of("start_engines"))),
+                   ("ready", None if ready_before is None else _last_end(t.calls_of("status", 0, ready_before))),
+                   ("drain", _last_end(t.calls_of("drain")[:1])),
+                   ("apply", _last_end(t.calls_of("apply"))),
+                   ("rebuild", None if apply_at is None else _last_end(t.calls_of("status", apply_at + 1))),
                    ("commit", _last_end(commits)),
-                   ("publish", _last_end(_calls(txn, "publish")[:1]))])
+                   ("publish", _last_end(t.calls_of("publish")[:1]))])
 
 
 def transaction_stages(txn: controller_pb2.Transaction) -> list[Stage]:
@@ -143,10 +163,12 @@ def transaction_stages(txn: controller_pb2.Transaction) -> list[Stage]:
     return []
 
 
-def fault_to_published_sec(txn: controller_pb2.Transaction) -> float | None:
+def fault_to_published_sec(txn: controller_pb2.Transaction, stages: list[Stage] | None = None) -> float | None:
     """From the first NodeManager observation of the evidence to the publication of the result; None
-    when the timeline has no evidence or no publication."""
-    stages = transaction_stages(txn)
+    when the timeline has no evidence or no publication. `stages`: the transaction's stages, when the
+    caller has them already."""
+    if stages is None:
+        stages = transaction_stages(txn)
     if not stages or stages[0].name != "detection" or stages[-1].name != "publish":
         return None
     return stages[-1].end_unix_sec - stages[0].start_unix_sec
