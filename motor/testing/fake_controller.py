@@ -26,7 +26,6 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self.registers: list[controller_pb2.RegisterRequest] = []
         self.heartbeats: list[controller_pb2.HeartbeatRequest] = []
         self.reports: list[controller_pb2.ReportSoftwareFaultRequest] = []
-        self.report_calls = 0  # ReportSoftwareFaults calls (each of several reports)
         self._known: set[str] = set(known_pods)
         self._server: grpc.Server | None = None
         self.port = 0
@@ -96,7 +95,6 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                              context: Any) -> controller_pb2.ReportSoftwareFaultsResponse:
         with self.lock:
             self.reports.extend(request.reports)
-            self.report_calls += 1
         return controller_pb2.ReportSoftwareFaultsResponse(
             results=[controller_pb2.ReportSoftwareFaultResult(accepted=True) for _ in request.reports])
 
