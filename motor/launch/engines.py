@@ -28,6 +28,7 @@ from motor.common.process import ManagedProcess, start_process
 from motor.launch.render import device_infos
 from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan, fixed_ports
 from motor.sim.client import inject_fault
+from motor.sim.zygote import start_zygote
 
 LIGHT_ENGINE_PORT_BASE = 18000
 
@@ -58,7 +59,15 @@ def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
 
 
 class ReferenceEngines:
-    """motor-engine-sim per rank, started by the NodeManagers (flags from the ClusterSpec)."""
+    """motor-engine-sim per rank, started by the NodeManagers (flags from the ClusterSpec); their
+    executors fork from one zygote of the cluster's (torch imported once) unless ``executor_zygote``
+    is off, as for engines in containers of their own."""
+
+    executor_zygote: bool = True
+    _zygote_address: str | None = None
+
+    def __init__(self, *, executor_zygote: bool = True) -> None:
+        self.executor_zygote = executor_zygote
 
     def plan_ports(self, spec: ClusterSpec) -> PortsPlan:
         masters, bases = {}, {}
@@ -83,12 +92,17 @@ class ReferenceEngines:
             "--model-load-sec", str(spec.model_load_sec),
             "--enable-fault-injection",
             "--apply-journal", str(run_dir / "engine-applies-rank{dp_rank}.jsonl"),
+            *(["--executor-zygote", self._zygote_address] if self._zygote_address is not None else []),
             *spec.engine_args,
         ]
         return keys
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:
-        return {}  # the NodeManagers start them
+        """The executor zygote (the NodeManagers start the engines)."""
+        if not self.executor_zygote:
+            return {}
+        proc, self._zygote_address = start_zygote(run_dir, timeout_sec)
+        return {"executor-zygote": proc}
 
     def engine_address(self, spec: ClusterSpec, instance_id: int, rank: int) -> tuple[str, int] | None:
         return None  # chosen at launch: the NodeManager describes it

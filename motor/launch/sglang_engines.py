@@ -20,6 +20,7 @@ from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan
 
 class SglangEngines(ReferenceEngines):
     def __init__(self, *, manager_args: list[str] | None = None, pin_ranks: bool = True) -> None:
+        super().__init__()
         self.manager_args = list(manager_args or [])
         self.pin_ranks = pin_ranks
         self.managers: dict[int, tuple[str, int]] = {}
@@ -49,6 +50,7 @@ class SglangEngines(ReferenceEngines):
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:
         assert self._ports is not None, "plan_ports first"
+        processes = super().start(spec, run_dir, timeout_sec)
         started: dict[str, tuple[ManagedProcess, Path]] = {}
         for iid in spec.instance_ids():
             host, port = self.managers[iid]
@@ -60,6 +62,11 @@ class SglangEngines(ReferenceEngines):
                     "--dp-store-port-base", str(self._ports.dp_store_port_base[iid]),
                     "--ft-timeout-sec", str(spec.engine_recovery_timeout_sec), *self.manager_args]
             started[name] = (start_process(argv, log_path=run_dir / f"{name}.log", name=name), ready)
-        for proc, ready in started.values():
-            proc.wait_ready_file(ready, timeout_sec, required_keys=["port"])
-        return {name: proc for name, (proc, _) in started.items()}
+        try:
+            for proc, ready in started.values():
+                proc.wait_ready_file(ready, timeout_sec, required_keys=["port"])
+        except BaseException:
+            for proc in [*processes.values(), *(proc for proc, _ in started.values())]:
+                proc.stop(grace_sec=5)
+            raise
+        return {**processes, **{name: proc for name, (proc, _) in started.items()}}

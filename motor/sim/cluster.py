@@ -18,6 +18,7 @@ import motor
 from motor.common.ports import free_port
 from motor.common.process import ManagedProcess, ProcessError, start_process
 from motor.sim.client import SimClient
+from motor.sim.zygote import start_zygote
 
 
 @dataclass
@@ -57,6 +58,7 @@ class SimCluster:
     extra_args: tuple[str, ...] = ()
     cwd: Path | None = None
     joins: int = 0
+    zygote: ManagedProcess | None = None
 
     @classmethod
     def start(
@@ -68,8 +70,10 @@ class SimCluster:
         extra_args: Sequence[str] = (),
         ready_timeout_sec: float = 120.0,
         cwd: str | Path | None = None,
+        zygote: bool = True,
     ) -> SimCluster:
-        """Start ``dp_size`` ranks (rank r on ``hosts[r]``) and wait until every one serves.
+        """Start ``dp_size`` ranks (rank r on ``hosts[r]``) and wait until every one serves; with
+        ``zygote`` their executors fork from one ``motor.sim.zygote`` (torch imported once).
 
         On failure every started process is stopped before the error propagates.
         """
@@ -86,6 +90,10 @@ class SimCluster:
                       extra_args=tuple(extra_args), cwd=Path(cwd))
         started = time.monotonic()
         try:
+            if zygote:
+                cluster.zygote, address = start_zygote(run, ready_timeout_sec, cwd=Path(cwd))
+                cluster.extra_args = (*cluster.extra_args, "--executor-zygote", address)
+                extra_args = cluster.extra_args
             for rank, host in enumerate(host_list):
                 ready = run / f"rank{rank}.ready.json"
                 ready.unlink(missing_ok=True)
@@ -129,9 +137,9 @@ class SimCluster:
     def stop(self, grace_sec: float = 5.0) -> None:
         """Stop every rank by pid (process group); keeps going past individual failures."""
         errors = []
-        for r in self.ranks:
+        for proc in [r.proc for r in self.ranks] + ([self.zygote] if self.zygote is not None else []):
             try:
-                r.proc.stop(grace_sec)
+                proc.stop(grace_sec)
             except ProcessError as exc:
                 errors.append(str(exc))
         if errors:

@@ -59,6 +59,8 @@ class SimConfig:
     # --join: an added original rank of an elastic scale-up; forms no group at start and serves
     # nothing until a scale_up round that names it commits (--dp-master-ip/--dp-master-port unused).
     join: bool = False
+    # --executor-zygote: fork the executor from this zygote (motor.sim.zygote) instead of spawning it.
+    executor_zygote: str | None = None
 
     @property
     def slots_per_rank(self) -> int:
@@ -117,6 +119,14 @@ def _ip(text: str) -> str:
         ipaddress.ip_address(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+    return text
+
+
+def _zygote_address(text: str) -> str:
+    # sockaddr_un holds 107 bytes of path (or of an abstract name after its leading NUL).
+    if not (text.startswith("@") or text.startswith("/")) or len(text.encode()) > 107 or len(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an absolute socket path or an @abstract name "
+                                         "of at most 107 bytes")
     return text
 
 
@@ -193,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--enable-fault-injection", action="store_true", help="serve /motor/admin/* (tests and demos only)")
     f.add_argument("--mode", choices=["test", "production"], default=os.environ.get("MOTOR_ENGINE_MODE", "test"),
                    help="production refuses --enable-fault-injection (default: $MOTOR_ENGINE_MODE or test)")
+    p.add_argument("--executor-zygote", metavar="ADDRESS", type=_zygote_address, default=None,
+                   help="fork the executor from the zygote serving this Unix socket (@name: abstract; "
+                        "`python -m motor.sim.zygote`) instead of spawning it")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     p.add_argument("--apply-journal", metavar="PATH", default=None,
                    help="append one JSON line per apply received (tests count what the engines were sent)")
@@ -273,6 +286,7 @@ def parse_config(argv: Sequence[str] | None = None) -> SimConfig:
         apply_journal=ns.apply_journal,
         ft_manager_address=ns.ft_manager_address,
         join=ns.join,
+        executor_zygote=ns.executor_zygote,
     )
     refusal = injection_refusal(cfg)
     if refusal is not None:

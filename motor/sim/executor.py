@@ -327,14 +327,18 @@ class Executor(ExecutorRounds):
         self._drop_group()
 
 
-def executor_main(conn: Connection, cfg_json: dict[str, Any], parent_pid: int) -> None:
-    """Entry point of the executor process (multiprocessing spawn target)."""
-    _die_with_parent(parent_pid)
+def executor_main(conn: Connection, cfg_json: dict[str, Any], parent_pid: int | None) -> None:
+    """Entry point of the executor process: the multiprocessing spawn target, or called in a child
+    of the executor zygote (``parent_pid`` None: its parent is the zygote, and the pipe's EOF alone
+    ends it with its API process)."""
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     # The API process decides when the executor ends (shutdown command, or its own death).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = SimConfig(**cfg_json)
     logging.basicConfig(
+        force=True,  # a zygote's child inherits the zygote's handler
         level=getattr(logging, cfg.log_level),
         format="%(asctime)s %(levelname)s %(name)s[executor pid=%(process)d]: %(message)s",
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from motor.sim.config import SimConfig
 from motor.sim.executor import executor_main
+from motor.sim.zygote import ZygoteError, fork_executor
 
 log = logging.getLogger("motor.sim.executor_client")
 
@@ -56,13 +57,20 @@ class ExecutorHandle:
         # Must run on the main thread: the child's PDEATHSIG is tied to the thread that forks it.
         ctx = multiprocessing.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(
-            target=executor_main,
-            args=(child_conn, self.cfg.to_json(), os.getpid()),
-            name=f"motor-sim-executor-rank{self.cfg.dp_rank}",
-            daemon=False,
-        )
-        self._proc.start()
+        self._proc = None
+        if self.cfg.executor_zygote is not None:
+            try:
+                self._proc = fork_executor(self.cfg.executor_zygote, child_conn.fileno(), self.cfg.to_json())
+            except ZygoteError as exc:
+                log.warning("rank=%d %s; spawning the executor instead", self.cfg.dp_rank, exc)
+        if self._proc is None:
+            self._proc = ctx.Process(
+                target=executor_main,
+                args=(child_conn, self.cfg.to_json(), os.getpid()),
+                name=f"motor-sim-executor-rank{self.cfg.dp_rank}",
+                daemon=False,
+            )
+            self._proc.start()
         child_conn.close()
         self._conn = parent_conn
         log.info("rank=%d executor process started pid=%d", self.cfg.dp_rank, self._proc.pid)
@@ -99,12 +107,8 @@ class ExecutorHandle:
 
     def kill(self) -> None:
         """Hard executor death (SIGKILL), as when an EngineCore crashes."""
-        pid = self.pid
-        if pid is not None and self._proc.exitcode is None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self._proc is not None and self._proc.exitcode is None:
+            self._proc.kill()
 
     async def stop(self, grace_sec: float = 3.0) -> None:
         if self._proc is None:

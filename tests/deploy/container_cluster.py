@@ -14,6 +14,7 @@ from typing import Any
 from motor.common.ports import free_port
 from motor.common.process import start_process
 from motor.launch.cluster import LocalCluster
+from motor.launch.engines import ReferenceEngines
 from motor.launch.processes import Launch, ready_path
 from motor.launch.spec import ClusterSpec
 
@@ -25,7 +26,8 @@ IMAGE_UID = 10001
 
 class ContainerCluster(LocalCluster):
     def __init__(self, spec: ClusterSpec, run_dir: Path, podman: Podman, runtime_image: str, demo_image: str) -> None:
-        super().__init__(spec, run_dir)
+        # Each NodeManager's container starts its engines, and their executors, itself.
+        super().__init__(spec, run_dir, ReferenceEngines(executor_zygote=False))
         self.podman = podman
         self.runtime_image = runtime_image
         self.demo_image = demo_image

@@ -42,6 +42,8 @@ def test_defaults_and_values() -> None:
         (["--model", " "], "argument --model: ' ' is blank"),
         (["--ready-file", "/nonexistent-dir/x.json"], "--ready-file '/nonexistent-dir/x.json': directory does not exist"),
         (["--log-level", "LOUD"], "argument --log-level: invalid choice: 'LOUD'"),
+        (["--executor-zygote", "zygote.sock"], "argument --executor-zygote: 'zygote.sock' is not an absolute socket path"),
+        (["--executor-zygote", "@" + "z" * 107], "of at most 107 bytes"),
         (["--dp-ran", "1"], "unrecognized arguments: --dp-ran"),
     ],
 )
