@@ -87,10 +87,11 @@ deps: $(VENV)/.installed $(VLLM_VENV)/.installed $(ROUTER_VENV)/.installed $(BUF
 # rows, whose run has time to spare.
 E2E_TESTS := tests/e2e tests/integration/sim/test_sim_scale_up_rfc.py
 # e2e rows with pod addresses of their own (127.0.0.60 and up): they run beside the chaos rows,
-# which keeps the two cluster runs (the chaos one ends with the image build) about as long as each other.
-SIDE_E2E_TESTS := tests/e2e/test_e2e_vllm_router.py tests/e2e/test_e2e_sglang.py
+# which keeps the two cluster runs about as long as each other.
+SIDE_E2E_TESTS := tests/e2e/test_e2e_console.py tests/e2e/test_e2e_vllm_router.py tests/e2e/test_e2e_sglang.py \
+	tests/e2e/test_e2e_fast_recovery.py
 CHAOS_TESTS := tests/chaos tests/integration/launch tests/integration/testing
-# Pure CPU, no cluster: it runs with the chaos rows.
+# Pure CPU, no cluster: it runs with the chaos rows, whose run has the most time to spare.
 SIMULATION_TESTS := tests/simulation
 # The reference engine's vLLM-dialect scale-up story (a minute, real ranks on 127.0.0.150-153): with
 # the chaos rows too, which keeps the component tiers about as long as the other two runs.
