@@ -126,7 +126,9 @@ def fork_executor(address: str, executor_fd: int, cfg_json: dict[str, Any]) -> Z
     try:
         sock.settimeout(_ANSWER_TIMEOUT_SEC)
         sock.connect(_bind_address(address))
-        socket.send_fds(sock, [_INT.pack(len(request)) + request], [executor_fd, 1, 2])
+        payload = _INT.pack(len(request)) + request
+        sent = socket.send_fds(sock, [payload], [executor_fd, 1, 2])
+        sock.sendall(payload[sent:])
         data, fds, _flags, _addr = socket.recv_fds(sock, _INT.size, 1)
         if len(data) != _INT.size or len(fds) != 1:
             for fd in fds:
@@ -182,7 +184,11 @@ class Zygote:
                     self._requester_gone(key.data)
 
     def _accept(self) -> None:
-        conn, _ = self._listener.accept()
+        try:
+            conn, _ = self._listener.accept()
+        except OSError as exc:  # out of descriptors, say: the requester sees its connection fail
+            log.warning("accepting an executor request failed: %s", exc)
+            return
         fds: list[int] = []
         try:
             _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
