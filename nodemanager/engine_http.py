@@ -78,8 +78,11 @@ class EngineHttpClient:
 
     async def start(self) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0))
-            self._apply_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+            # The FT API keeps no sessions: no cookie jar to look up on every read.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+                                                  cookie_jar=aiohttp.DummyCookieJar())
+            self._apply_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                                                        cookie_jar=aiohttp.DummyCookieJar())
 
     async def close(self) -> None:
         for session in (self._session, self._apply_session):

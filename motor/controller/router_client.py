@@ -49,7 +49,7 @@ class VllmRouterClient:
         if self._session is None or self._session.closed:
             # Opened lazily inside the running event loop.
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._config.request_timeout_sec),
-                                                  headers=self._headers)
+                                                  headers=self._headers, cookie_jar=aiohttp.DummyCookieJar())
         return self._session
 
     async def _once(self, call: str, method: str, path: str, url: str | None) -> tuple[int, str]:

@@ -69,9 +69,12 @@ class EngineClient:
         if self._session is None:
             # No connection cap: every in-flight request (long streams included) gets its own.
             connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
-            # The body is passed through as the engine sent it, Content-Encoding included.
+            # The body is passed through as the engine sent it, Content-Encoding included. No cookie
+            # jar: the session serves every client, so a cookie one answer set must not ride along
+            # on another client's request (and a jar costs every request its lookup).
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=False, raise_for_status=False
+                connector=connector, timeout=self._timeout, auto_decompress=False, raise_for_status=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
 
     async def close(self) -> None:
