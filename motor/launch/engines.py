@@ -63,11 +63,9 @@ class ReferenceEngines:
     executors fork from one zygote of the cluster's (torch imported once) unless ``executor_zygote``
     is off, as for engines in containers of their own."""
 
-    executor_zygote: bool = True
-    _zygote_address: str | None = None
-
     def __init__(self, *, executor_zygote: bool = True) -> None:
         self.executor_zygote = executor_zygote
+        self._zygote_address: str | None = None
 
     def plan_ports(self, spec: ClusterSpec) -> PortsPlan:
         masters, bases = {}, {}

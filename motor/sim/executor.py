@@ -329,8 +329,8 @@ class Executor(ExecutorRounds):
 
 def executor_main(conn: Connection, cfg_json: dict[str, Any], parent_pid: int | None) -> None:
     """Entry point of the executor process: the multiprocessing spawn target, or called in a child
-    of the executor zygote (``parent_pid`` None: its parent is the zygote, and the pipe's EOF alone
-    ends it with its API process)."""
+    of the executor zygote (``parent_pid`` None: its parent is the zygote, which kills it once its API
+    process's connection closes; the pipe's EOF ends it too)."""
     if parent_pid is not None:
         _die_with_parent(parent_pid)
     # The API process decides when the executor ends (shutdown command, or its own death).
