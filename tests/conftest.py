@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from motor.launch.etcd import EtcdNotFoundError, start_etcd
+from motor.sim.zygote import start_zygote
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,18 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.endpoint
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def executor_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The address of one executor zygote per test session (`motor.sim.zygote`), started on first
+    use, stopped at the end: the reference engines of every cluster and group a test starts fork
+    their executors from it, so the session imports torch once rather than once per group."""
+    proc, address = start_zygote(tmp_path_factory.mktemp("executor-zygote"))
+    try:
+        yield address
+    finally:
+        proc.stop(grace_sec=5)
 
 
 _FUZZ_LINES = pytest.StashKey[list[str]]()

@@ -60,12 +60,19 @@ def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
 
 class ReferenceEngines:
     """motor-engine-sim per rank, started by the NodeManagers (flags from the ClusterSpec); their
-    executors fork from one zygote of the cluster's (torch imported once) unless ``executor_zygote``
-    is off, as for engines in containers of their own."""
+    executors fork from one zygote (torch imported once): the cluster's own, or the running one at
+    ``zygote_address`` (a test session's), unless ``executor_zygote`` is off, as for engines in
+    containers of their own."""
 
-    def __init__(self, *, executor_zygote: bool = True) -> None:
+    def __init__(self, *, executor_zygote: bool = True, zygote_address: str | None = None) -> None:
         self.executor_zygote = executor_zygote
-        self._zygote_address: str | None = None
+        self._zygote_address = zygote_address if executor_zygote else None
+
+    def use_zygote(self, address: str) -> None:
+        """Fork from the running zygote at ``address`` instead of starting one (unless the executors
+        are to spawn, or a zygote was given already)."""
+        if self.executor_zygote and self._zygote_address is None:
+            self._zygote_address = address
 
     def plan_ports(self, spec: ClusterSpec) -> PortsPlan:
         masters, bases = {}, {}
@@ -96,8 +103,8 @@ class ReferenceEngines:
         return keys
 
     def start(self, spec: ClusterSpec, run_dir: Path, timeout_sec: float) -> dict[str, ManagedProcess]:
-        """The executor zygote (the NodeManagers start the engines)."""
-        if not self.executor_zygote:
+        """The executor zygote, unless there is one already (the NodeManagers start the engines)."""
+        if not self.executor_zygote or self._zygote_address is not None:
             return {}
         proc, self._zygote_address = start_zygote(run_dir, timeout_sec)
         return {"executor-zygote": proc}

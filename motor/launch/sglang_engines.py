@@ -19,8 +19,9 @@ from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan
 
 
 class SglangEngines(ReferenceEngines):
-    def __init__(self, *, manager_args: list[str] | None = None, pin_ranks: bool = True) -> None:
-        super().__init__()
+    def __init__(self, *, manager_args: list[str] | None = None, pin_ranks: bool = True,
+                 zygote_address: str | None = None) -> None:
+        super().__init__(zygote_address=zygote_address)
         self.manager_args = list(manager_args or [])
         self.pin_ranks = pin_ranks
         self.managers: dict[int, tuple[str, int]] = {}

@@ -70,10 +70,11 @@ class SimCluster:
         extra_args: Sequence[str] = (),
         ready_timeout_sec: float = 120.0,
         cwd: str | Path | None = None,
-        zygote: bool = True,
+        zygote: bool | str = True,
     ) -> SimCluster:
         """Start ``dp_size`` ranks (rank r on ``hosts[r]``) and wait until every one serves; with
-        ``zygote`` their executors fork from one ``motor.sim.zygote`` (torch imported once).
+        ``zygote`` their executors fork from one ``motor.sim.zygote`` (torch imported once): the
+        group's own, or the running one at that address.
 
         On failure every started process is stopped before the error propagates.
         """
@@ -91,7 +92,9 @@ class SimCluster:
         started = time.monotonic()
         try:
             if zygote:
-                cluster.zygote, address = start_zygote(run, ready_timeout_sec, cwd=Path(cwd))
+                address = zygote
+                if not isinstance(address, str):
+                    cluster.zygote, address = start_zygote(run, ready_timeout_sec, cwd=Path(cwd))
                 cluster.extra_args = (*cluster.extra_args, "--executor-zygote", address)
                 extra_args = cluster.extra_args
             for rank, host in enumerate(host_list):

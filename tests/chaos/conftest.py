@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from motor.launch.cluster import LocalCluster
+from motor.launch.engines import ReferenceEngines
 from motor.launch.spec import ClusterSpec
 from motor.testing.artifacts import Artifacts, artifacts_root, run_folder
 
@@ -40,7 +41,7 @@ def artifacts(run_dir: Path) -> Iterator[Artifacts]:
 
 
 @pytest.fixture
-def ha_cluster(run_dir: Path, artifacts: Artifacts):
+def ha_cluster(run_dir: Path, artifacts: Artifacts, executor_zygote: str):
     """start(**ClusterSpec overrides) → a started HA cluster, torn down by pid at the end."""
     started: list[LocalCluster] = []
 
@@ -49,7 +50,7 @@ def ha_cluster(run_dir: Path, artifacts: Artifacts):
         spec_kwargs.setdefault("controller_replicas", 2)
         spec_kwargs.setdefault("leader_lease_ttl_sec", LEASE_TTL_SEC)
         spec_kwargs.setdefault("first_pod_ip", CHAOS_FIRST_POD_IP)
-        cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir)
+        cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir, ReferenceEngines(zygote_address=executor_zygote))
         started.append(cluster)
         return cluster.start()
 

@@ -33,7 +33,7 @@ import pytest
 
 from motor.cli.motorctl import run as motorctl
 from motor.launch.cluster import LocalCluster
-from motor.launch.engines import EngineBackend, LightEngines
+from motor.launch.engines import EngineBackend, LightEngines, ReferenceEngines
 from motor.launch.spec import ClusterSpec
 from motor.testing.artifacts import Artifacts as SharedArtifacts
 from motor.testing.artifacts import artifacts_root, run_folder
@@ -148,24 +148,26 @@ def light_engines(**overrides: Any) -> LightEngines:
                            "checkin_sec": 10.0, **overrides})
 
 
-def _backend(engines: str | EngineBackend) -> EngineBackend | None:
+def _backend(engines: str | EngineBackend, executor_zygote: str) -> EngineBackend:
     if not isinstance(engines, str):
+        if isinstance(engines, ReferenceEngines):
+            engines.use_zygote(executor_zygote)
         return engines
     if engines == "reference":
-        return None  # LocalCluster's default
+        return ReferenceEngines(zygote_address=executor_zygote)
     if engines == "light":
         return light_engines()
     raise ValueError(f"engines={engines!r}: expected 'reference', 'light' or an EngineBackend")
 
 
 @pytest.fixture
-def start_cluster(run_dir: Path, artifacts: Artifacts, transport: str):
+def start_cluster(run_dir: Path, artifacts: Artifacts, transport: str, executor_zygote: str):
     """start_cluster(engines="reference" | "light" | an EngineBackend, **ClusterSpec fields)."""
     started: list[LocalCluster] = []
 
     def start(engines: str | EngineBackend = "reference", **spec_kwargs: Any) -> LocalCluster:
         spec_kwargs.setdefault("tls", transport == "mtls")
-        backend = _backend(engines)
+        backend = _backend(engines, executor_zygote)
         artifacts.record("engines", "light" if isinstance(backend, LightEngines) else "reference")
         cluster = LocalCluster(ClusterSpec(**spec_kwargs), run_dir, engines=backend)
         started.append(cluster)

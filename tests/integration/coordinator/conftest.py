@@ -33,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
+def engines(tmp_path_factory: pytest.TempPathFactory, executor_zygote: str) -> Iterator[Engines]:
     base = tmp_path_factory.mktemp("coordinator-engines")
     specs = {
         "group_a": (2, ["127.0.0.1", "127.0.0.2"], MODEL_A),
@@ -44,7 +44,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
     def start(name: str) -> SimCluster:
         dp_size, hosts, model = specs[name]
         cluster = SimCluster.start(base / name, dp_size, hosts=hosts, cwd=REPO_ROOT, ready_timeout_sec=90,
-                                   extra_args=[*SIM_ARGS, "--model", model])
+                                   extra_args=[*SIM_ARGS, "--model", model], zygote=executor_zygote)
         started[name] = cluster
         return cluster
 
@@ -103,11 +103,11 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-def victim(tmp_path: Path) -> Iterator[SimCluster]:
+def victim(tmp_path: Path, executor_zygote: str) -> Iterator[SimCluster]:
     """A fresh 1-rank group serving MODEL_A on 127.0.0.4 (instance 3 in the tests), for one test to
     break; resumed (a test may have SIGSTOPped it) and stopped by pid after it."""
     cluster = SimCluster.start(tmp_path / "victim", 1, hosts=["127.0.0.4"], cwd=REPO_ROOT, ready_timeout_sec=90,
-                               extra_args=[*SIM_ARGS, "--model", MODEL_A])
+                               extra_args=[*SIM_ARGS, "--model", MODEL_A], zygote=executor_zygote)
     try:
         yield cluster
     finally:

@@ -33,9 +33,9 @@ COLLECTIVE_TIMEOUT_SEC = 3.0
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def start_group(run_dir: Path) -> SimCluster:
+def start_group(run_dir: Path, zygote: str) -> SimCluster:
     return SimCluster.start(
-        run_dir, 2, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90,
+        run_dir, 2, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90, zygote=zygote,
         extra_args=[
             "--enable-fault-tolerance", "--enable-fault-injection", "--ft-api-prefix", PREFIX,
             "--ft-dialect", "rfc", "--diagnosing-sec", "0",  # asserts ft_state, unhealthy at once
@@ -47,9 +47,9 @@ def start_group(run_dir: Path) -> SimCluster:
 
 
 @pytest.fixture(scope="module")
-def shared_clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SimClient]]:
+def shared_clients(tmp_path_factory: pytest.TempPathFactory, executor_zygote: str) -> Iterator[list[SimClient]]:
     """A group for the checks that leave it healthy."""
-    c = start_group(tmp_path_factory.mktemp("sim-faults-shared"))
+    c = start_group(tmp_path_factory.mktemp("sim-faults-shared"), executor_zygote)
     try:
         yield [SimClient(r.url, ft_prefix=PREFIX) for r in c.ranks]
     finally:
@@ -57,9 +57,9 @@ def shared_clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Si
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SimCluster]:
+def cluster(tmp_path: Path, executor_zygote: str) -> Iterator[SimCluster]:
     """A fresh group for a test that breaks it."""
-    c = start_group(tmp_path / "sim-faults")
+    c = start_group(tmp_path / "sim-faults", executor_zygote)
     try:
         yield c
     finally:

@@ -27,9 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 STATUS_WAIT_SEC = 20.0
 
 
-def start_group(run_dir: Path) -> SimCluster:
+def start_group(run_dir: Path, zygote: str) -> SimCluster:
     return SimCluster.start(
-        run_dir, 4, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90,
+        run_dir, 4, hosts=HOSTS, cwd=REPO_ROOT, ready_timeout_sec=90, zygote=zygote,
         extra_args=[
             "--enable-fault-tolerance", "--enable-fault-injection",
             "--ft-dialect", "rfc", "--diagnosing-sec", "0",  # asserts ft_state, unhealthy at once
@@ -41,8 +41,8 @@ def start_group(run_dir: Path) -> SimCluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end) -> SimCluster:
-    return stop_at_end(start_group(tmp_path_factory.mktemp("sim-flow")))
+def cluster(tmp_path_factory: pytest.TempPathFactory, stop_at_end, executor_zygote: str) -> SimCluster:
+    return stop_at_end(start_group(tmp_path_factory.mktemp("sim-flow"), executor_zygote))
 
 
 def entries(clients: list[SimClient], ranks: list[int]) -> dict[int, dict[str, Any]]:
@@ -287,11 +287,11 @@ def _insufficient_redundancy_ends_failed(clients: list[SimClient]) -> None:
 
 
 @pytest.mark.timeout(400)
-def test_rfc_rows_in_order_on_a_group_of_their_own(tmp_path: Path) -> None:
+def test_rfc_rows_in_order_on_a_group_of_their_own(tmp_path: Path, executor_zygote: str) -> None:
     """Each step starts from the state the previous one left: a rejected probe, an idle death, the
     survivors' faults under traffic, round 1, a death mid-stream, round 2 with a new master, and a
     third removal the experts cannot survive."""
-    story = start_group(tmp_path / "rows")
+    story = start_group(tmp_path / "rows", executor_zygote)
     try:
         clients = [story.client(r) for r in range(4)]
         _apply_on_healthy_rank_is_rejected_in_status(clients)
