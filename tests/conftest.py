@@ -34,8 +34,9 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def executor_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The address of one executor zygote per test session (`motor.sim.zygote`), started on first
-    use, stopped at the end: the reference engines of every cluster and group a test starts fork
-    their executors from it, so the session imports torch once rather than once per group."""
+    use, stopped at the end. The cluster and group fixtures that take it give it to their reference
+    engines, whose executors then fork from it: torch is imported once for all of them rather than
+    once per cluster."""
     proc, address = start_zygote(tmp_path_factory.mktemp("executor-zygote"))
     try:
         yield address

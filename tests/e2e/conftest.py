@@ -162,7 +162,8 @@ def _backend(engines: str | EngineBackend, executor_zygote: str) -> EngineBacken
 
 @pytest.fixture
 def start_cluster(run_dir: Path, artifacts: Artifacts, transport: str, executor_zygote: str):
-    """start_cluster(engines="reference" | "light" | an EngineBackend, **ClusterSpec fields)."""
+    """start_cluster(engines="reference" | "light" | an EngineBackend, **ClusterSpec fields); the
+    reference engines fork their executors from the session's zygote."""
     started: list[LocalCluster] = []
 
     def start(engines: str | EngineBackend = "reference", **spec_kwargs: Any) -> LocalCluster:
