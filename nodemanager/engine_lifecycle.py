@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from nodemanager.config import NodeManagerConfig
-from motor.common.ports import free_port
+from motor.common.ports import listen_port
 from nodemanager.endpoints import LocalEndpoint, check_endpoint_ids, check_instance
 from nodemanager.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from nodemanager.guard import GuardState
@@ -197,7 +197,7 @@ class EngineLifecycle:
             return requested
         if self._config.dp_master_port:
             return self._config.dp_master_port
-        return free_port(self._config.dp_master_ip)
+        return listen_port(self._config.dp_master_ip)
 
     def _grace(self, grace_sec: float) -> float:
         if grace_sec == 0:

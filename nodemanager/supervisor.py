@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from motor.common.config.addresses import parse_host_port
-from motor.common.ports import free_port, port_free
+from motor.common.ports import listen_port, port_free
 from motor.common.process import (
     ManagedProcess,
     ProcessError,
@@ -190,7 +190,7 @@ class ProcessSupervisor:
         if s.port and s.port != taken and port_free(s.host, s.port):
             return s.port  # keep the endpoint's address across relaunches when possible
         for _ in range(8):
-            if (port := free_port(s.host)) != taken:
+            if (port := listen_port(s.host)) != taken:
                 return port
         raise ProcessError(f"rank {s.endpoint_id}: no free port on {s.host} but the DP master's {taken}")
 

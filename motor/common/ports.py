@@ -6,7 +6,9 @@ is free when checked; nothing reserves it afterwards, so use it promptly.
 
 from __future__ import annotations
 
+import secrets
 import socket
+from pathlib import Path
 
 
 def _family(ip: str) -> socket.AddressFamily:
@@ -31,6 +33,36 @@ def free_ports(count: int, ip: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Where a server's port is picked below the ephemeral range: above the well-known and registered
+# ports most hosts run, and below the local cluster's fixed ports (light engines from 17999, their
+# stores from 21000) and its randomly placed store blocks (20000 on).
+LISTEN_PORTS = range(10000, 17000)
+
+
+def ephemeral_range() -> range:
+    """The kernel's ephemeral port range (Linux's default when it cannot be read)."""
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def listen_port(ip: str, attempts: int = 64) -> int:
+    """A free port on ``ip`` for a server that another process binds shortly (an engine's HTTP port,
+    a DP group's store). Outgoing connections take their local ports from the ephemeral range, so a
+    port picked there can be taken by one before the server binds it: this picks from
+    ``LISTEN_PORTS`` when that lies below the range, and from the range only when none there is free."""
+    band = LISTEN_PORTS
+    if band.stop <= ephemeral_range().start:
+        for _ in range(attempts):
+            port = band.start + secrets.randbelow(len(band))
+            if port_free(ip, port, ignore_time_wait=False):
+                return port
+    return free_port(ip)
 
 
 def port_free(ip: str, port: int, *, ignore_time_wait: bool = True) -> bool:

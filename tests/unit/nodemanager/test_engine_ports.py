@@ -22,14 +22,14 @@ def _supervisor(tmp_path: Path) -> ProcessSupervisor:
 
 def test_the_masters_port_offered_as_free_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     offered = iter([41443, 41443, 41500])
-    monkeypatch.setattr(supervisor_module, "free_port", lambda host: next(offered))
+    monkeypatch.setattr(supervisor_module, "listen_port", lambda host: next(offered))
     slot = _supervisor(tmp_path).slot(0)
     assert slot.host == "127.0.0.2"
     assert _supervisor(tmp_path)._choose_port(slot, taken=41443) == 41500
 
 
 def test_a_kept_port_that_is_the_masters_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervisor_module, "free_port", lambda host: 41500)
+    monkeypatch.setattr(supervisor_module, "listen_port", lambda host: 41500)
     monkeypatch.setattr(supervisor_module, "port_free", lambda host, port: True)
     slot = _supervisor(tmp_path).slot(0)
     slot.port = 41443
