@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from motor.common.ports import free_port, port_free
+from motor.common.ports import ephemeral_range, free_port, port_free
 from motor.common.process import ManagedProcess, start_process
 from motor.launch.render import device_infos
 from motor.launch.spec import ClusterSpec, PodPlan, PortsPlan, fixed_ports
@@ -47,15 +47,16 @@ class EngineBackend(Protocol):
 
 
 def store_port_base(dp_size: int, ip: str, attempts: int = 64) -> int:
-    """A base for the per-round store ports (base + the ranks removed so far) below the kernel's ephemeral range
-    (32768+ on Linux), so no outgoing connection can be holding one when a round binds it; the
-    whole block must be free now. Spread by pid so parallel clusters rarely probe the same block."""
+    """A base for the per-round store ports (base + the ranks removed so far) below the kernel's ephemeral range,
+    so no outgoing connection can be holding one when a round binds it; the whole block must be
+    free now. Spread by pid so parallel clusters rarely probe the same block."""
+    top = ephemeral_range().start
     first = 20000 + (os.getpid() * 97) % 10000
     for i in range(attempts):
-        base = 20000 + (first - 20000 + i * 131) % (32768 - 20000 - dp_size)
+        base = 20000 + (first - 20000 + i * 131) % (top - 20000 - dp_size)
         if all(port_free(ip, base + r, ignore_time_wait=False) for r in range(dp_size)):
             return base
-    raise RuntimeError(f"no block of {dp_size} free ports below 32768 on {ip} after {attempts} tries")
+    raise RuntimeError(f"no block of {dp_size} free ports below {top} on {ip} after {attempts} tries")
 
 
 class ReferenceEngines:
