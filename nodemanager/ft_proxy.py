@@ -16,6 +16,9 @@ The servicer in ``ft_service`` only adapts requests to these calls; every refusa
   concurrently, same request_id; scale_down's port is the Controller's ``dp_store_port`` or else
   ``dp_store_port_base + len(removed_dp_ranks)`` (the cumulative list grows, so it changes every
   round); accepted only when every target answered 202. Never retried otherwise.
+* a guard or an apply may carry the status read that follows it in a round (`then`), read once the
+  guard holds or every target accepted: one call where there were two. The read is checked with
+  the call, before the guard is taken or anything is sent.
 * finalize: by the guard holder only (else stale); commit adds retired ids (local, possibly none)
   and releases the guard (a scale-up's commit makes its re-admitted ranks ordinary instead); abort
   releases the guard and stops the round's joiners.
@@ -34,36 +37,24 @@ from nodemanager.config import NodeManagerConfig
 from nodemanager.endpoints import check_endpoint_ids, check_instance
 from nodemanager.apply_checks import PodView, check_apply
 from nodemanager.dialects import RETRY, SCALE_DOWN, SCALE_UP, FtCommand, UnsupportedInstruction
-from nodemanager.engine_answers import (
-    EngineCallError,
-    EngineProtocolError,
-    EngineStatusEntry,
-    EngineTimeout,
-    EngineUnreachable,
-)
+from nodemanager.engine_answers import EngineStatusEntry
 from nodemanager.engine_http import BUSY_RETRY_SEC, ApplyOutcome, EngineHttpClient, apply_while_busy
-from nodemanager.errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NodeManagerError,
-    ProxyDisabled,
-    Unavailable,
-)
+from nodemanager.errors import FailedPrecondition, InvalidArgument, NodeManagerError, ProxyDisabled
 from nodemanager.guard import ForwardedApplies, GuardGrant, GuardState, check_request_id
 from nodemanager.metrics import NodeManagerMetrics
 from nodemanager.pod_state import PodState
-from nodemanager.settle import (
-    SETTLE_SHARE_OF_DEADLINE,
-    EngineStatePair,
-    check_reread_cap,
-    check_settle,
-    engine_state,
-    reread_delay_sec,
-)
+from nodemanager.settle import EngineStatePair, check_reread_cap, check_settle
+from nodemanager.status_reads import StatusAsk, StatusReads
 from nodemanager.supervisor import ProcessSupervisor
 
 log = logging.getLogger("nodemanager.ft_proxy")
+
+
+@dataclass(frozen=True)
+class ReadAfter:
+    """The status read a Guard or Apply call carried, and how long it took (this process's clock)."""
+    entries: list[EngineStatusEntry]
+    read_sec: float
 
 
 @dataclass(frozen=True)
@@ -71,6 +62,8 @@ class ApplyResult:
     accepted: bool
     outcomes: list[ApplyOutcome]
     dp_store_port: int
+    # The read the apply carried, when asked and every target accepted.
+    read: ReadAfter | None = None
 
 
 @dataclass(frozen=True)
@@ -78,16 +71,6 @@ class FinalizeResult:
     retired_ids: list[int]
     guard_released: bool
     newly_retired: list[int]
-
-
-def _engine_error(exc: EngineCallError) -> NodeManagerError:
-    if isinstance(exc, EngineTimeout):
-        return DeadlineExceeded(str(exc))
-    if isinstance(exc, EngineUnreachable):
-        return Unavailable(str(exc))
-    if isinstance(exc, EngineProtocolError):
-        return FailedPrecondition(str(exc))
-    return Unavailable(str(exc))
 
 
 class FtProxy:
@@ -130,6 +113,8 @@ class FtProxy:
         self._joined_by: dict[str, tuple[int, ...]] = {}
         self._on_scale_up_commit = on_scale_up_commit
         self._on_abort = on_abort
+        self._reads = StatusReads(http, lambda i: http.dialect.ft_address(i, supervisor.address), self._instance,
+                                  self._metrics, clock)
 
     def _require_enabled(self) -> None:
         if not self._state.proxy_enabled:
@@ -162,78 +147,45 @@ class FtProxy:
         return grant
 
     # -- status -----------------------------------------------------------------------------
+    def check_status(self, instance_id: int, endpoint_ids: list[int], wait_while: Iterable[EngineStatePair] = (),
+                     settle_sec: float = 0.0, reread_max_sec: float = 0.0) -> StatusAsk:
+        """A status read's arguments checked (InvalidArgument naming a bad value), nothing read."""
+        self._require_enabled()
+        check_instance(instance_id, self._instance)
+        return StatusAsk(self._routable_ids(endpoint_ids), check_settle(wait_while, settle_sec), settle_sec,
+                         check_reread_cap(reread_max_sec))
+
     async def status(self, instance_id: int, endpoint_ids: list[int], request_id: str = "",
                      timeout_sec: float | None = None, wait_while: Iterable[EngineStatePair] = (),
                      settle_sec: float = 0.0, taken_as_evidence: bool = False,
                      reread_max_sec: float = 0.0) -> list[EngineStatusEntry]:
-        """One read of each engine; with `wait_while` and `settle_sec` a long poll (the
-        Controller learns that survivors settled within one re-read, with one call per pod instead of
-        one per poll). While engines wait, one of them is read again (nodemanager.settle's cadence,
-        rotating; `reread_max_sec` caps the gap): the ranks of a DP group move together (one vote,
-        one rebuild), so when the probe leaves the waited-out states every other waiting engine is
-        read at once. The answer then holds
-        a read of each engine taken after the last probe, or, at the bound, a final read of those still
-        waiting. With `taken_as_evidence` the answer's UNHEALTHY and DEAD entries count as reported
-        (`on_taken`: the poller sends no report of them)."""
-        self._require_enabled()
-        check_instance(instance_id, self._instance)
-        ids = self._routable_ids(endpoint_ids)
-        waits = check_settle(wait_while, settle_sec)
-        reread_cap_sec = check_reread_cap(reread_max_sec)
-        started = self._clock.monotonic()
-        settle_until = started + (min(settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
-                                  if timeout_sec is not None else settle_sec)
-
-        def left() -> float | None:
-            return None if timeout_sec is None else max(0.01, timeout_sec - (self._clock.monotonic() - started))
-
-        async def read(some: list[int], kind: str = "reread") -> None:
-            self._metrics.status_rpc_reads.labels(kind).inc(len(some))
-            entries.update(zip(some, await self._read_all(some, request_id, left()), strict=True))
-
-        entries: dict[int, EngineStatusEntry] = {}
-        await read(ids, "first")
-        probes = 0
-        while waits:
-            pending = [i for i in ids if engine_state(entries[i]) in waits]
-            if not pending:
-                break
-            delay = reread_delay_sec(probes, reread_cap_sec)
-            if self._clock.monotonic() + delay >= settle_until:
-                if probes:
-                    await read(pending)  # older than the last probe: the answer is as fresh as it
-                break
-            await asyncio.sleep(delay)
-            probe = pending[probes % len(pending)]
-            probes += 1
-            await read([probe])
-            if engine_state(entries[probe]) not in waits:
-                await read([i for i in pending if i != probe])
-        answer = [entries[i] for i in ids]
+        """One read of each engine; with `wait_while` and `settle_sec` a long poll (the Controller
+        learns that survivors settled within one re-read, with one call per pod instead of one per
+        poll; `reread_max_sec` caps the gap between re-reads: nodemanager.status_reads). With
+        `taken_as_evidence` the answer's UNHEALTHY and DEAD entries count as reported (`on_taken`:
+        the poller sends no report of them)."""
+        ask = self.check_status(instance_id, endpoint_ids, wait_while, settle_sec, reread_max_sec)
+        answer = await self._reads.read(ask, request_id, timeout_sec)
         if taken_as_evidence:
             self._on_taken(answer)
         return answer
 
-    async def _read_all(self, ids: list[int], request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
-        async def read(i: int) -> EngineStatusEntry:
-            addr = self._http.dialect.ft_address(i, self._supervisor.address)
-            if addr is None:
-                raise EngineUnreachable(i, "engine has not been launched (no port yet)")
-            return await self._http.read_status(addr, timeout_sec, request_id)
+    async def _read_after(self, ask: StatusAsk | None, request_id: str, timeout_sec: Callable[[], float | None]
+                          ) -> ReadAfter | None:
+        if ask is None:
+            return None
+        started = self._clock.monotonic()
+        entries = await self._reads.read(ask, request_id, timeout_sec())
+        return ReadAfter(entries, self._clock.monotonic() - started)
 
-        results = await asyncio.gather(*(read(i) for i in ids), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for r in errors:
-            if not isinstance(r, EngineCallError):
-                raise r
-        if errors:
-            first = _engine_error(errors[0])  # type: ignore[arg-type]
-            if len(errors) > 1:
-                first = type(first)(f"{first}; also: " + "; ".join(str(e) for e in errors[1:]))
-            log.warning("instance=%d request_id=%s status of %s failed: %s", self._instance, request_id or "-",
-                        ids, first)
-            raise first
-        return [r for r in results if isinstance(r, EngineStatusEntry)]
+    async def guard_then_read(self, request_id: str, lease_sec: float, instance_id: int, term: int = 0,
+                              then: StatusAsk | None = None,
+                              timeout_sec: Callable[[], float | None] = lambda: None) -> tuple[GuardGrant, ReadAfter | None]:
+        """The guard, then (`then`, checked by `check_status` before the guard is taken) a status read
+        once it holds: one call where the round made two. `timeout_sec` is asked when the read starts."""
+        grant = self.guard(request_id, lease_sec, instance_id, term)
+        await self.injected_guard_delay(request_id)
+        return grant, await self._read_after(then, request_id, timeout_sec)
 
     # -- apply ------------------------------------------------------------------------------
     def _pod_view(self) -> PodView:
@@ -243,7 +195,11 @@ class FtProxy:
     async def apply(self, *, instance_id: int, request_id: str, instruction: int, removed_dp_ranks: list[int],
                     dp_master_ip: str, dp_master_rank: int, endpoint_ids: list[int],
                     timeout_sec: float | None = None, dp_store_port: int = 0, term: int = 0,
-                    added_dp_ranks: Sequence[int] = (), round_removed_dp_ranks: Sequence[int] = ()) -> ApplyResult:
+                    added_dp_ranks: Sequence[int] = (), round_removed_dp_ranks: Sequence[int] = (),
+                    then: StatusAsk | None = None,
+                    read_timeout_sec: Callable[[], float | None] = lambda: None) -> ApplyResult:
+        """`then` (checked by `check_status` before the call): a status read once every target
+        accepted, answered with the outcomes; `read_timeout_sec` is asked when it starts."""
         self._require_enabled()
         try:
             check_request_id(request_id)
@@ -329,7 +285,8 @@ class FtProxy:
             self._metrics.engine_apply(o.accepted)
         accepted = all(o.accepted for o in outcomes)
         self._metrics.apply_call("accepted" if accepted else "not_accepted")
-        return ApplyResult(accepted, outcomes, command.dp_store_port)
+        read = await self._read_after(then, request_id, read_timeout_sec) if accepted else None
+        return ApplyResult(accepted, outcomes, command.dp_store_port, read)
 
     # -- finalize ---------------------------------------------------------------------------
     async def injected_guard_delay(self, request_id: str) -> None:

@@ -12,7 +12,8 @@ import grpc
 
 from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.term_fence import term_of
-from nodemanager.ft_proxy import FtProxy
+from nodemanager.ft_proxy import FtProxy, ReadAfter
+from nodemanager.status_reads import StatusAsk
 from nodemanager.rpc import rpc_method
 
 # Kept back from the caller's deadline so an engine timeout is reported before the call expires.
@@ -26,19 +27,34 @@ def engine_timeout(context: grpc.aio.ServicerContext) -> float | None:
     return max(0.01, remaining - _DEADLINE_MARGIN_SEC)
 
 
+def read_fields(read: ReadAfter | None) -> dict:
+    """The `status` and `status_read_sec` of a Guard or Apply answer (none when no read was made)."""
+    if read is None:
+        return {}
+    return {"status": node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in read.entries]),
+            "status_read_sec": read.read_sec}
+
+
 class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     def __init__(self, proxy: FtProxy) -> None:
         self._proxy = proxy
 
+    def _then(self, request: node_manager_pb2.GuardRequest | node_manager_pb2.ApplyRequest) -> StatusAsk | None:
+        if not request.HasField("then_status"):
+            return None
+        read = request.then_status
+        return self._proxy.check_status(request.instance_id, list(read.endpoint_ids),
+                                        [(w.status, w.ft_state) for w in read.wait_while], read.settle_sec)
+
     @rpc_method("Guard")
     async def Guard(self, request: node_manager_pb2.GuardRequest, context: grpc.aio.ServicerContext
                     ) -> node_manager_pb2.GuardResponse:
-        grant = self._proxy.guard(request.request_id, request.lease_sec, request.instance_id,
-                                  term_of(context.invocation_metadata()) or 0)
-        await self._proxy.injected_guard_delay(request.request_id)
+        grant, read = await self._proxy.guard_then_read(
+            request.request_id, request.lease_sec, request.instance_id, term_of(context.invocation_metadata()) or 0,
+            self._then(request), lambda: engine_timeout(context))
         return node_manager_pb2.GuardResponse(
-            request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed
-        )
+            request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed,
+            **read_fields(read))
 
     @rpc_method("Status")
     async def Status(self, request: node_manager_pb2.StatusRequest, context: grpc.aio.ServicerContext
@@ -61,10 +77,12 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
             term=term_of(context.invocation_metadata()) or 0, added_dp_ranks=list(request.added_dp_ranks),
             round_removed_dp_ranks=list(request.round_removed_dp_ranks),
+            then=self._then(request), read_timeout_sec=lambda: engine_timeout(context),
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,
             dp_store_port=result.dp_store_port,
+            **read_fields(result.read),
             results=[
                 node_manager_pb2.EngineApplyResult(
                     endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,

@@ -71,9 +71,17 @@ class NodeManagerClient:
         self._ft = node_manager_pb2_grpc.NodeManagerFaultToleranceStub(self._channel)
         self._life = node_manager_pb2_grpc.NodeManagerStub(self._channel)
 
-    async def guard(self, instance_id: int, request_id: str, lease_sec: float) -> node_manager_pb2.GuardResponse:
-        req = node_manager_pb2.GuardRequest(instance_id=instance_id, request_id=request_id, lease_sec=lease_sec)
-        return await _invoke("guard", self.address, self._ft.Guard, req, self._timeout, leadership=self._leadership)
+    async def guard(self, instance_id: int, request_id: str, lease_sec: float,
+                    then_status: node_manager_pb2.StatusRead | None = None) -> node_manager_pb2.GuardResponse:
+        """`then_status`: a status read once the guard holds, in the answer's `status` (unset from a
+        NodeManager that predates it); the deadline grows by its settle_sec."""
+        req = node_manager_pb2.GuardRequest(instance_id=instance_id, request_id=request_id, lease_sec=lease_sec,
+                                            then_status=then_status)
+        return await _invoke("guard", self.address, self._ft.Guard, req, self._with_read(then_status),
+                             leadership=self._leadership)
+
+    def _with_read(self, then_status: node_manager_pb2.StatusRead | None) -> float:
+        return self._timeout + (then_status.settle_sec if then_status is not None else 0.0)
 
     async def status(self, instance_id: int, request_id: str, endpoint_ids: Sequence[int],
                      wait_while: Iterable[tuple[int, int]] = (), settle_sec: float = 0.0,
@@ -103,8 +111,12 @@ class NodeManagerClient:
         instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN,
         added_dp_ranks: Sequence[int] = (),
         round_removed_dp_ranks: Sequence[int] = (),
+        then_status: node_manager_pb2.StatusRead | None = None,
     ) -> node_manager_pb2.ApplyResponse:
+        """`then_status`: a status read once every target accepted, in the answer's `status`
+        (unset when not accepted, or from a NodeManager that predates it)."""
         req = node_manager_pb2.ApplyRequest(
+            then_status=then_status,
             added_dp_ranks=list(added_dp_ranks),
             round_removed_dp_ranks=list(round_removed_dp_ranks),
             instance_id=instance_id,
@@ -116,7 +128,8 @@ class NodeManagerClient:
             endpoint_ids=list(endpoint_ids),
             dp_store_port=dp_store_port,
         )
-        return await _invoke("apply", self.address, self._ft.Apply, req, self._timeout, leadership=self._leadership)
+        return await _invoke("apply", self.address, self._ft.Apply, req, self._with_read(then_status),
+                             leadership=self._leadership)
 
     async def finalize(
         self, instance_id: int, request_id: str, commit: bool, retired_ids: Iterable[int]

@@ -35,6 +35,7 @@ from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import instance_from_proto, instance_to_proto
 from motor.coordinator.serving_view import RefreshError, RefreshErrorCode, RefreshEvent
 from nodemanager.errors import FailedPrecondition, NodeManagerError
+from nodemanager.ft_service import read_fields
 from nodemanager.pod_stop import stop_target_mismatch
 from nodemanager.rpc import status_code_of
 
@@ -129,13 +130,24 @@ class SimNodeManagerClient:
     def _engine_timeout(self, timeout_sec: float | None = None) -> float:
         return max(0.01, (timeout_sec or self._timeout) - 0.1)
 
-    async def guard(self, instance_id, request_id, lease_sec):
+    @staticmethod
+    def _then(nm, instance_id, then_status):
+        if then_status is None:
+            return None
+        return nm.proxy.check_status(instance_id, list(then_status.endpoint_ids),
+                                     [(w.status, w.ft_state) for w in then_status.wait_while], then_status.settle_sec)
+
+    def _settle(self, then_status) -> float:
+        return self._timeout + (then_status.settle_sec if then_status is not None else 0.0)
+
+    async def guard(self, instance_id, request_id, lease_sec, then_status=None):
         async def fn(nm, term):
-            g = nm.proxy.guard(request_id, lease_sec, instance_id, term)
-            await nm.proxy.injected_guard_delay(request_id)
+            g, read = await nm.proxy.guard_then_read(request_id, lease_sec, instance_id, term,
+                                                     self._then(nm, instance_id, then_status),
+                                                     lambda: self._engine_timeout(self._settle(then_status)))
             return node_manager_pb2.GuardResponse(request_id=g.request_id, lease_remaining_sec=g.lease_remaining_sec,
-                                                  renewed=g.renewed)
-        return await self._call("guard", fn, request_id=request_id)
+                                                  renewed=g.renewed, **read_fields(read))
+        return await self._call("guard", fn, self._settle(then_status), request_id)
 
     async def status(self, instance_id, request_id, endpoint_ids, wait_while=(), settle_sec=0.0,
                      taken_as_evidence=False, reread_max_sec=0.0):
@@ -149,20 +161,22 @@ class SimNodeManagerClient:
 
     async def apply(self, instance_id, request_id, removed_dp_ranks, dp_master_ip, dp_master_rank, endpoint_ids,
                     dp_store_port=0, instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=(),
-                    round_removed_dp_ranks=()):
+                    round_removed_dp_ranks=(), then_status=None):
         async def fn(nm, term):
             result = await nm.proxy.apply(
                 instance_id=instance_id, request_id=request_id, instruction=instruction,
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port,
-                term=term, added_dp_ranks=list(added_dp_ranks), round_removed_dp_ranks=list(round_removed_dp_ranks))
+                term=term, added_dp_ranks=list(added_dp_ranks), round_removed_dp_ranks=list(round_removed_dp_ranks),
+                then=self._then(nm, instance_id, then_status),
+                read_timeout_sec=lambda: self._engine_timeout(self._settle(then_status)))
             return node_manager_pb2.ApplyResponse(
-                accepted=result.accepted, dp_store_port=result.dp_store_port, results=[
+                accepted=result.accepted, dp_store_port=result.dp_store_port, **read_fields(result.read), results=[
                 node_manager_pb2.EngineApplyResult(
                     endpoint_id=o.endpoint_id, accepted=o.accepted, http_status=o.http_status,
                     engine_request_id=o.engine_request_id, message=o.message, request_body=o.request_body,
                     elapsed_sec=o.elapsed_sec, sent_at_unix_sec=o.sent_at_unix_sec) for o in result.outcomes])
-        return await self._call("apply", fn, request_id=request_id)
+        return await self._call("apply", fn, self._settle(then_status), request_id)
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
         async def fn(nm, term):

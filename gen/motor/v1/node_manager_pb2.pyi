@@ -20,24 +20,40 @@ INSTRUCTION_RETRY: Instruction
 INSTRUCTION_SCALE_UP: Instruction
 
 class GuardRequest(_message.Message):
-    __slots__ = ("request_id", "lease_sec", "instance_id")
+    __slots__ = ("request_id", "lease_sec", "instance_id", "then_status")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_SEC_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    THEN_STATUS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease_sec: float
     instance_id: int
-    def __init__(self, request_id: _Optional[str] = ..., lease_sec: _Optional[float] = ..., instance_id: _Optional[int] = ...) -> None: ...
+    then_status: StatusRead
+    def __init__(self, request_id: _Optional[str] = ..., lease_sec: _Optional[float] = ..., instance_id: _Optional[int] = ..., then_status: _Optional[_Union[StatusRead, _Mapping]] = ...) -> None: ...
 
 class GuardResponse(_message.Message):
-    __slots__ = ("request_id", "lease_remaining_sec", "renewed")
+    __slots__ = ("request_id", "lease_remaining_sec", "renewed", "status", "status_read_sec")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_SEC_FIELD_NUMBER: _ClassVar[int]
     RENEWED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_READ_SEC_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease_remaining_sec: float
     renewed: bool
-    def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ...) -> None: ...
+    status: StatusResponse
+    status_read_sec: float
+    def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ..., status: _Optional[_Union[StatusResponse, _Mapping]] = ..., status_read_sec: _Optional[float] = ...) -> None: ...
+
+class StatusRead(_message.Message):
+    __slots__ = ("endpoint_ids", "wait_while", "settle_sec")
+    ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WHILE_FIELD_NUMBER: _ClassVar[int]
+    SETTLE_SEC_FIELD_NUMBER: _ClassVar[int]
+    endpoint_ids: _containers.RepeatedScalarFieldContainer[int]
+    wait_while: _containers.RepeatedCompositeFieldContainer[EngineState]
+    settle_sec: float
+    def __init__(self, endpoint_ids: _Optional[_Iterable[int]] = ..., wait_while: _Optional[_Iterable[_Union[EngineState, _Mapping]]] = ..., settle_sec: _Optional[float] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("instance_id", "endpoint_ids", "request_id", "wait_while", "settle_sec", "taken_as_evidence", "reread_max_sec")
@@ -72,7 +88,7 @@ class StatusResponse(_message.Message):
     def __init__(self, engines: _Optional[_Iterable[_Union[_common_pb2.EngineFtStatus, _Mapping]]] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port", "added_dp_ranks", "round_removed_dp_ranks")
+    __slots__ = ("instance_id", "request_id", "instruction", "removed_dp_ranks", "dp_master_ip", "dp_master_rank", "endpoint_ids", "dp_store_port", "added_dp_ranks", "round_removed_dp_ranks", "then_status")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +99,7 @@ class ApplyRequest(_message.Message):
     DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     ADDED_DP_RANKS_FIELD_NUMBER: _ClassVar[int]
     ROUND_REMOVED_DP_RANKS_FIELD_NUMBER: _ClassVar[int]
+    THEN_STATUS_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     request_id: str
     instruction: Instruction
@@ -93,7 +110,8 @@ class ApplyRequest(_message.Message):
     dp_store_port: int
     added_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
     round_removed_dp_ranks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ..., added_dp_ranks: _Optional[_Iterable[int]] = ..., round_removed_dp_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+    then_status: StatusRead
+    def __init__(self, instance_id: _Optional[int] = ..., request_id: _Optional[str] = ..., instruction: _Optional[_Union[Instruction, str]] = ..., removed_dp_ranks: _Optional[_Iterable[int]] = ..., dp_master_ip: _Optional[str] = ..., dp_master_rank: _Optional[int] = ..., endpoint_ids: _Optional[_Iterable[int]] = ..., dp_store_port: _Optional[int] = ..., added_dp_ranks: _Optional[_Iterable[int]] = ..., round_removed_dp_ranks: _Optional[_Iterable[int]] = ..., then_status: _Optional[_Union[StatusRead, _Mapping]] = ...) -> None: ...
 
 class EngineApplyResult(_message.Message):
     __slots__ = ("endpoint_id", "accepted", "http_status", "engine_request_id", "message", "request_body", "elapsed_sec", "sent_at_unix_sec")
@@ -116,14 +134,18 @@ class EngineApplyResult(_message.Message):
     def __init__(self, endpoint_id: _Optional[int] = ..., accepted: _Optional[bool] = ..., http_status: _Optional[int] = ..., engine_request_id: _Optional[str] = ..., message: _Optional[str] = ..., request_body: _Optional[str] = ..., elapsed_sec: _Optional[float] = ..., sent_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
-    __slots__ = ("accepted", "results", "dp_store_port")
+    __slots__ = ("accepted", "results", "dp_store_port", "status", "status_read_sec")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_READ_SEC_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     results: _containers.RepeatedCompositeFieldContainer[EngineApplyResult]
     dp_store_port: int
-    def __init__(self, accepted: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[EngineApplyResult, _Mapping]]] = ..., dp_store_port: _Optional[int] = ...) -> None: ...
+    status: StatusResponse
+    status_read_sec: float
+    def __init__(self, accepted: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[EngineApplyResult, _Mapping]]] = ..., dp_store_port: _Optional[int] = ..., status: _Optional[_Union[StatusResponse, _Mapping]] = ..., status_read_sec: _Optional[float] = ...) -> None: ...
 
 class FinalizeRequest(_message.Message):
     __slots__ = ("instance_id", "request_id", "commit", "retired_ids")

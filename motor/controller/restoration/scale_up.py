@@ -58,7 +58,7 @@ class ScaleUpStrategy(Strategy):
         self.reason = reason
         self.asked_by = asked_by
         self.request_id = f"su-{instance_id}-{deps.new_id()}"
-        self.calls = RoundCalls(deps.nodemanagers, instance_id, self.request_id, self.timed_call)
+        self.calls = RoundCalls(deps.nodemanagers, instance_id, self.request_id, self.timed_call, deps.clock)
         self._committed = False
         self._guarded_at_sec = 0.0
         self.last_observed_mono_sec = 0.0

@@ -83,6 +83,10 @@ class FakeCluster:
     # Hold a long poll (settle_sec > 0 with an engine in a wait_while state) until this is set or the
     # call is cancelled, as a NodeManager whose engines do not change while the caller waits.
     hold_long_polls: asyncio.Event | None = None
+    # NodeManagers that predate StatusRead: a guard or apply carrying one is answered without the reads.
+    predate_then_status: bool = False
+    # (call, address, then_status) of every guard and apply: the reads they carried.
+    then_statuses: list[tuple[str, str, node_manager_pb2.StatusRead | None]] = field(default_factory=list)
     # The long polls cancelled by their caller while held, and every status call's reread_max_sec.
     status_cancelled: int = 0
     status_reread_caps: list[float] = field(default_factory=list)
@@ -121,8 +125,21 @@ class FakeNodeManagerClient:
     def __init__(self, cluster: FakeCluster, address: str) -> None:
         self.cluster, self.address = cluster, address
 
-    async def guard(self, instance_id, request_id, lease_sec):
+    async def _then(self, instance_id, request_id, then_status) -> dict:
+        """The reads a guard or apply carried, as the NodeManager adds them to its answer."""
         c = self.cluster
+        if then_status is None or c.predate_then_status:
+            return {}
+        started = c.clock.monotonic() if c.clock else 0.0
+        entries = await self.status(instance_id, request_id, list(then_status.endpoint_ids),
+                                    frozenset((w.status, w.ft_state) for w in then_status.wait_while),
+                                    then_status.settle_sec)
+        return {"status": node_manager_pb2.StatusResponse(engines=entries),
+                "status_read_sec": (c.clock.monotonic() if c.clock else 0.0) - started}
+
+    async def guard(self, instance_id, request_id, lease_sec, then_status=None):
+        c = self.cluster
+        c.then_statuses.append(("guard", self.address, then_status))
         c.calls.append(("guard", self.address, request_id, lease_sec))
         if self.address in c.hold_guard:
             await c.hold_guard[self.address].wait()
@@ -134,7 +151,8 @@ class FakeNodeManagerClient:
         c.guard_holder[self.address] = request_id
         c.lease_deadline[self.address] = max(now + lease_sec, c.lease_deadline.get(self.address, 0.0)) \
             if holder == request_id else now + lease_sec
-        return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec)
+        return node_manager_pb2.GuardResponse(request_id=request_id, lease_remaining_sec=lease_sec,
+                                              **await self._then(instance_id, request_id, then_status))
 
     async def status(self, instance_id, request_id, endpoint_ids, wait_while=frozenset(), settle_sec=0.0,
                      taken_as_evidence=False, reread_max_sec=0.0):
@@ -175,8 +193,10 @@ class FakeNodeManagerClient:
         return out
 
     async def apply(self, instance_id, request_id, removed, master_ip, master_rank, endpoint_ids, store_port=0,
-                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=(), round_removed_dp_ranks=()):
+                    instruction=node_manager_pb2.INSTRUCTION_SCALE_DOWN, added_dp_ranks=(), round_removed_dp_ranks=(),
+                    then_status=None):
         c = self.cluster
+        c.then_statuses.append(("apply", self.address, then_status))
         c.round_removed.append(tuple(round_removed_dp_ranks))
         c.calls.append(("apply", self.address, request_id, tuple(removed), master_ip, master_rank, tuple(endpoint_ids),
                         store_port))
@@ -195,8 +215,10 @@ class FakeNodeManagerClient:
             if accepted:
                 eng = c.engines[r]
                 eng.status, eng.ft_state, eng.last_request_id, eng.polls_since_apply = UNHEALTHY, RECOVERING, request_id, 0
-        return node_manager_pb2.ApplyResponse(accepted=all(x.accepted for x in results), results=results,
-                                              dp_store_port=store_port or 29600 + master_rank)
+        accepted = all(x.accepted for x in results)
+        return node_manager_pb2.ApplyResponse(accepted=accepted, results=results,
+                                              dp_store_port=store_port or 29600 + master_rank,
+                                              **(await self._then(instance_id, request_id, then_status) if accepted else {}))
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
         c = self.cluster

@@ -855,7 +855,7 @@ async def test_survivors_healthy_after_apply_are_not_read_again() -> None:
     cluster.engines[3].recover_after_polls = 3  # ranks 0 and 2 are healthy at the second poll, 3 later
     _, outcome = await run_round(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
-    after_apply = cluster.calls[max(i for i, c in enumerate(cluster.calls) if c[0] == "apply") + 1:]
+    after_apply = cluster.calls[min(i for i, c in enumerate(cluster.calls) if c[0] == "apply") + 1:]
     reads = [r for c in after_apply if c[0] == "status" for r in c[2]]
     assert reads.count(3) > reads.count(0) and reads.count(0) == reads.count(2) == 2, reads
 

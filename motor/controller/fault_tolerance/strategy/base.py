@@ -68,9 +68,12 @@ async def timed_call(
     make: Callable[[], Awaitable[T]],
     facts: Facts | None = None,
     result_facts: Callable[[T], Facts] | None = None,
+    split: Callable[[T], CallTail | None] | None = None,
 ) -> T:
     """Runs one remote call and records it in the timeline (start, duration, outcome and typed facts,
-    `result_facts` computed from the answer); errors of the peer are recorded and re-raised."""
+    `result_facts` computed from the answer); errors of the peer are recorded and re-raised. With
+    `split`, an answer that carried a second call's work (a status read riding on a guard or an
+    apply) is recorded as two calls: the second took the call's last `tail.duration_sec`."""
     wall, start = clock.wall(), clock.monotonic()
     try:
         result = await make()
@@ -79,9 +82,22 @@ async def timed_call(
             txn.call(name, target, wall, clock.monotonic() - start, str(exc), **(facts or {}))
         raise
     if txn is not None:
-        txn.call(name, target, wall, clock.monotonic() - start, **(facts or {}),
-                 **(result_facts(result) if result_facts else {}))
+        total = clock.monotonic() - start
+        tail = split(result) if split is not None else None
+        head = total if tail is None else max(0.0, total - tail.duration_sec)
+        txn.call(name, target, wall, head, **(facts or {}), **(result_facts(result) if result_facts else {}))
+        if tail is not None:
+            txn.call(tail.name, target, wall + head, total - head, **tail.facts)
     return result
+
+
+@dataclass(frozen=True)
+class CallTail:
+    """The second call an answer carried: its timeline name, how long it took at the end of the
+    call, and its facts."""
+    name: str
+    duration_sec: float
+    facts: Facts
 
 
 async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Transaction | None = None) -> None:
@@ -213,8 +229,9 @@ class Strategy(ABC):
                  self.instance_id, migrated)
 
     async def timed_call(self, name: str, target: str, make: Callable[[], Awaitable[T]], facts: Facts | None = None,
-                         result_facts: Callable[[T], Facts] | None = None) -> T:
-        return await timed_call(self.txn, self.deps.clock, name, target, make, facts, result_facts)
+                         result_facts: Callable[[T], Facts] | None = None,
+                         split: Callable[[T], CallTail | None] | None = None) -> T:
+        return await timed_call(self.txn, self.deps.clock, name, target, make, facts, result_facts, split)
 
     async def drain(self) -> None:
         """DEL of exactly the published view, waited for (RFC: the drain is synchronous).

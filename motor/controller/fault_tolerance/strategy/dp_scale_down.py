@@ -74,7 +74,7 @@ class DpScaleDownStrategy(Strategy):
         self.ctx = ctx
         self.request_id = request_id or f"sd-{ctx.instance_id}-{deps.new_id()}"
         self._round_dead: set[int] = set()
-        self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call)
+        self.calls = RoundCalls(deps.nodemanagers, ctx.instance_id, self.request_id, self.timed_call, deps.clock)
         self._controller_committed = False
         self._guarded_at_sec = 0.0
         self.last_observed_mono_sec = 0.0
@@ -154,8 +154,7 @@ class DpScaleDownStrategy(Strategy):
             await self._persist(must=True)
             record = deps.registry.get(self.instance_id)
             store_port = record.store_port(plan.dp_master_rank, len(plan.removed_cumulative)) if record else 0
-            self._note_skew(await self.calls.apply(plan, store_port))
-            await self._await_recovered(plan)
+            await self._apply_and_await_recovered(plan, store_port)
             self.set_phase(FtPhase.POST_SCALE_CLEANUP)
             await self._persist(must=True)
             await self._renew_guards_if_due()
@@ -238,16 +237,26 @@ class DpScaleDownStrategy(Strategy):
         return await self._poll(plan, apply_readiness, APPLY_WAIT_STATES, goal="apply-ready", on_wait=waiting,
                                 first_fan_out=guard_then_read)
 
-    async def _await_recovered(self, plan: RoundPlan) -> None:
+    async def _apply_and_await_recovered(self, plan: RoundPlan, store_port: int) -> None:
+        """Exactly one apply, then polls until every survivor is healthy; the first poll rides on the
+        apply (RoundCalls.apply_then_read), and the execution deadline counts from the apply's
+        answer (RFC §7: the wait after the apply has its own bound)."""
+        async def apply_then_read(plan: RoundPlan, read: StatusRead) -> list[common_pb2.EngineFtStatus]:
+            entries = await self.calls.apply_then_read(plan, store_port, read)
+            self._note_skew(self.calls.applied)
+            return entries
+
         # A survivor healthy after the apply stays done: the engines rebuilt only once every survivor
         # voted yes, so later polls read only the ones still rebuilding: at DP=256 a poll then skips
         # the hundreds of survivors already healthy.
-        await self._poll(plan, recovery_state, RECOVERY_WAIT_STATES, goal="healthy after apply", done_stays_done=True)
+        await self._poll(plan, recovery_state, RECOVERY_WAIT_STATES, goal="healthy after apply", done_stays_done=True,
+                         first_fan_out=apply_then_read, deadline_from=lambda: self.calls.applied_mono_sec)
 
     async def _poll(self, plan: RoundPlan, judge: Callable[[common_pb2.EngineFtStatus], Verdict],
                     wait_states: frozenset[tuple[int, int]], *, goal: str,
                     on_wait: Callable[[list[int]], None] | None = None, done_stays_done: bool = False,
-                    first_fan_out: StatusFanOut | None = None) -> RoundPlan:
+                    first_fan_out: StatusFanOut | None = None,
+                    deadline_from: Callable[[], float] | None = None) -> RoundPlan:
         """Polls the survivors until `judge` says every one is done (or ready), within the execution
         deadline. A survivor judged 'dead' is absorbed into this round's removed set (only `apply_readiness`
         says so): each absorption removes a survivor, so the loop ends after at most len(survivors)
@@ -259,19 +268,24 @@ class DpScaleDownStrategy(Strategy):
         before a rebuild can have finished and a settled survivor is seen within one re-read.
         A poll answered sooner than the backoff delay (a NodeManager that does not long-poll) is
         followed by the rest of the delay, so polls never come faster than the backoff. The first poll
-        goes through `first_fan_out` when given (the guards), the others through a plain status fan-out."""
+        goes through `first_fan_out` when given (the guards, or the apply), the others through a plain
+        status fan-out; with `deadline_from` the deadline counts from the time it gives once the first
+        fan-out answered (the apply's answer)."""
         sd = self.deps.config.fault_tolerance_config.dp_scale_down_config
         deadline = self.deps.clock.monotonic() + sd.execution_deadline_sec
         polls = 0
         done: set[int] = set()
         fan_out = first_fan_out or self.calls.status
+        first = True
         while True:
             self._check_stop()
             await self._renew_guards_if_due()
             asked_mono_sec = self.deps.clock.monotonic()
             settle_sec = max(0.0, min(sd.poll_interval_sec, deadline - asked_mono_sec))
             statuses = await read_statuses(self, plan, StatusRead(frozenset(done), wait_states, settle_sec), fan_out, "survivors")
-            fan_out = self.calls.status
+            if first and deadline_from is not None:
+                deadline = deadline_from() + sd.execution_deadline_sec
+            fan_out, first = self.calls.status, False
             verdicts = {rank: judge(status) for rank, status in statuses.items()}
             if done_stays_done:
                 done.update(r for r, v in verdicts.items() if v is Verdict.DONE)

@@ -74,7 +74,7 @@ class FastRecoveryStrategy(Strategy):
         super().__init__(deps, facts.instance_id)
         self.facts = facts
         self.request_id = request_id or f"fr-{facts.instance_id}-{deps.new_id()}"
-        self.calls = RoundCalls(deps.nodemanagers, facts.instance_id, self.request_id, self.timed_call)
+        self.calls = RoundCalls(deps.nodemanagers, facts.instance_id, self.request_id, self.timed_call, deps.clock)
         # Engines that make their own request id (vLLM 0.33.0) name it in status: both are this attempt's.
         self._request_ids = {self.request_id}
         self._committed = False

@@ -2,6 +2,11 @@
 in the round's timeline: guard, status, apply, finalize(commit) and finalize(abort), stop_pod. It keeps
 which NodeManagers were guarded and which committed, so an abort reaches exactly the ones not
 committed. No decisions here: the strategy judges the answers.
+
+The status read that follows a guard, and the first one after an apply, ride on that call
+(`then_status`): one call per pod instead of two, recorded in the timeline as the two calls they
+stand for. A NodeManager that predates the field answers without the reads; its pod is then read
+with a Status call of its own.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import Any, TypeVar
 
 from gen.motor.v1 import common_pb2, node_manager_pb2
 from motor.controller.clients import NodeManagerClients, PeerCallError
+from motor.controller.clock import Clock
 from motor.controller.fault_tolerance.evidence import RankRead
 from motor.controller.fault_tolerance.topology import RoundPlan
+from motor.controller.fault_tolerance.strategy.base import CallTail
 from motor.controller.model.placement import PodInfo
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,23 @@ class StatusRead:
     settle_sec: float = 0.0
 
 
+def status_read(targets: tuple[int, ...], read: StatusRead) -> node_manager_pb2.StatusRead:
+    """A StatusRead asking what `read` asks of `targets`."""
+    return node_manager_pb2.StatusRead(
+        endpoint_ids=list(targets), settle_sec=read.settle_sec,
+        wait_while=[node_manager_pb2.EngineState(status=s, ft_state=f) for s, f in sorted(read.wait_while)])
+
+
+def read_tail(targets: tuple[int, ...]) -> Callable[[Any], CallTail | None]:
+    """The status read a Guard or Apply answer carried, as its own call in the timeline."""
+    def tail(resp: Any) -> CallTail | None:
+        if not resp.HasField("status"):
+            return None
+        return CallTail("status", resp.status_read_sec,
+                        {"endpoint_ids": list(targets), "engine_statuses": list(resp.status.engines)})
+    return tail
+
+
 def apply_line(resp: node_manager_pb2.ApplyResponse) -> str:
     return f"dp_store_port={resp.dp_store_port} " + "; ".join(
         f"rank {r.endpoint_id}: HTTP {r.http_status} engine_request_id={r.engine_request_id!r}"
@@ -47,13 +71,18 @@ def apply_line(resp: node_manager_pb2.ApplyResponse) -> str:
 
 
 class RoundCalls:
-    def __init__(self, nodemanagers: NodeManagerClients, instance_id: int, request_id: str, timed: TimedCall) -> None:
+    def __init__(self, nodemanagers: NodeManagerClients, instance_id: int, request_id: str, timed: TimedCall,
+                 clock: Clock) -> None:
         self._nodemanagers = nodemanagers
         self._instance_id = instance_id
         self._request_id = request_id
         self._timed = timed
+        self._clock = clock
         self._guard_attempted: list[str] = []
         self._committed: set[str] = set()
+        # The last apply fan-out's outcomes, and when (this clock) its last apply was answered.
+        self.applied: list[node_manager_pb2.EngineApplyResult] = []
+        self.applied_mono_sec = 0.0
 
     async def _gather(self, calls: Iterable[tuple[str, Awaitable[T]]]) -> dict[str, T]:
         """Runs per-NodeManager calls concurrently; the first error fails the round (after all ended)."""
@@ -69,19 +98,25 @@ class RoundCalls:
 
     async def guard_all(self, plan: RoundPlan, lease_sec: float, then_read: StatusRead | None = None
                         ) -> list[common_pb2.EngineFtStatus]:
-        """Guards every participant. With `then_read`, each pod with survivors is asked for their status
-        as soon as its own guard holds, not after the last guard: the read is evidence only and the
-        apply still waits for every guard, so the first status read costs the round no fan-out of its
-        own. Returns the entries read (none without `then_read`)."""
+        """Guards every participant. With `then_read`, each pod with survivors to read is read once its
+        own guard holds, in the guard's call, not after the last guard: the read is evidence only and
+        the apply still waits for every guard, so the first status read costs the round no fan-out of
+        its own. Returns the entries read (none without `then_read`)."""
         async def one(pod: PodInfo) -> list[common_pb2.EngineFtStatus]:
             client = self._nodemanagers.get(pod.node_manager_address)
             self._guard_attempted.append(pod.node_manager_address)
-            await self._timed(
+            targets = self._targets(pod, then_read) if then_read is not None else ()
+            then = status_read(targets, then_read) if then_read is not None and targets else None
+            resp = await self._timed(
                 "guard", pod.node_manager_address,
-                lambda: client.guard(self._instance_id, self._request_id, lease_sec),
-                {"lease_sec": lease_sec, "endpoint_ids": list(pod.status_targets)},
+                lambda: client.guard(self._instance_id, self._request_id, lease_sec, then),
+                {"lease_sec": lease_sec, "endpoint_ids": list(pod.status_targets)}, split=read_tail(targets),
             )
-            return [] if then_read is None else await self._status_one(pod, then_read)
+            if then is None or then_read is None:
+                return []
+            if resp.HasField("status"):
+                return self._checked(pod.node_manager_address, targets, resp.status.engines)
+            return await self._status_one(pod, then_read)
 
         by_pod = await self._gather((pod.node_manager_address, one(pod)) for pod in plan.pods)
         return [entry for entries in by_pod.values() for entry in entries]
@@ -100,10 +135,14 @@ class RoundCalls:
         by_pod = await self._gather((pod.node_manager_address, self._status_one(pod, read)) for pod in plan.pods)
         return [entry for entries in by_pod.values() for entry in entries]
 
+    @staticmethod
+    def _targets(pod: PodInfo, read: StatusRead) -> tuple[int, ...]:
+        return tuple(t for t in pod.status_targets if t not in read.skip)
+
     async def _status_one(self, pod: PodInfo, read: StatusRead) -> list[common_pb2.EngineFtStatus]:
         """One pod's survivors but `read.skip` (a long poll with `wait_while` and `settle_sec`:
         NodeManagerClient.status); nothing to ask, no call."""
-        targets = tuple(t for t in pod.status_targets if t not in read.skip)
+        targets = self._targets(pod, read)
         if not targets:
             return []
         address = pod.node_manager_address
@@ -114,33 +153,58 @@ class RoundCalls:
             {"endpoint_ids": list(targets)},
             lambda answered: {"engine_statuses": list(answered)},
         )
+        return self._checked(address, targets, entries)
+
+    @staticmethod
+    def _checked(address: str, targets: tuple[int, ...], entries: Iterable[common_pb2.EngineFtStatus]
+                 ) -> list[common_pb2.EngineFtStatus]:
+        entries = list(entries)
         ids = [e.id for e in entries]
         # RFC §4.1 identity contract, checked here too: an entry we did not ask this pod for (or
         # twice) is a protocol failure, never evidence to judge or absorb.
         if sorted(ids) != sorted(set(ids)) or not set(ids) <= set(targets):
             raise RoundFailed(f"protocol error: status from {address} answered endpoint ids {ids}, "
                               f"asked for {list(targets)}")
-        return list(entries)
+        return entries
 
     async def apply(self, plan: RoundPlan, store_port: int,
                     instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN) -> list[node_manager_pb2.EngineApplyResult]:
         """One apply per pod with survivors, all with the same request id, master and store port."""
-        calls = [(pod.node_manager_address,
-                  self._apply_one(pod.node_manager_address, plan, pod.status_targets, store_port, instruction))
+        await self._apply_all(plan, store_port, instruction, None)
+        return self.applied
+
+    async def apply_then_read(self, plan: RoundPlan, store_port: int, read: StatusRead,
+                              instruction: int = node_manager_pb2.INSTRUCTION_SCALE_DOWN
+                              ) -> list[common_pb2.EngineFtStatus]:
+        """The applies (as `apply`; outcomes in `applied`), each carrying its pod's first status read
+        of the rebuild, `read`. Returns the entries read."""
+        return await self._apply_all(plan, store_port, instruction, read)
+
+    async def _apply_all(self, plan: RoundPlan, store_port: int, instruction: int, read: StatusRead | None
+                         ) -> list[common_pb2.EngineFtStatus]:
+        self.applied, self.applied_mono_sec = [], self._clock.monotonic()
+        calls = [(pod.node_manager_address, self._apply_one(pod, plan, store_port, instruction, read))
                  for pod in plan.pods if pod.status_targets]
         by_pod = await self._gather(calls)
-        return [r for results in by_pod.values() for r in results]
+        self.applied = [r for results, _ in by_pod.values() for r in results]
+        return [entry for _, entries in by_pod.values() for entry in entries]
 
-    async def _apply_one(self, address: str, plan: RoundPlan, targets: tuple[int, ...], store_port: int,
-                         instruction: int) -> list[node_manager_pb2.EngineApplyResult]:
+    async def _apply_one(self, pod: PodInfo, plan: RoundPlan, store_port: int, instruction: int,
+                         read: StatusRead | None
+                         ) -> tuple[list[node_manager_pb2.EngineApplyResult], list[common_pb2.EngineFtStatus]]:
+        """One pod's apply; its outcomes, and the entries of the read it carried (`read`)."""
+        address, targets = pod.node_manager_address, pod.status_targets
         client = self._nodemanagers.get(address)
         facts = {"ranks": list(plan.added or plan.removed_cumulative), "endpoint_ids": list(targets),
                  "dp_master_ip": plan.dp_master_ip}
         # Only a scale-up names added ranks, only a scale-down this round's (peers that predate them
         # take the positional call).
-        extra: dict[str, tuple[int, ...]] = {"added_dp_ranks": plan.added} if plan.added else {}
+        extra: dict[str, Any] = {"added_dp_ranks": plan.added} if plan.added else {}
         if instruction == node_manager_pb2.INSTRUCTION_SCALE_DOWN and plan.removed_this_round:
             extra["round_removed_dp_ranks"] = plan.removed_this_round
+        read_targets = self._targets(pod, read) if read is not None else ()
+        if read_targets and read is not None:
+            extra["then_status"] = status_read(read_targets, read)
         try:
             resp = await self._timed(
                 "apply", address,
@@ -148,6 +212,7 @@ class RoundCalls:
                                      plan.dp_master_rank, targets, store_port, instruction, **extra),
                 facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
                                   "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
+                split=read_tail(read_targets),
             )
         except PeerCallError as exc:
             raise RoundFailed(f"apply not accepted: {exc}") from None
@@ -156,7 +221,12 @@ class RoundCalls:
         if not resp.accepted:
             refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
             raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
-        return list(resp.results)
+        self.applied_mono_sec = max(self.applied_mono_sec, self._clock.monotonic() - resp.status_read_sec)
+        if read is None or not read_targets:
+            return list(resp.results), []
+        if resp.HasField("status"):
+            return list(resp.results), self._checked(address, read_targets, resp.status.engines)
+        return list(resp.results), await self._status_one(pod, read)
 
     async def finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/node_manager.proto.
  */
 export const file_motor_v1_node_manager: GenFile = /*@__PURE__*/
-  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxIkoKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAyJRCg1HdWFyZFJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSGwoTbGVhc2VfcmVtYWluaW5nX3NlYxgCIAEoARIPCgdyZW5ld2VkGAMgASgIIsABCg1TdGF0dXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhQKDGVuZHBvaW50X2lkcxgCIAMoBRISCgpyZXF1ZXN0X2lkGAMgASgJEikKCndhaXRfd2hpbGUYBCADKAsyFS5tb3Rvci52MS5FbmdpbmVTdGF0ZRISCgpzZXR0bGVfc2VjGAUgASgBEhkKEXRha2VuX2FzX2V2aWRlbmNlGAYgASgIEhYKDnJlcmVhZF9tYXhfc2VjGAcgASgBIloKC0VuZ2luZVN0YXRlEiYKBnN0YXR1cxgBIAEoDjIWLm1vdG9yLnYxLkVuZ2luZUhlYWx0aBIjCghmdF9zdGF0ZRgCIAEoDjIRLm1vdG9yLnYxLkZ0U3RhdGUiOwoOU3RhdHVzUmVzcG9uc2USKQoHZW5naW5lcxgBIAMoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzIpACCgxBcHBseVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIqCgtpbnN0cnVjdGlvbhgDIAEoDjIVLm1vdG9yLnYxLkluc3RydWN0aW9uEhgKEHJlbW92ZWRfZHBfcmFua3MYBCADKAUSFAoMZHBfbWFzdGVyX2lwGAUgASgJEhYKDmRwX21hc3Rlcl9yYW5rGAYgASgFEhQKDGVuZHBvaW50X2lkcxgHIAMoBRIVCg1kcF9zdG9yZV9wb3J0GAggASgFEhYKDmFkZGVkX2RwX3JhbmtzGAkgAygFEh4KFnJvdW5kX3JlbW92ZWRfZHBfcmFua3MYCiADKAUiwAEKEUVuZ2luZUFwcGx5UmVzdWx0EhMKC2VuZHBvaW50X2lkGAEgASgFEhAKCGFjY2VwdGVkGAIgASgIEhMKC2h0dHBfc3RhdHVzGAMgASgFEhkKEWVuZ2luZV9yZXF1ZXN0X2lkGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSFAoMcmVxdWVzdF9ib2R5GAYgASgJEhMKC2VsYXBzZWRfc2VjGAcgASgBEhgKEHNlbnRfYXRfdW5peF9zZWMYCCABKAEiZgoNQXBwbHlSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIsCgdyZXN1bHRzGAIgAygLMhsubW90b3IudjEuRW5naW5lQXBwbHlSZXN1bHQSFQoNZHBfc3RvcmVfcG9ydBgDIAEoBSJfCg9GaW5hbGl6ZVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIOCgZjb21taXQYAyABKAgSEwoLcmV0aXJlZF9pZHMYBCADKAUiPwoQRmluYWxpemVSZXNwb25zZRITCgtyZXRpcmVkX2lkcxgBIAMoBRIWCg5ndWFyZF9yZWxlYXNlZBgCIAEoCCKQAQoTU3RhcnRFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGRwX21hc3Rlcl9pcBgDIAEoCRIWCg5kcF9tYXN0ZXJfcG9ydBgEIAEoBRIUCgxlbmRwb2ludF9pZHMYBSADKAUSDAoEam9pbhgGIAEoCCJbChRTdGFydEVuZ2luZXNSZXNwb25zZRIlCgllbmRwb2ludHMYASADKAsyEi5tb3Rvci52MS5FbmRwb2ludBIcChRsYXVuY2hlZF9hdF91bml4X3NlYxgCIAEoASJmChJTdG9wRW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglncmFjZV9zZWMYAyABKAESFAoMZW5kcG9pbnRfaWRzGAQgAygFIioKE1N0b3BFbmdpbmVzUmVzcG9uc2USEwoLc3RvcHBlZF9pZHMYASADKAUiggEKFlJlbGF1bmNoRW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxkcF9tYXN0ZXJfaXAYAyABKAkSFgoOZHBfbWFzdGVyX3BvcnQYBCABKAUSEQoJZ3JhY2Vfc2VjGAUgASgBIl4KF1JlbGF1bmNoRW5naW5lc1Jlc3BvbnNlEiUKCWVuZHBvaW50cxgBIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50EhwKFGxhdW5jaGVkX2F0X3VuaXhfc2VjGAIgASgBIlkKDlN0b3BQb2RSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEhMKC2luc3RhbmNlX2lkGAMgASgDEg4KBnBvZF9pcBgEIAEoCSIjCg9TdG9wUG9kUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgiFAoSRGVzY3JpYmVQb2RSZXF1ZXN0IncKDUVuZ2luZVByb2Nlc3MSJAoIZW5kcG9pbnQYASABKAsyEi5tb3Rvci52MS5FbmRwb2ludBILCgNwaWQYAiABKAUSDwoHcnVubmluZxgDIAEoCBIRCglleGl0X2NvZGUYBCABKAUSDwoHcmV0aXJlZBgFIAEoCCLBAQoTRGVzY3JpYmVQb2RSZXNwb25zZRIaCgNwb2QYASABKAsyDS5tb3Rvci52MS5Qb2QSEwoLaW5zdGFuY2VfaWQYAiABKAMSKAoHZW5naW5lcxgDIAMoCzIXLm1vdG9yLnYxLkVuZ2luZVByb2Nlc3MSGAoQZnRfcHJveHlfZW5hYmxlZBgEIAEoCBIYChBndWFyZF9yZXF1ZXN0X2lkGAUgASgJEhsKE2d1YXJkX3JlbWFpbmluZ19zZWMYBiABKAEqdwoLSW5zdHJ1Y3Rpb24SGwoXSU5TVFJVQ1RJT05fVU5TUEVDSUZJRUQQABIaChZJTlNUUlVDVElPTl9TQ0FMRV9ET1dOEAESFQoRSU5TVFJVQ1RJT05fUkVUUlkQAhIYChRJTlNUUlVDVElPTl9TQ0FMRV9VUBADMo8CChlOb2RlTWFuYWdlckZhdWx0VG9sZXJhbmNlEjgKBUd1YXJkEhYubW90b3IudjEuR3VhcmRSZXF1ZXN0GhcubW90b3IudjEuR3VhcmRSZXNwb25zZRI7CgZTdGF0dXMSFy5tb3Rvci52MS5TdGF0dXNSZXF1ZXN0GhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USOAoFQXBwbHkSFi5tb3Rvci52MS5BcHBseVJlcXVlc3QaFy5tb3Rvci52MS5BcHBseVJlc3BvbnNlEkEKCEZpbmFsaXplEhkubW90b3IudjEuRmluYWxpemVSZXF1ZXN0GhoubW90b3IudjEuRmluYWxpemVSZXNwb25zZTKMAwoLTm9kZU1hbmFnZXISTQoMU3RhcnRFbmdpbmVzEh0ubW90b3IudjEuU3RhcnRFbmdpbmVzUmVxdWVzdBoeLm1vdG9yLnYxLlN0YXJ0RW5naW5lc1Jlc3BvbnNlEkoKC1N0b3BFbmdpbmVzEhwubW90b3IudjEuU3RvcEVuZ2luZXNSZXF1ZXN0Gh0ubW90b3IudjEuU3RvcEVuZ2luZXNSZXNwb25zZRJWCg9SZWxhdW5jaEVuZ2luZXMSIC5tb3Rvci52MS5SZWxhdW5jaEVuZ2luZXNSZXF1ZXN0GiEubW90b3IudjEuUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USPgoHU3RvcFBvZBIYLm1vdG9yLnYxLlN0b3BQb2RSZXF1ZXN0GhkubW90b3IudjEuU3RvcFBvZFJlc3BvbnNlEkoKC0Rlc2NyaWJlUG9kEhwubW90b3IudjEuRGVzY3JpYmVQb2RSZXF1ZXN0Gh0ubW90b3IudjEuRGVzY3JpYmVQb2RSZXNwb25zZWIGcHJvdG8z", [file_motor_v1_common]);
+  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxInUKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAxIpCgt0aGVuX3N0YXR1cxgEIAEoCzIULm1vdG9yLnYxLlN0YXR1c1JlYWQilAEKDUd1YXJkUmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoCRIbChNsZWFzZV9yZW1haW5pbmdfc2VjGAIgASgBEg8KB3JlbmV3ZWQYAyABKAgSKAoGc3RhdHVzGAQgASgLMhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USFwoPc3RhdHVzX3JlYWRfc2VjGAUgASgBImEKClN0YXR1c1JlYWQSFAoMZW5kcG9pbnRfaWRzGAEgAygFEikKCndhaXRfd2hpbGUYAiADKAsyFS5tb3Rvci52MS5FbmdpbmVTdGF0ZRISCgpzZXR0bGVfc2VjGAMgASgBIsABCg1TdGF0dXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhQKDGVuZHBvaW50X2lkcxgCIAMoBRISCgpyZXF1ZXN0X2lkGAMgASgJEikKCndhaXRfd2hpbGUYBCADKAsyFS5tb3Rvci52MS5FbmdpbmVTdGF0ZRISCgpzZXR0bGVfc2VjGAUgASgBEhkKEXRha2VuX2FzX2V2aWRlbmNlGAYgASgIEhYKDnJlcmVhZF9tYXhfc2VjGAcgASgBIloKC0VuZ2luZVN0YXRlEiYKBnN0YXR1cxgBIAEoDjIWLm1vdG9yLnYxLkVuZ2luZUhlYWx0aBIjCghmdF9zdGF0ZRgCIAEoDjIRLm1vdG9yLnYxLkZ0U3RhdGUiOwoOU3RhdHVzUmVzcG9uc2USKQoHZW5naW5lcxgBIAMoCzIYLm1vdG9yLnYxLkVuZ2luZUZ0U3RhdHVzIrsCCgxBcHBseVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIqCgtpbnN0cnVjdGlvbhgDIAEoDjIVLm1vdG9yLnYxLkluc3RydWN0aW9uEhgKEHJlbW92ZWRfZHBfcmFua3MYBCADKAUSFAoMZHBfbWFzdGVyX2lwGAUgASgJEhYKDmRwX21hc3Rlcl9yYW5rGAYgASgFEhQKDGVuZHBvaW50X2lkcxgHIAMoBRIVCg1kcF9zdG9yZV9wb3J0GAggASgFEhYKDmFkZGVkX2RwX3JhbmtzGAkgAygFEh4KFnJvdW5kX3JlbW92ZWRfZHBfcmFua3MYCiADKAUSKQoLdGhlbl9zdGF0dXMYCyABKAsyFC5tb3Rvci52MS5TdGF0dXNSZWFkIsABChFFbmdpbmVBcHBseVJlc3VsdBITCgtlbmRwb2ludF9pZBgBIAEoBRIQCghhY2NlcHRlZBgCIAEoCBITCgtodHRwX3N0YXR1cxgDIAEoBRIZChFlbmdpbmVfcmVxdWVzdF9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHJlcXVlc3RfYm9keRgGIAEoCRITCgtlbGFwc2VkX3NlYxgHIAEoARIYChBzZW50X2F0X3VuaXhfc2VjGAggASgBIqkBCg1BcHBseVJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIEiwKB3Jlc3VsdHMYAiADKAsyGy5tb3Rvci52MS5FbmdpbmVBcHBseVJlc3VsdBIVCg1kcF9zdG9yZV9wb3J0GAMgASgFEigKBnN0YXR1cxgEIAEoCzIYLm1vdG9yLnYxLlN0YXR1c1Jlc3BvbnNlEhcKD3N0YXR1c19yZWFkX3NlYxgFIAEoASJfCg9GaW5hbGl6ZVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIOCgZjb21taXQYAyABKAgSEwoLcmV0aXJlZF9pZHMYBCADKAUiPwoQRmluYWxpemVSZXNwb25zZRITCgtyZXRpcmVkX2lkcxgBIAMoBRIWCg5ndWFyZF9yZWxlYXNlZBgCIAEoCCKQAQoTU3RhcnRFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGRwX21hc3Rlcl9pcBgDIAEoCRIWCg5kcF9tYXN0ZXJfcG9ydBgEIAEoBRIUCgxlbmRwb2ludF9pZHMYBSADKAUSDAoEam9pbhgGIAEoCCJbChRTdGFydEVuZ2luZXNSZXNwb25zZRIlCgllbmRwb2ludHMYASADKAsyEi5tb3Rvci52MS5FbmRwb2ludBIcChRsYXVuY2hlZF9hdF91bml4X3NlYxgCIAEoASJmChJTdG9wRW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIRCglncmFjZV9zZWMYAyABKAESFAoMZW5kcG9pbnRfaWRzGAQgAygFIioKE1N0b3BFbmdpbmVzUmVzcG9uc2USEwoLc3RvcHBlZF9pZHMYASADKAUiggEKFlJlbGF1bmNoRW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxkcF9tYXN0ZXJfaXAYAyABKAkSFgoOZHBfbWFzdGVyX3BvcnQYBCABKAUSEQoJZ3JhY2Vfc2VjGAUgASgBIl4KF1JlbGF1bmNoRW5naW5lc1Jlc3BvbnNlEiUKCWVuZHBvaW50cxgBIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50EhwKFGxhdW5jaGVkX2F0X3VuaXhfc2VjGAIgASgBIlkKDlN0b3BQb2RSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEhMKC2luc3RhbmNlX2lkGAMgASgDEg4KBnBvZF9pcBgEIAEoCSIjCg9TdG9wUG9kUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgiFAoSRGVzY3JpYmVQb2RSZXF1ZXN0IncKDUVuZ2luZVByb2Nlc3MSJAoIZW5kcG9pbnQYASABKAsyEi5tb3Rvci52MS5FbmRwb2ludBILCgNwaWQYAiABKAUSDwoHcnVubmluZxgDIAEoCBIRCglleGl0X2NvZGUYBCABKAUSDwoHcmV0aXJlZBgFIAEoCCLBAQoTRGVzY3JpYmVQb2RSZXNwb25zZRIaCgNwb2QYASABKAsyDS5tb3Rvci52MS5Qb2QSEwoLaW5zdGFuY2VfaWQYAiABKAMSKAoHZW5naW5lcxgDIAMoCzIXLm1vdG9yLnYxLkVuZ2luZVByb2Nlc3MSGAoQZnRfcHJveHlfZW5hYmxlZBgEIAEoCBIYChBndWFyZF9yZXF1ZXN0X2lkGAUgASgJEhsKE2d1YXJkX3JlbWFpbmluZ19zZWMYBiABKAEqdwoLSW5zdHJ1Y3Rpb24SGwoXSU5TVFJVQ1RJT05fVU5TUEVDSUZJRUQQABIaChZJTlNUUlVDVElPTl9TQ0FMRV9ET1dOEAESFQoRSU5TVFJVQ1RJT05fUkVUUlkQAhIYChRJTlNUUlVDVElPTl9TQ0FMRV9VUBADMo8CChlOb2RlTWFuYWdlckZhdWx0VG9sZXJhbmNlEjgKBUd1YXJkEhYubW90b3IudjEuR3VhcmRSZXF1ZXN0GhcubW90b3IudjEuR3VhcmRSZXNwb25zZRI7CgZTdGF0dXMSFy5tb3Rvci52MS5TdGF0dXNSZXF1ZXN0GhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USOAoFQXBwbHkSFi5tb3Rvci52MS5BcHBseVJlcXVlc3QaFy5tb3Rvci52MS5BcHBseVJlc3BvbnNlEkEKCEZpbmFsaXplEhkubW90b3IudjEuRmluYWxpemVSZXF1ZXN0GhoubW90b3IudjEuRmluYWxpemVSZXNwb25zZTKMAwoLTm9kZU1hbmFnZXISTQoMU3RhcnRFbmdpbmVzEh0ubW90b3IudjEuU3RhcnRFbmdpbmVzUmVxdWVzdBoeLm1vdG9yLnYxLlN0YXJ0RW5naW5lc1Jlc3BvbnNlEkoKC1N0b3BFbmdpbmVzEhwubW90b3IudjEuU3RvcEVuZ2luZXNSZXF1ZXN0Gh0ubW90b3IudjEuU3RvcEVuZ2luZXNSZXNwb25zZRJWCg9SZWxhdW5jaEVuZ2luZXMSIC5tb3Rvci52MS5SZWxhdW5jaEVuZ2luZXNSZXF1ZXN0GiEubW90b3IudjEuUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USPgoHU3RvcFBvZBIYLm1vdG9yLnYxLlN0b3BQb2RSZXF1ZXN0GhkubW90b3IudjEuU3RvcFBvZFJlc3BvbnNlEkoKC0Rlc2NyaWJlUG9kEhwubW90b3IudjEuRGVzY3JpYmVQb2RSZXF1ZXN0Gh0ubW90b3IudjEuRGVzY3JpYmVQb2RSZXNwb25zZWIGcHJvdG8z", [file_motor_v1_common]);
 
 /**
  * Guard request.
@@ -40,6 +40,15 @@ export type GuardRequest = Message<"motor.v1.GuardRequest"> & {
    * @generated from field: int64 instance_id = 3;
    */
   instanceId: bigint;
+
+  /**
+   * Optional: once the guard holds, read these engines as a Status call would and answer with the
+   * reads (`GuardResponse.status`): the round's first status read rides on its guard, one call
+   * instead of two. Checked before the guard is taken: a bad read takes no guard.
+   *
+   * @generated from field: motor.v1.StatusRead then_status = 4;
+   */
+  thenStatus?: StatusRead | undefined;
 };
 
 /**
@@ -75,6 +84,21 @@ export type GuardResponse = Message<"motor.v1.GuardResponse"> & {
    * @generated from field: bool renewed = 3;
    */
   renewed: boolean;
+
+  /**
+   * The reads `then_status` asked for; unset when it was not asked (or by a NodeManager that
+   * predates it: the caller then sends a Status call of its own).
+   *
+   * @generated from field: motor.v1.StatusResponse status = 4;
+   */
+  status?: StatusResponse | undefined;
+
+  /**
+   * Seconds the NodeManager spent on those reads (its own clock's duration), the end of the call.
+   *
+   * @generated from field: double status_read_sec = 5;
+   */
+  statusReadSec: number;
 };
 
 /**
@@ -83,6 +107,42 @@ export type GuardResponse = Message<"motor.v1.GuardResponse"> & {
  */
 export const GuardResponseSchema: GenMessage<GuardResponse> = /*@__PURE__*/
   messageDesc(file_motor_v1_node_manager, 1);
+
+/**
+ * A status read carried by a Guard or an Apply call; the fields mean what StatusRequest's
+ * fields of the same names mean. Its reads are never taken as evidence.
+ *
+ * @generated from message motor.v1.StatusRead
+ */
+export type StatusRead = Message<"motor.v1.StatusRead"> & {
+  /**
+   * Local, not retired endpoint ids (original DP ranks) to read; non-empty, no duplicates.
+   *
+   * @generated from field: repeated int32 endpoint_ids = 1;
+   */
+  endpointIds: number[];
+
+  /**
+   * Long poll: the (status, ft_state) pairs waited out, as StatusRequest.wait_while.
+   *
+   * @generated from field: repeated motor.v1.EngineState wait_while = 2;
+   */
+  waitWhile: EngineState[];
+
+  /**
+   * Bound of the long poll in seconds, [0, 60]; the call's deadline bounds it too.
+   *
+   * @generated from field: double settle_sec = 3;
+   */
+  settleSec: number;
+};
+
+/**
+ * Describes the message motor.v1.StatusRead.
+ * Use `create(StatusReadSchema)` to create a new message.
+ */
+export const StatusReadSchema: GenMessage<StatusRead> = /*@__PURE__*/
+  messageDesc(file_motor_v1_node_manager, 2);
 
 /**
  * Status request.
@@ -152,7 +212,7 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 2);
+  messageDesc(file_motor_v1_node_manager, 3);
 
 /**
  * An engine's (status, ft_state) pair, as the Controller judges a survivor by it.
@@ -180,7 +240,7 @@ export type EngineState = Message<"motor.v1.EngineState"> & {
  * Use `create(EngineStateSchema)` to create a new message.
  */
 export const EngineStateSchema: GenMessage<EngineState> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 3);
+  messageDesc(file_motor_v1_node_manager, 4);
 
 /**
  * Status response: one entry per requested endpoint, in request order.
@@ -201,7 +261,7 @@ export type StatusResponse = Message<"motor.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 4);
+  messageDesc(file_motor_v1_node_manager, 5);
 
 /**
  * Apply request.
@@ -287,6 +347,15 @@ export type ApplyRequest = Message<"motor.v1.ApplyRequest"> & {
    * @generated from field: repeated int32 round_removed_dp_ranks = 10;
    */
   roundRemovedDpRanks: number[];
+
+  /**
+   * Optional: once every target accepted the instruction, read these engines as a Status call
+   * would and answer with the reads (`ApplyResponse.status`): the first poll of the rebuild rides
+   * on the apply. Checked before anything is sent to an engine.
+   *
+   * @generated from field: motor.v1.StatusRead then_status = 11;
+   */
+  thenStatus?: StatusRead | undefined;
 };
 
 /**
@@ -294,7 +363,7 @@ export type ApplyRequest = Message<"motor.v1.ApplyRequest"> & {
  * Use `create(ApplyRequestSchema)` to create a new message.
  */
 export const ApplyRequestSchema: GenMessage<ApplyRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 5);
+  messageDesc(file_motor_v1_node_manager, 6);
 
 /**
  * Outcome of forwarding the instruction to one engine.
@@ -365,7 +434,7 @@ export type EngineApplyResult = Message<"motor.v1.EngineApplyResult"> & {
  * Use `create(EngineApplyResultSchema)` to create a new message.
  */
 export const EngineApplyResultSchema: GenMessage<EngineApplyResult> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 6);
+  messageDesc(file_motor_v1_node_manager, 7);
 
 /**
  * Apply response.
@@ -393,6 +462,21 @@ export type ApplyResponse = Message<"motor.v1.ApplyResponse"> & {
    * @generated from field: int32 dp_store_port = 3;
    */
   dpStorePort: number;
+
+  /**
+   * The reads `then_status` asked for, when every target accepted; unset otherwise (and by a
+   * NodeManager that predates the field).
+   *
+   * @generated from field: motor.v1.StatusResponse status = 4;
+   */
+  status?: StatusResponse | undefined;
+
+  /**
+   * Seconds the NodeManager spent on those reads (its own clock's duration), the end of the call.
+   *
+   * @generated from field: double status_read_sec = 5;
+   */
+  statusReadSec: number;
 };
 
 /**
@@ -400,7 +484,7 @@ export type ApplyResponse = Message<"motor.v1.ApplyResponse"> & {
  * Use `create(ApplyResponseSchema)` to create a new message.
  */
 export const ApplyResponseSchema: GenMessage<ApplyResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 7);
+  messageDesc(file_motor_v1_node_manager, 8);
 
 /**
  * Finalize request.
@@ -442,7 +526,7 @@ export type FinalizeRequest = Message<"motor.v1.FinalizeRequest"> & {
  * Use `create(FinalizeRequestSchema)` to create a new message.
  */
 export const FinalizeRequestSchema: GenMessage<FinalizeRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 8);
+  messageDesc(file_motor_v1_node_manager, 9);
 
 /**
  * Finalize response.
@@ -470,7 +554,7 @@ export type FinalizeResponse = Message<"motor.v1.FinalizeResponse"> & {
  * Use `create(FinalizeResponseSchema)` to create a new message.
  */
 export const FinalizeResponseSchema: GenMessage<FinalizeResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 9);
+  messageDesc(file_motor_v1_node_manager, 10);
 
 /**
  * StartEngines request.
@@ -529,7 +613,7 @@ export type StartEnginesRequest = Message<"motor.v1.StartEnginesRequest"> & {
  * Use `create(StartEnginesRequestSchema)` to create a new message.
  */
 export const StartEnginesRequestSchema: GenMessage<StartEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 10);
+  messageDesc(file_motor_v1_node_manager, 11);
 
 /**
  * StartEngines response.
@@ -558,7 +642,7 @@ export type StartEnginesResponse = Message<"motor.v1.StartEnginesResponse"> & {
  * Use `create(StartEnginesResponseSchema)` to create a new message.
  */
 export const StartEnginesResponseSchema: GenMessage<StartEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 11);
+  messageDesc(file_motor_v1_node_manager, 12);
 
 /**
  * StopEngines request.
@@ -600,7 +684,7 @@ export type StopEnginesRequest = Message<"motor.v1.StopEnginesRequest"> & {
  * Use `create(StopEnginesRequestSchema)` to create a new message.
  */
 export const StopEnginesRequestSchema: GenMessage<StopEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 12);
+  messageDesc(file_motor_v1_node_manager, 13);
 
 /**
  * StopEngines response.
@@ -621,7 +705,7 @@ export type StopEnginesResponse = Message<"motor.v1.StopEnginesResponse"> & {
  * Use `create(StopEnginesResponseSchema)` to create a new message.
  */
 export const StopEnginesResponseSchema: GenMessage<StopEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 13);
+  messageDesc(file_motor_v1_node_manager, 14);
 
 /**
  * RelaunchEngines request.
@@ -670,7 +754,7 @@ export type RelaunchEnginesRequest = Message<"motor.v1.RelaunchEnginesRequest"> 
  * Use `create(RelaunchEnginesRequestSchema)` to create a new message.
  */
 export const RelaunchEnginesRequestSchema: GenMessage<RelaunchEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 14);
+  messageDesc(file_motor_v1_node_manager, 15);
 
 /**
  * RelaunchEngines response.
@@ -698,7 +782,7 @@ export type RelaunchEnginesResponse = Message<"motor.v1.RelaunchEnginesResponse"
  * Use `create(RelaunchEnginesResponseSchema)` to create a new message.
  */
 export const RelaunchEnginesResponseSchema: GenMessage<RelaunchEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 15);
+  messageDesc(file_motor_v1_node_manager, 16);
 
 /**
  * StopPod request.
@@ -740,7 +824,7 @@ export type StopPodRequest = Message<"motor.v1.StopPodRequest"> & {
  * Use `create(StopPodRequestSchema)` to create a new message.
  */
 export const StopPodRequestSchema: GenMessage<StopPodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 16);
+  messageDesc(file_motor_v1_node_manager, 17);
 
 /**
  * StopPod response.
@@ -761,7 +845,7 @@ export type StopPodResponse = Message<"motor.v1.StopPodResponse"> & {
  * Use `create(StopPodResponseSchema)` to create a new message.
  */
 export const StopPodResponseSchema: GenMessage<StopPodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 17);
+  messageDesc(file_motor_v1_node_manager, 18);
 
 /**
  * DescribePod request.
@@ -776,7 +860,7 @@ export type DescribePodRequest = Message<"motor.v1.DescribePodRequest"> & {
  * Use `create(DescribePodRequestSchema)` to create a new message.
  */
 export const DescribePodRequestSchema: GenMessage<DescribePodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 18);
+  messageDesc(file_motor_v1_node_manager, 19);
 
 /**
  * State of one local engine process.
@@ -825,7 +909,7 @@ export type EngineProcess = Message<"motor.v1.EngineProcess"> & {
  * Use `create(EngineProcessSchema)` to create a new message.
  */
 export const EngineProcessSchema: GenMessage<EngineProcess> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 19);
+  messageDesc(file_motor_v1_node_manager, 20);
 
 /**
  * DescribePod response.
@@ -881,7 +965,7 @@ export type DescribePodResponse = Message<"motor.v1.DescribePodResponse"> & {
  * Use `create(DescribePodResponseSchema)` to create a new message.
  */
 export const DescribePodResponseSchema: GenMessage<DescribePodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 20);
+  messageDesc(file_motor_v1_node_manager, 21);
 
 /**
  * Recovery instruction understood by the engine FT API.
