@@ -52,9 +52,11 @@ log = logging.getLogger("nodemanager.ft_proxy")
 
 @dataclass(frozen=True)
 class ReadAfter:
-    """The status read a Guard or Apply call carried, and how long it took (this process's clock)."""
+    """The status read a Guard or Apply call carried, and how long it took (this process's clock);
+    `error`: why it failed (no entries then), while what the call did holds regardless."""
     entries: list[EngineStatusEntry]
     read_sec: float
+    error: NodeManagerError | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,10 @@ class FtProxy:
         if ask is None:
             return None
         started = self._clock.monotonic()
-        entries = await self._reads.read(ask, request_id, timeout_sec())
+        try:
+            entries = await self._reads.read(ask, request_id, timeout_sec())
+        except NodeManagerError as exc:
+            return ReadAfter([], self._clock.monotonic() - started, exc)
         return ReadAfter(entries, self._clock.monotonic() - started)
 
     async def guard_then_read(self, request_id: str, lease_sec: float, instance_id: int, term: int = 0,

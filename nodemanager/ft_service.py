@@ -14,7 +14,7 @@ from gen.motor.v1 import node_manager_pb2, node_manager_pb2_grpc
 from motor.common.term_fence import term_of
 from nodemanager.ft_proxy import FtProxy, ReadAfter
 from nodemanager.status_reads import StatusAsk
-from nodemanager.rpc import rpc_method
+from nodemanager.rpc import rpc_method, status_code_of
 
 # Kept back from the caller's deadline so an engine timeout is reported before the call expires.
 _DEADLINE_MARGIN_SEC = 0.1
@@ -28,9 +28,13 @@ def engine_timeout(context: grpc.aio.ServicerContext) -> float | None:
 
 
 def read_fields(read: ReadAfter | None) -> dict:
-    """The `status` and `status_read_sec` of a Guard or Apply answer (none when no read was made)."""
+    """The `status` (or `status_error_code` and `status_error`) and `status_read_sec` of a Guard or
+    Apply answer; none when no read was made."""
     if read is None:
         return {}
+    if read.error is not None:
+        return {"status_error_code": status_code_of(read.error).value[0], "status_error": str(read.error),
+                "status_read_sec": read.read_sec}
     return {"status": node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in read.entries]),
             "status_read_sec": read.read_sec}
 

@@ -118,3 +118,24 @@ async def test_an_apply_not_accepted_carries_no_read(controller: FakeController,
         resp = await n.ft.Apply(apply("rid-R", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
         assert not resp.accepted and not resp.HasField("status")
         assert [await status_reads(n.engine_url(r)) for r in (0, 1)] == before
+
+
+async def test_a_failed_read_is_answered_beside_what_the_call_did(controller: FakeController,
+                                                                  tmp_path: Path) -> None:
+    """The guard holds and the instruction was accepted regardless: the answer says so, and says
+    why the read failed as a Status call would have (its code and message)."""
+    async with running_nm(config(controller, tmp_path)) as n:
+        await first_polls_done(n)
+        await fake_control(n.engine_url(1), status_mode="wrong_id")
+        resp = await n.ft.Guard(guard("rid-F", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
+        assert resp.request_id == "rid-F" and not resp.HasField("status")
+        assert resp.status_error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "endpoint 1" in resp.status_error, resp.status_error
+        err = await rpc_error(n.ft.Guard(guard("rid-other"), timeout=5))
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION  # the guard holds
+        await fake_control(n.engine_url(1), status_mode="hang", hang_sec=30)
+        resp = await n.ft.Apply(apply("rid-F", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
+        assert resp.accepted and not resp.HasField("status")
+        assert resp.status_error_code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+        assert "did not answer within" in resp.status_error, resp.status_error
+        assert [len(await fake_applies(n.engine_url(r))) for r in (0, 1)] == [1, 1]

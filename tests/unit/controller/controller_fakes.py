@@ -131,9 +131,13 @@ class FakeNodeManagerClient:
         if then_status is None or c.predate_then_status:
             return {}
         started = c.clock.monotonic() if c.clock else 0.0
-        entries = await self.status(instance_id, request_id, list(then_status.endpoint_ids),
-                                    frozenset((w.status, w.ft_state) for w in then_status.wait_while),
-                                    then_status.settle_sec)
+        try:
+            entries = await self.status(instance_id, request_id, list(then_status.endpoint_ids),
+                                        frozenset((w.status, w.ft_state) for w in then_status.wait_while),
+                                        then_status.settle_sec)
+        except PeerCallError as exc:  # the NodeManager answers the call, and why its read failed
+            return {"status_error_code": exc.code.value[0], "status_error": exc.details,
+                    "status_read_sec": (c.clock.monotonic() if c.clock else 0.0) - started}
         return {"status": node_manager_pb2.StatusResponse(engines=entries),
                 "status_read_sec": (c.clock.monotonic() if c.clock else 0.0) - started}
 

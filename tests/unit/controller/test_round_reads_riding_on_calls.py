@@ -5,6 +5,8 @@ with a Status call of its own, and the wait after the apply is bounded from the 
 
 from __future__ import annotations
 
+import grpc
+
 from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.engine_states import APPLY_WAIT_STATES, RECOVERY_WAIT_STATES
 from motor.controller.fault_tolerance.stages import scale_down_stages
@@ -78,3 +80,21 @@ async def test_the_wait_after_the_apply_counts_from_the_apply_answer() -> None:
     cluster.on_apply = lambda: clock.advance(deadline - 0.5)  # one NodeManager's apply is that slow
     _, outcome = await run_round(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
+
+
+async def test_a_failed_read_riding_on_the_apply_fails_the_round_as_a_status_call_would() -> None:
+    """The apply was accepted and its read failed: the round fails on the read ("status to ..."),
+    not on the apply, and the timeline shows the apply answered and the read failed."""
+    cluster = two_pods()
+    core, _ = make_core(cluster)
+    await assemble(core, cluster)
+    cluster.fault(dead={1}, unhealthy={0, 2, 3})
+    cluster.on_apply = lambda: cluster.fail.update({("status", "127.0.0.3:1"): grpc.StatusCode.DEADLINE_EXCEEDED})
+    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    assert not outcome.succeeded and "status to 127.0.0.3:1 failed: DEADLINE_EXCEEDED" in outcome.detail, outcome.detail
+    assert "apply not accepted" not in outcome.detail
+    mine = [(e.name, e.error) for e in strategy.txn.events if e.target == "127.0.0.3:1" and e.name in ("apply", "status")]
+    assert mine[-2][0] == "apply" and not mine[-2][1]
+    assert mine[-1][0] == "status" and "DEADLINE_EXCEEDED" in mine[-1][1]
+    # Every participant was aborted.
+    assert {c[1] for c in cluster.named("finalize") if not c[3]} == {"127.0.0.2:1", "127.0.0.3:1"}

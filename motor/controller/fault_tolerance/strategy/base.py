@@ -87,17 +87,18 @@ async def timed_call(
         head = total if tail is None else max(0.0, total - tail.duration_sec)
         txn.call(name, target, wall, head, **(facts or {}), **(result_facts(result) if result_facts else {}))
         if tail is not None:
-            txn.call(tail.name, target, wall + head, total - head, **tail.facts)
+            txn.call(tail.name, target, wall + head, total - head, tail.error, **tail.facts)
     return result
 
 
 @dataclass(frozen=True)
 class CallTail:
     """The second call an answer carried: its timeline name, how long it took at the end of the
-    call, and its facts."""
+    call, its facts, and why it failed (empty: it did not)."""
     name: str
     duration_sec: float
     facts: Facts
+    error: str = ""
 
 
 async def publish_serving_view(deps: ControllerDeps, instance_id: int, txn: Transaction | None = None) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import grpc
+
 from gen.motor.v1 import common_pb2, node_manager_pb2
 from motor.controller.clients import NodeManagerClients, PeerCallError
 from motor.controller.clock import Clock
@@ -52,13 +54,24 @@ def status_read(targets: tuple[int, ...], read: StatusRead) -> node_manager_pb2.
         wait_while=[node_manager_pb2.EngineState(status=s, ft_state=f) for s, f in sorted(read.wait_while)])
 
 
-def read_tail(targets: tuple[int, ...]) -> Callable[[Any], CallTail | None]:
+def read_error(address: str, resp: Any) -> PeerCallError | None:
+    """The failure of the read a Guard or Apply answer carried, as the Status call would have failed."""
+    if not resp.status_error_code:
+        return None
+    code = next((c for c in grpc.StatusCode if c.value[0] == resp.status_error_code), grpc.StatusCode.UNKNOWN)
+    return PeerCallError("status", address, code, resp.status_error)
+
+
+def read_tail(address: str, targets: tuple[int, ...]) -> Callable[[Any], CallTail | None]:
     """The status read a Guard or Apply answer carried, as its own call in the timeline."""
     def tail(resp: Any) -> CallTail | None:
+        facts: dict[str, Any] = {"endpoint_ids": list(targets)}
+        error = read_error(address, resp)
+        if error is not None:
+            return CallTail("status", resp.status_read_sec, facts, str(error))
         if not resp.HasField("status"):
             return None
-        return CallTail("status", resp.status_read_sec,
-                        {"endpoint_ids": list(targets), "engine_statuses": list(resp.status.engines)})
+        return CallTail("status", resp.status_read_sec, {**facts, "engine_statuses": list(resp.status.engines)})
     return tail
 
 
@@ -110,13 +123,12 @@ class RoundCalls:
             resp = await self._timed(
                 "guard", pod.node_manager_address,
                 lambda: client.guard(self._instance_id, self._request_id, lease_sec, then),
-                {"lease_sec": lease_sec, "endpoint_ids": list(pod.status_targets)}, split=read_tail(targets),
+                {"lease_sec": lease_sec, "endpoint_ids": list(pod.status_targets)},
+                split=read_tail(pod.node_manager_address, targets),
             )
             if then is None or then_read is None:
                 return []
-            if resp.HasField("status"):
-                return self._checked(pod.node_manager_address, targets, resp.status.engines)
-            return await self._status_one(pod, then_read)
+            return await self._carried(pod, targets, then_read, resp)
 
         by_pod = await self._gather((pod.node_manager_address, one(pod)) for pod in plan.pods)
         return [entry for entries in by_pod.values() for entry in entries]
@@ -154,6 +166,17 @@ class RoundCalls:
             lambda answered: {"engine_statuses": list(answered)},
         )
         return self._checked(address, targets, entries)
+
+    async def _carried(self, pod: PodInfo, targets: tuple[int, ...], read: StatusRead, resp: Any
+                       ) -> list[common_pb2.EngineFtStatus]:
+        """The read a Guard or Apply answer carried; a NodeManager that predates the field answered
+        without it, and its pod is read with a Status call of its own."""
+        error = read_error(pod.node_manager_address, resp)
+        if error is not None:
+            raise error
+        if resp.HasField("status"):
+            return self._checked(pod.node_manager_address, targets, resp.status.engines)
+        return await self._status_one(pod, read)
 
     @staticmethod
     def _checked(address: str, targets: tuple[int, ...], entries: Iterable[common_pb2.EngineFtStatus]
@@ -212,7 +235,7 @@ class RoundCalls:
                                      plan.dp_master_rank, targets, store_port, instruction, **extra),
                 facts, lambda r: {"apply_results": list(r.results), "dp_store_port": r.dp_store_port,
                                   "outcome": "ok" if r.accepted else "not accepted", "detail": apply_line(r)},
-                split=read_tail(read_targets),
+                split=read_tail(address, read_targets),
             )
         except PeerCallError as exc:
             raise RoundFailed(f"apply not accepted: {exc}") from None
@@ -224,9 +247,7 @@ class RoundCalls:
         self.applied_mono_sec = max(self.applied_mono_sec, self._clock.monotonic() - resp.status_read_sec)
         if read is None or not read_targets:
             return list(resp.results), []
-        if resp.HasField("status"):
-            return list(resp.results), self._checked(address, read_targets, resp.status.engines)
-        return list(resp.results), await self._status_one(pod, read)
+        return list(resp.results), await self._carried(pod, read_targets, read, resp)
 
     async def finalize_commit(self, plan: RoundPlan) -> None:
         async def one(pod) -> None:
