@@ -7,8 +7,9 @@ state costs nothing: pulls run only while a collection window is open.
 Cheap at scale (pulling every rank of 16 instances of 256 ranks every 0.2 s would read 20,000
 statuses a second and stall every round): a rank that already has UNHEALTHY or DEAD evidence is
 never read again (the round's own status polls absorb a later death), and between full reads of the
-ranks still lacking evidence only one of them is probed, rotating over pods. The probe is one Status
-long poll (`wait_while` the states that are no verdict), which its NodeManager answers when the rank
+ranks still lacking evidence (and before the first) only one of them is probed, rotating over pods.
+The probe is one Status long poll (`wait_while` the states that are no verdict), which its
+NodeManager answers when the rank
 reads a verdict or the time to the next full read has passed, re-reading it at least every quarter of
 `snapshot_pull_interval_sec`: a verdict is seen as soon as a probe call per quarter interval would
 see it, for one call instead of one per quarter (a pod serving a gRPC call costs more than reading a
@@ -150,8 +151,11 @@ class SnapshotPuller:
         # A tick or a poke ends each wait, and pokes coalesce while a read runs: at most two per tick.
         bound = 2 * (max(1, int(ft.software_status_collection_timeout_sec / probe_sec)) + 1)
         news = self._news[instance_id]
-        full_due = 0.0
-        seen = -1  # evidence entries before the last full read: any more is news
+        # The window opens with a probe, not a full read: the survivors are still deciding (vLLM's
+        # diagnosing phase, where a full read finds nothing) or decided together, which the probe
+        # sees at once, and a full read follows.
+        full_due = clock.monotonic() + _FULL_EVERY * self.interval_sec
+        seen = len(self._intake.of(instance_id).evidence)  # evidence entries before the last full read: more is news
         probe_turn = 0
         for _ in range(bound):
             if self._busy(instance_id) or not self._intake.window_open(instance_id) or clock.monotonic() >= deadline:
@@ -167,8 +171,10 @@ class SnapshotPuller:
             else:
                 address = sorted(lacking)[probe_turn % len(lacking)]
                 ranks = lacking[address]
+                # The window's first probe is one read, not a long poll: a survivor still diagnosing
+                # is seen so, and its verdict says since when (a long poll waits that out unseen).
+                slice_sec = min(full_due, deadline) - clock.monotonic() if probe_turn else 0.0
                 probe_turn += 1
-                slice_sec = min(full_due, deadline) - clock.monotonic()
                 if await self._probe(instance_id, address, ranks[probe_turn % len(ranks)], slice_sec, probe_sec, news):
                     self.woken += 1
                     news.clear()

@@ -84,11 +84,16 @@ async def test_pulls_are_off_with_interval_zero() -> None:
 
 async def test_ranks_with_evidence_are_not_read_again_and_probes_read_one_rank() -> None:
     cluster, core = await rank1_dead_survivors_diagnosing(0.02)
-    await async_wait_for(lambda: core.faults.puller.pulls >= 6, BOUND_SEC, "a full read and probes", interval_sec=0.005)
+    await async_wait_for(lambda: core.faults.puller.pulls >= 3, BOUND_SEC, "probes", interval_sec=0.005)
+    core.clock.advance(5 * 0.02)  # the full read's time (the pulls run on the manual clock)
+    await async_wait_for(lambda: {r for c in cluster.named("status") for r in c[2]} >= {0, 2, 3}, BOUND_SEC,
+                         "a full read", interval_sec=0.005)
     reads = [ids for _, _, ids in cluster.named("status")]
     assert all(1 not in ids for ids in reads), "the rank with DEAD evidence is never read"
-    assert set(reads[0]) | set(reads[1]) == {0, 2, 3}, "the first read: every rank without evidence, per pod"
-    assert any(len(ids) == 1 for ids in reads[2:]), "between full reads only a probe of one rank"
+    assert len(reads[0]) == 1, "the window opens with a probe of one rank: the survivors are still diagnosing"
+    full = next(i for i in range(len(reads) - 1) if set(reads[i]) | set(reads[i + 1]) == {0, 2, 3})
+    assert all(len(ids) == 1 for ids in reads[:full]), "before the first full read (at the latest every five "\
+        "intervals) only probes of one rank"
     # One survivor decides: the probe that finds it makes the next read a full one, and the snapshot completes.
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
@@ -120,7 +125,10 @@ def test_rank_ranges_are_compact() -> None:
 
 async def test_a_pulled_verdict_says_when_the_engine_was_first_seen_diagnosing() -> None:
     cluster, core = await rank1_dead_survivors_diagnosing(0.01)
-    await async_wait_for(lambda: core.faults.puller.pulls >= 2, BOUND_SEC, "pulls while diagnosing", interval_sec=0.005)
+    await async_wait_for(lambda: core.faults.puller.pulls >= 2, BOUND_SEC, "probes", interval_sec=0.005)
+    core.clock.advance(5 * 0.01)  # the full read's time (the pulls run on the manual clock)
+    await async_wait_for(lambda: {r for c in cluster.named("status") for r in c[2]} >= {0, 2, 3}, BOUND_SEC,
+                         "every survivor read while diagnosing (probes, then a full read)", interval_sec=0.005)
     for r in (0, 2, 3):
         cluster.set(r, UNHEALTHY)
     await async_wait_for(lambda: set(core.faults.evidence(7)) == {0, 1, 2, 3}, BOUND_SEC, "verdicts pulled",
@@ -165,11 +173,11 @@ async def test_a_probe_is_one_long_poll_reread_at_the_probe_pace() -> None:
     await async_wait_for(lambda: any(settle > 0 for _, settle, _ in cluster.status_settles), BOUND_SEC,
                          "a probe", interval_sec=0.005)
     probe = next(i for i, (_, settle, _) in enumerate(cluster.status_settles) if settle > 0)
-    assert probe == 2, "the first read is a full one: one call per pod"
+    assert probe == 1, "the window opens with a probe: one read of one rank, then long polls of one rank"
+    assert len(cluster.named("status")[0][2]) == 1 and cluster.status_settles[0][1] == 0.0
     assert len(cluster.named("status")[probe][2]) == 1
     assert cluster.status_settles[probe][0] == NO_VERDICT_STATES
     assert cluster.status_reread_caps[probe] == 0.05
-    assert cluster.status_reread_caps[0] == 0.0 and cluster.status_settles[0][1] == 0.0, "a full read is one read"
     for _ in range(20):
         await asyncio.sleep(0)
     assert len(cluster.named("status")) == probe + 1, "no call while the probe is held"
