@@ -28,15 +28,17 @@ def engine_timeout(context: grpc.aio.ServicerContext) -> float | None:
 
 
 def read_fields(read: ReadAfter | None) -> dict:
-    """The `status` (or `status_error_code` and `status_error`) and `status_read_sec` of a Guard or
-    Apply answer; none when no read was made."""
+    """The `then_status` of a Guard or Apply answer: the reads, or why they failed; none when no
+    read was made."""
     if read is None:
         return {}
     if read.error is not None:
-        return {"status_error_code": status_code_of(read.error).value[0], "status_error": str(read.error),
-                "status_read_sec": read.read_sec}
-    return {"status": node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in read.entries]),
-            "status_read_sec": read.read_sec}
+        answer = node_manager_pb2.StatusReadAnswer(error_code=status_code_of(read.error).value[0],
+                                                   error=str(read.error), read_sec=read.read_sec)
+    else:
+        answer = node_manager_pb2.StatusReadAnswer(
+            status=node_manager_pb2.StatusResponse(engines=[e.to_pb() for e in read.entries]), read_sec=read.read_sec)
+    return {"then_status": answer}
 
 
 class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):

@@ -101,7 +101,7 @@ def test_an_unmappable_fault_received_after_the_rebuild_started_the_engines_is_n
 # ENGINE_DEAD arrives before the commit and is news for the next decision, a second round (RFC
 # §3.1), not something the round saw.
 _SURVIVOR_DIES_AFTER_ITS_READ = [Event(13.970, "executor_death", rank=2),
-                                 Event(3.1, "executor_death", rank=0, after="guard")]
+                                 Event(2.5, "executor_death", rank=0, after="guard")]
 
 
 def test_a_survivor_dying_after_its_own_recovery_read_is_removed_by_a_second_round() -> None:

@@ -32,22 +32,28 @@ class GuardRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., lease_sec: _Optional[float] = ..., instance_id: _Optional[int] = ..., then_status: _Optional[_Union[StatusRead, _Mapping]] = ...) -> None: ...
 
 class GuardResponse(_message.Message):
-    __slots__ = ("request_id", "lease_remaining_sec", "renewed", "status", "status_read_sec", "status_error_code", "status_error")
+    __slots__ = ("request_id", "lease_remaining_sec", "renewed", "then_status")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_SEC_FIELD_NUMBER: _ClassVar[int]
     RENEWED_FIELD_NUMBER: _ClassVar[int]
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    STATUS_READ_SEC_FIELD_NUMBER: _ClassVar[int]
-    STATUS_ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
-    STATUS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    THEN_STATUS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease_remaining_sec: float
     renewed: bool
+    then_status: StatusReadAnswer
+    def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ..., then_status: _Optional[_Union[StatusReadAnswer, _Mapping]] = ...) -> None: ...
+
+class StatusReadAnswer(_message.Message):
+    __slots__ = ("status", "read_sec", "error_code", "error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    READ_SEC_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     status: StatusResponse
-    status_read_sec: float
-    status_error_code: int
-    status_error: str
-    def __init__(self, request_id: _Optional[str] = ..., lease_remaining_sec: _Optional[float] = ..., renewed: _Optional[bool] = ..., status: _Optional[_Union[StatusResponse, _Mapping]] = ..., status_read_sec: _Optional[float] = ..., status_error_code: _Optional[int] = ..., status_error: _Optional[str] = ...) -> None: ...
+    read_sec: float
+    error_code: int
+    error: str
+    def __init__(self, status: _Optional[_Union[StatusResponse, _Mapping]] = ..., read_sec: _Optional[float] = ..., error_code: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class StatusRead(_message.Message):
     __slots__ = ("endpoint_ids", "wait_while", "settle_sec")
@@ -138,22 +144,16 @@ class EngineApplyResult(_message.Message):
     def __init__(self, endpoint_id: _Optional[int] = ..., accepted: _Optional[bool] = ..., http_status: _Optional[int] = ..., engine_request_id: _Optional[str] = ..., message: _Optional[str] = ..., request_body: _Optional[str] = ..., elapsed_sec: _Optional[float] = ..., sent_at_unix_sec: _Optional[float] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
-    __slots__ = ("accepted", "results", "dp_store_port", "status", "status_read_sec", "status_error_code", "status_error")
+    __slots__ = ("accepted", "results", "dp_store_port", "then_status")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     DP_STORE_PORT_FIELD_NUMBER: _ClassVar[int]
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    STATUS_READ_SEC_FIELD_NUMBER: _ClassVar[int]
-    STATUS_ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
-    STATUS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    THEN_STATUS_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     results: _containers.RepeatedCompositeFieldContainer[EngineApplyResult]
     dp_store_port: int
-    status: StatusResponse
-    status_read_sec: float
-    status_error_code: int
-    status_error: str
-    def __init__(self, accepted: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[EngineApplyResult, _Mapping]]] = ..., dp_store_port: _Optional[int] = ..., status: _Optional[_Union[StatusResponse, _Mapping]] = ..., status_read_sec: _Optional[float] = ..., status_error_code: _Optional[int] = ..., status_error: _Optional[str] = ...) -> None: ...
+    then_status: StatusReadAnswer
+    def __init__(self, accepted: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[EngineApplyResult, _Mapping]]] = ..., dp_store_port: _Optional[int] = ..., then_status: _Optional[_Union[StatusReadAnswer, _Mapping]] = ...) -> None: ...
 
 class FinalizeRequest(_message.Message):
     __slots__ = ("instance_id", "request_id", "commit", "retired_ids")

@@ -55,8 +55,8 @@ async def test_a_guard_answers_with_the_read_once_it_holds(controller: FakeContr
         before = [await status_reads(n.engine_url(r)) for r in (0, 1)]
         resp = await n.ft.Guard(guard("rid-G", nm.StatusRead(endpoint_ids=[1, 0])), timeout=5)
         assert resp.request_id == "rid-G" and not resp.renewed
-        assert resp.HasField("status") and resp.status_read_sec >= 0
-        assert [(e.id, e.status, e.fault_info) for e in resp.status.engines] == [
+        assert resp.then_status.HasField("status") and resp.then_status.read_sec >= 0
+        assert [(e.id, e.status, e.fault_info) for e in resp.then_status.status.engines] == [
             (1, common_pb2.ENGINE_HEALTH_UNHEALTHY, "RuntimeError"), (0, common_pb2.ENGINE_HEALTH_HEALTHY, "")]
         assert [await status_reads(n.engine_url(r)) for r in (0, 1)] == [b + 1 for b in before]
         # The guard holds: another request is refused.
@@ -64,7 +64,7 @@ async def test_a_guard_answers_with_the_read_once_it_holds(controller: FakeContr
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "'rid-G'" in err.details()
         # Without then_status the answer has no read.
         renewed = await n.ft.Guard(guard("rid-G"), timeout=5)
-        assert renewed.renewed and not renewed.HasField("status")
+        assert renewed.renewed and not renewed.HasField("then_status")
 
 
 async def test_a_guard_with_a_long_poll_waits_out_the_states_asked(controller: FakeController,
@@ -74,8 +74,8 @@ async def test_a_guard_with_a_long_poll_waits_out_the_states_asked(controller: F
         await fake_control(n.engine_url(0), status="unhealthy")
         resp = await n.ft.Guard(guard("rid-L", nm.StatusRead(endpoint_ids=[0], wait_while=[UNHEALTHY],
                                                               settle_sec=0.3)), timeout=5)
-        assert [e.status for e in resp.status.engines] == [common_pb2.ENGINE_HEALTH_UNHEALTHY]
-        assert resp.status_read_sec >= 0.2  # waited (most of) settle_sec out, reading again
+        assert [e.status for e in resp.then_status.status.engines] == [common_pb2.ENGINE_HEALTH_UNHEALTHY]
+        assert resp.then_status.read_sec >= 0.2  # waited (most of) settle_sec out, reading again
 
 
 @pytest.mark.parametrize("then, named", [
@@ -104,9 +104,9 @@ async def test_an_apply_answers_with_the_read_after_every_engine_accepted(contro
         await n.ft.Guard(guard("rid-A"), timeout=5)
         resp = await n.ft.Apply(apply("rid-A", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
         assert resp.accepted and [r.endpoint_id for r in resp.results] == [0, 1]
-        assert resp.HasField("status") and resp.status_read_sec >= 0
+        assert resp.then_status.HasField("status") and resp.then_status.read_sec >= 0
         # Read after the engines took the instruction: each shows the round's request id.
-        assert [(e.id, e.last_ft_request_id) for e in resp.status.engines] == [(0, "rid-A"), (1, "rid-A")]
+        assert [(e.id, e.last_ft_request_id) for e in resp.then_status.status.engines] == [(0, "rid-A"), (1, "rid-A")]
 
 
 async def test_an_apply_not_accepted_carries_no_read(controller: FakeController, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ async def test_an_apply_not_accepted_carries_no_read(controller: FakeController,
         await n.ft.Guard(guard("rid-R"), timeout=5)
         before = [await status_reads(n.engine_url(r)) for r in (0, 1)]
         resp = await n.ft.Apply(apply("rid-R", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
-        assert not resp.accepted and not resp.HasField("status")
+        assert not resp.accepted and not resp.HasField("then_status")
         assert [await status_reads(n.engine_url(r)) for r in (0, 1)] == before
 
 
@@ -128,14 +128,14 @@ async def test_a_failed_read_is_answered_beside_what_the_call_did(controller: Fa
         await first_polls_done(n)
         await fake_control(n.engine_url(1), status_mode="wrong_id")
         resp = await n.ft.Guard(guard("rid-F", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
-        assert resp.request_id == "rid-F" and not resp.HasField("status")
-        assert resp.status_error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
-        assert "endpoint 1" in resp.status_error, resp.status_error
+        assert resp.request_id == "rid-F" and not resp.then_status.HasField("status")
+        assert resp.then_status.error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "endpoint 1" in resp.then_status.error, resp.then_status.error
         err = await rpc_error(n.ft.Guard(guard("rid-other"), timeout=5))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION  # the guard holds
         await fake_control(n.engine_url(1), status_mode="hang", hang_sec=30)
         resp = await n.ft.Apply(apply("rid-F", nm.StatusRead(endpoint_ids=[0, 1])), timeout=5)
-        assert resp.accepted and not resp.HasField("status")
-        assert resp.status_error_code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-        assert "did not answer within" in resp.status_error, resp.status_error
+        assert resp.accepted and not resp.then_status.HasField("status")
+        assert resp.then_status.error_code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+        assert "did not answer within" in resp.then_status.error, resp.then_status.error
         assert [len(await fake_applies(n.engine_url(r))) for r in (0, 1)] == [1, 1]

@@ -136,10 +136,12 @@ class FakeNodeManagerClient:
                                         frozenset((w.status, w.ft_state) for w in then_status.wait_while),
                                         then_status.settle_sec)
         except PeerCallError as exc:  # the NodeManager answers the call, and why its read failed
-            return {"status_error_code": exc.code.value[0], "status_error": exc.details,
-                    "status_read_sec": (c.clock.monotonic() if c.clock else 0.0) - started}
-        return {"status": node_manager_pb2.StatusResponse(engines=entries),
-                "status_read_sec": (c.clock.monotonic() if c.clock else 0.0) - started}
+            return {"then_status": node_manager_pb2.StatusReadAnswer(
+                error_code=exc.code.value[0], error=exc.details,
+                read_sec=(c.clock.monotonic() if c.clock else 0.0) - started)}
+        return {"then_status": node_manager_pb2.StatusReadAnswer(
+            status=node_manager_pb2.StatusResponse(engines=entries),
+            read_sec=(c.clock.monotonic() if c.clock else 0.0) - started)}
 
     async def guard(self, instance_id, request_id, lease_sec, then_status=None):
         c = self.cluster

@@ -56,22 +56,22 @@ def status_read(targets: tuple[int, ...], read: StatusRead) -> node_manager_pb2.
 
 def read_error(address: str, resp: Any) -> PeerCallError | None:
     """The failure of the read a Guard or Apply answer carried, as the Status call would have failed."""
-    if not resp.status_error_code:
+    if not resp.then_status.error_code:
         return None
-    code = next((c for c in grpc.StatusCode if c.value[0] == resp.status_error_code), grpc.StatusCode.UNKNOWN)
-    return PeerCallError("status", address, code, resp.status_error)
+    code = next((c for c in grpc.StatusCode if c.value[0] == resp.then_status.error_code), grpc.StatusCode.UNKNOWN)
+    return PeerCallError("status", address, code, resp.then_status.error)
 
 
 def read_tail(address: str, targets: tuple[int, ...]) -> Callable[[Any], CallTail | None]:
     """The status read a Guard or Apply answer carried, as its own call in the timeline."""
     def tail(resp: Any) -> CallTail | None:
-        facts: dict[str, Any] = {"endpoint_ids": list(targets)}
+        if not resp.HasField("then_status"):
+            return None
+        answer, facts = resp.then_status, {"endpoint_ids": list(targets)}
         error = read_error(address, resp)
         if error is not None:
-            return CallTail("status", resp.status_read_sec, facts, str(error))
-        if not resp.HasField("status"):
-            return None
-        return CallTail("status", resp.status_read_sec, {**facts, "engine_statuses": list(resp.status.engines)})
+            return CallTail("status", answer.read_sec, facts, str(error))
+        return CallTail("status", answer.read_sec, {**facts, "engine_statuses": list(answer.status.engines)})
     return tail
 
 
@@ -171,12 +171,12 @@ class RoundCalls:
                        ) -> list[common_pb2.EngineFtStatus]:
         """The read a Guard or Apply answer carried; a NodeManager that predates the field answered
         without it, and its pod is read with a Status call of its own."""
+        if not resp.HasField("then_status"):
+            return await self._status_one(pod, read)
         error = read_error(pod.node_manager_address, resp)
         if error is not None:
             raise error
-        if resp.HasField("status"):
-            return self._checked(pod.node_manager_address, targets, resp.status.engines)
-        return await self._status_one(pod, read)
+        return self._checked(pod.node_manager_address, targets, resp.then_status.status.engines)
 
     @staticmethod
     def _checked(address: str, targets: tuple[int, ...], entries: Iterable[common_pb2.EngineFtStatus]
@@ -244,7 +244,7 @@ class RoundCalls:
         if not resp.accepted:
             refused = [f"rank {r.endpoint_id} HTTP {r.http_status} {r.message}" for r in resp.results if not r.accepted]
             raise RoundFailed(f"apply not accepted by {address}: {'; '.join(refused)}")
-        self.applied_mono_sec = max(self.applied_mono_sec, self._clock.monotonic() - resp.status_read_sec)
+        self.applied_mono_sec = max(self.applied_mono_sec, self._clock.monotonic() - resp.then_status.read_sec)
         if read is None or not read_targets:
             return list(resp.results), []
         return list(resp.results), await self._carried(pod, read_targets, read, resp)

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file motor/v1/node_manager.proto.
  */
 export const file_motor_v1_node_manager: GenFile = /*@__PURE__*/
-  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxInUKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAxIpCgt0aGVuX3N0YXR1cxgEIAEoCzIULm1vdG9yLnYxLlN0YXR1c1JlYWQixQEKDUd1YXJkUmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoCRIbChNsZWFzZV9yZW1haW5pbmdfc2VjGAIgASgBEg8KB3JlbmV3ZWQYAyABKAgSKAoGc3RhdHVzGAQgASgLMhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USFwoPc3RhdHVzX3JlYWRfc2VjGAUgASgBEhkKEXN0YXR1c19lcnJvcl9jb2RlGAYgASgFEhQKDHN0YXR1c19lcnJvchgHIAEoCSJhCgpTdGF0dXNSZWFkEhQKDGVuZHBvaW50X2lkcxgBIAMoBRIpCgp3YWl0X3doaWxlGAIgAygLMhUubW90b3IudjEuRW5naW5lU3RhdGUSEgoKc2V0dGxlX3NlYxgDIAEoASLAAQoNU3RhdHVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxIUCgxlbmRwb2ludF9pZHMYAiADKAUSEgoKcmVxdWVzdF9pZBgDIAEoCRIpCgp3YWl0X3doaWxlGAQgAygLMhUubW90b3IudjEuRW5naW5lU3RhdGUSEgoKc2V0dGxlX3NlYxgFIAEoARIZChF0YWtlbl9hc19ldmlkZW5jZRgGIAEoCBIWCg5yZXJlYWRfbWF4X3NlYxgHIAEoASJaCgtFbmdpbmVTdGF0ZRImCgZzdGF0dXMYASABKA4yFi5tb3Rvci52MS5FbmdpbmVIZWFsdGgSIwoIZnRfc3RhdGUYAiABKA4yES5tb3Rvci52MS5GdFN0YXRlIjsKDlN0YXR1c1Jlc3BvbnNlEikKB2VuZ2luZXMYASADKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1cyK7AgoMQXBwbHlSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSKgoLaW5zdHJ1Y3Rpb24YAyABKA4yFS5tb3Rvci52MS5JbnN0cnVjdGlvbhIYChByZW1vdmVkX2RwX3JhbmtzGAQgAygFEhQKDGRwX21hc3Rlcl9pcBgFIAEoCRIWCg5kcF9tYXN0ZXJfcmFuaxgGIAEoBRIUCgxlbmRwb2ludF9pZHMYByADKAUSFQoNZHBfc3RvcmVfcG9ydBgIIAEoBRIWCg5hZGRlZF9kcF9yYW5rcxgJIAMoBRIeChZyb3VuZF9yZW1vdmVkX2RwX3JhbmtzGAogAygFEikKC3RoZW5fc3RhdHVzGAsgASgLMhQubW90b3IudjEuU3RhdHVzUmVhZCLAAQoRRW5naW5lQXBwbHlSZXN1bHQSEwoLZW5kcG9pbnRfaWQYASABKAUSEAoIYWNjZXB0ZWQYAiABKAgSEwoLaHR0cF9zdGF0dXMYAyABKAUSGQoRZW5naW5lX3JlcXVlc3RfaWQYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIUCgxyZXF1ZXN0X2JvZHkYBiABKAkSEwoLZWxhcHNlZF9zZWMYByABKAESGAoQc2VudF9hdF91bml4X3NlYxgIIAEoASLaAQoNQXBwbHlSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIsCgdyZXN1bHRzGAIgAygLMhsubW90b3IudjEuRW5naW5lQXBwbHlSZXN1bHQSFQoNZHBfc3RvcmVfcG9ydBgDIAEoBRIoCgZzdGF0dXMYBCABKAsyGC5tb3Rvci52MS5TdGF0dXNSZXNwb25zZRIXCg9zdGF0dXNfcmVhZF9zZWMYBSABKAESGQoRc3RhdHVzX2Vycm9yX2NvZGUYBiABKAUSFAoMc3RhdHVzX2Vycm9yGAcgASgJIl8KD0ZpbmFsaXplUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEg4KBmNvbW1pdBgDIAEoCBITCgtyZXRpcmVkX2lkcxgEIAMoBSI/ChBGaW5hbGl6ZVJlc3BvbnNlEhMKC3JldGlyZWRfaWRzGAEgAygFEhYKDmd1YXJkX3JlbGVhc2VkGAIgASgIIpABChNTdGFydEVuZ2luZXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSFAoMZHBfbWFzdGVyX2lwGAMgASgJEhYKDmRwX21hc3Rlcl9wb3J0GAQgASgFEhQKDGVuZHBvaW50X2lkcxgFIAMoBRIMCgRqb2luGAYgASgIIlsKFFN0YXJ0RW5naW5lc1Jlc3BvbnNlEiUKCWVuZHBvaW50cxgBIAMoCzISLm1vdG9yLnYxLkVuZHBvaW50EhwKFGxhdW5jaGVkX2F0X3VuaXhfc2VjGAIgASgBImYKElN0b3BFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhEKCWdyYWNlX3NlYxgDIAEoARIUCgxlbmRwb2ludF9pZHMYBCADKAUiKgoTU3RvcEVuZ2luZXNSZXNwb25zZRITCgtzdG9wcGVkX2lkcxgBIAMoBSKCAQoWUmVsYXVuY2hFbmdpbmVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGRwX21hc3Rlcl9pcBgDIAEoCRIWCg5kcF9tYXN0ZXJfcG9ydBgEIAEoBRIRCglncmFjZV9zZWMYBSABKAEiXgoXUmVsYXVuY2hFbmdpbmVzUmVzcG9uc2USJQoJZW5kcG9pbnRzGAEgAygLMhIubW90b3IudjEuRW5kcG9pbnQSHAoUbGF1bmNoZWRfYXRfdW5peF9zZWMYAiABKAEiWQoOU3RvcFBvZFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkSEwoLaW5zdGFuY2VfaWQYAyABKAMSDgoGcG9kX2lwGAQgASgJIiMKD1N0b3BQb2RSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCCIUChJEZXNjcmliZVBvZFJlcXVlc3QidwoNRW5naW5lUHJvY2VzcxIkCghlbmRwb2ludBgBIAEoCzISLm1vdG9yLnYxLkVuZHBvaW50EgsKA3BpZBgCIAEoBRIPCgdydW5uaW5nGAMgASgIEhEKCWV4aXRfY29kZRgEIAEoBRIPCgdyZXRpcmVkGAUgASgIIsEBChNEZXNjcmliZVBvZFJlc3BvbnNlEhoKA3BvZBgBIAEoCzINLm1vdG9yLnYxLlBvZBITCgtpbnN0YW5jZV9pZBgCIAEoAxIoCgdlbmdpbmVzGAMgAygLMhcubW90b3IudjEuRW5naW5lUHJvY2VzcxIYChBmdF9wcm94eV9lbmFibGVkGAQgASgIEhgKEGd1YXJkX3JlcXVlc3RfaWQYBSABKAkSGwoTZ3VhcmRfcmVtYWluaW5nX3NlYxgGIAEoASp3CgtJbnN0cnVjdGlvbhIbChdJTlNUUlVDVElPTl9VTlNQRUNJRklFRBAAEhoKFklOU1RSVUNUSU9OX1NDQUxFX0RPV04QARIVChFJTlNUUlVDVElPTl9SRVRSWRACEhgKFElOU1RSVUNUSU9OX1NDQUxFX1VQEAMyjwIKGU5vZGVNYW5hZ2VyRmF1bHRUb2xlcmFuY2USOAoFR3VhcmQSFi5tb3Rvci52MS5HdWFyZFJlcXVlc3QaFy5tb3Rvci52MS5HdWFyZFJlc3BvbnNlEjsKBlN0YXR1cxIXLm1vdG9yLnYxLlN0YXR1c1JlcXVlc3QaGC5tb3Rvci52MS5TdGF0dXNSZXNwb25zZRI4CgVBcHBseRIWLm1vdG9yLnYxLkFwcGx5UmVxdWVzdBoXLm1vdG9yLnYxLkFwcGx5UmVzcG9uc2USQQoIRmluYWxpemUSGS5tb3Rvci52MS5GaW5hbGl6ZVJlcXVlc3QaGi5tb3Rvci52MS5GaW5hbGl6ZVJlc3BvbnNlMowDCgtOb2RlTWFuYWdlchJNCgxTdGFydEVuZ2luZXMSHS5tb3Rvci52MS5TdGFydEVuZ2luZXNSZXF1ZXN0Gh4ubW90b3IudjEuU3RhcnRFbmdpbmVzUmVzcG9uc2USSgoLU3RvcEVuZ2luZXMSHC5tb3Rvci52MS5TdG9wRW5naW5lc1JlcXVlc3QaHS5tb3Rvci52MS5TdG9wRW5naW5lc1Jlc3BvbnNlElYKD1JlbGF1bmNoRW5naW5lcxIgLm1vdG9yLnYxLlJlbGF1bmNoRW5naW5lc1JlcXVlc3QaIS5tb3Rvci52MS5SZWxhdW5jaEVuZ2luZXNSZXNwb25zZRI+CgdTdG9wUG9kEhgubW90b3IudjEuU3RvcFBvZFJlcXVlc3QaGS5tb3Rvci52MS5TdG9wUG9kUmVzcG9uc2USSgoLRGVzY3JpYmVQb2QSHC5tb3Rvci52MS5EZXNjcmliZVBvZFJlcXVlc3QaHS5tb3Rvci52MS5EZXNjcmliZVBvZFJlc3BvbnNlYgZwcm90bzM", [file_motor_v1_common]);
+  fileDesc("Chttb3Rvci92MS9ub2RlX21hbmFnZXIucHJvdG8SCG1vdG9yLnYxInUKDEd1YXJkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWxlYXNlX3NlYxgCIAEoARITCgtpbnN0YW5jZV9pZBgDIAEoAxIpCgt0aGVuX3N0YXR1cxgEIAEoCzIULm1vdG9yLnYxLlN0YXR1c1JlYWQiggEKDUd1YXJkUmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoCRIbChNsZWFzZV9yZW1haW5pbmdfc2VjGAIgASgBEg8KB3JlbmV3ZWQYAyABKAgSLwoLdGhlbl9zdGF0dXMYBCABKAsyGi5tb3Rvci52MS5TdGF0dXNSZWFkQW5zd2VyInEKEFN0YXR1c1JlYWRBbnN3ZXISKAoGc3RhdHVzGAEgASgLMhgubW90b3IudjEuU3RhdHVzUmVzcG9uc2USEAoIcmVhZF9zZWMYAiABKAESEgoKZXJyb3JfY29kZRgDIAEoBRINCgVlcnJvchgEIAEoCSJhCgpTdGF0dXNSZWFkEhQKDGVuZHBvaW50X2lkcxgBIAMoBRIpCgp3YWl0X3doaWxlGAIgAygLMhUubW90b3IudjEuRW5naW5lU3RhdGUSEgoKc2V0dGxlX3NlYxgDIAEoASLAAQoNU3RhdHVzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoAxIUCgxlbmRwb2ludF9pZHMYAiADKAUSEgoKcmVxdWVzdF9pZBgDIAEoCRIpCgp3YWl0X3doaWxlGAQgAygLMhUubW90b3IudjEuRW5naW5lU3RhdGUSEgoKc2V0dGxlX3NlYxgFIAEoARIZChF0YWtlbl9hc19ldmlkZW5jZRgGIAEoCBIWCg5yZXJlYWRfbWF4X3NlYxgHIAEoASJaCgtFbmdpbmVTdGF0ZRImCgZzdGF0dXMYASABKA4yFi5tb3Rvci52MS5FbmdpbmVIZWFsdGgSIwoIZnRfc3RhdGUYAiABKA4yES5tb3Rvci52MS5GdFN0YXRlIjsKDlN0YXR1c1Jlc3BvbnNlEikKB2VuZ2luZXMYASADKAsyGC5tb3Rvci52MS5FbmdpbmVGdFN0YXR1cyK7AgoMQXBwbHlSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSKgoLaW5zdHJ1Y3Rpb24YAyABKA4yFS5tb3Rvci52MS5JbnN0cnVjdGlvbhIYChByZW1vdmVkX2RwX3JhbmtzGAQgAygFEhQKDGRwX21hc3Rlcl9pcBgFIAEoCRIWCg5kcF9tYXN0ZXJfcmFuaxgGIAEoBRIUCgxlbmRwb2ludF9pZHMYByADKAUSFQoNZHBfc3RvcmVfcG9ydBgIIAEoBRIWCg5hZGRlZF9kcF9yYW5rcxgJIAMoBRIeChZyb3VuZF9yZW1vdmVkX2RwX3JhbmtzGAogAygFEikKC3RoZW5fc3RhdHVzGAsgASgLMhQubW90b3IudjEuU3RhdHVzUmVhZCLAAQoRRW5naW5lQXBwbHlSZXN1bHQSEwoLZW5kcG9pbnRfaWQYASABKAUSEAoIYWNjZXB0ZWQYAiABKAgSEwoLaHR0cF9zdGF0dXMYAyABKAUSGQoRZW5naW5lX3JlcXVlc3RfaWQYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIUCgxyZXF1ZXN0X2JvZHkYBiABKAkSEwoLZWxhcHNlZF9zZWMYByABKAESGAoQc2VudF9hdF91bml4X3NlYxgIIAEoASKXAQoNQXBwbHlSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIsCgdyZXN1bHRzGAIgAygLMhsubW90b3IudjEuRW5naW5lQXBwbHlSZXN1bHQSFQoNZHBfc3RvcmVfcG9ydBgDIAEoBRIvCgt0aGVuX3N0YXR1cxgEIAEoCzIaLm1vdG9yLnYxLlN0YXR1c1JlYWRBbnN3ZXIiXwoPRmluYWxpemVSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSDgoGY29tbWl0GAMgASgIEhMKC3JldGlyZWRfaWRzGAQgAygFIj8KEEZpbmFsaXplUmVzcG9uc2USEwoLcmV0aXJlZF9pZHMYASADKAUSFgoOZ3VhcmRfcmVsZWFzZWQYAiABKAgikAEKE1N0YXJ0RW5naW5lc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAMSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxkcF9tYXN0ZXJfaXAYAyABKAkSFgoOZHBfbWFzdGVyX3BvcnQYBCABKAUSFAoMZW5kcG9pbnRfaWRzGAUgAygFEgwKBGpvaW4YBiABKAgiWwoUU3RhcnRFbmdpbmVzUmVzcG9uc2USJQoJZW5kcG9pbnRzGAEgAygLMhIubW90b3IudjEuRW5kcG9pbnQSHAoUbGF1bmNoZWRfYXRfdW5peF9zZWMYAiABKAEiZgoSU3RvcEVuZ2luZXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSEQoJZ3JhY2Vfc2VjGAMgASgBEhQKDGVuZHBvaW50X2lkcxgEIAMoBSIqChNTdG9wRW5naW5lc1Jlc3BvbnNlEhMKC3N0b3BwZWRfaWRzGAEgAygFIoIBChZSZWxhdW5jaEVuZ2luZXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgDEhIKCnJlcXVlc3RfaWQYAiABKAkSFAoMZHBfbWFzdGVyX2lwGAMgASgJEhYKDmRwX21hc3Rlcl9wb3J0GAQgASgFEhEKCWdyYWNlX3NlYxgFIAEoASJeChdSZWxhdW5jaEVuZ2luZXNSZXNwb25zZRIlCgllbmRwb2ludHMYASADKAsyEi5tb3Rvci52MS5FbmRwb2ludBIcChRsYXVuY2hlZF9hdF91bml4X3NlYxgCIAEoASJZCg5TdG9wUG9kUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoAxIOCgZwb2RfaXAYBCABKAkiIwoPU3RvcFBvZFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIIhQKEkRlc2NyaWJlUG9kUmVxdWVzdCJ3Cg1FbmdpbmVQcm9jZXNzEiQKCGVuZHBvaW50GAEgASgLMhIubW90b3IudjEuRW5kcG9pbnQSCwoDcGlkGAIgASgFEg8KB3J1bm5pbmcYAyABKAgSEQoJZXhpdF9jb2RlGAQgASgFEg8KB3JldGlyZWQYBSABKAgiwQEKE0Rlc2NyaWJlUG9kUmVzcG9uc2USGgoDcG9kGAEgASgLMg0ubW90b3IudjEuUG9kEhMKC2luc3RhbmNlX2lkGAIgASgDEigKB2VuZ2luZXMYAyADKAsyFy5tb3Rvci52MS5FbmdpbmVQcm9jZXNzEhgKEGZ0X3Byb3h5X2VuYWJsZWQYBCABKAgSGAoQZ3VhcmRfcmVxdWVzdF9pZBgFIAEoCRIbChNndWFyZF9yZW1haW5pbmdfc2VjGAYgASgBKncKC0luc3RydWN0aW9uEhsKF0lOU1RSVUNUSU9OX1VOU1BFQ0lGSUVEEAASGgoWSU5TVFJVQ1RJT05fU0NBTEVfRE9XThABEhUKEUlOU1RSVUNUSU9OX1JFVFJZEAISGAoUSU5TVFJVQ1RJT05fU0NBTEVfVVAQAzKPAgoZTm9kZU1hbmFnZXJGYXVsdFRvbGVyYW5jZRI4CgVHdWFyZBIWLm1vdG9yLnYxLkd1YXJkUmVxdWVzdBoXLm1vdG9yLnYxLkd1YXJkUmVzcG9uc2USOwoGU3RhdHVzEhcubW90b3IudjEuU3RhdHVzUmVxdWVzdBoYLm1vdG9yLnYxLlN0YXR1c1Jlc3BvbnNlEjgKBUFwcGx5EhYubW90b3IudjEuQXBwbHlSZXF1ZXN0GhcubW90b3IudjEuQXBwbHlSZXNwb25zZRJBCghGaW5hbGl6ZRIZLm1vdG9yLnYxLkZpbmFsaXplUmVxdWVzdBoaLm1vdG9yLnYxLkZpbmFsaXplUmVzcG9uc2UyjAMKC05vZGVNYW5hZ2VyEk0KDFN0YXJ0RW5naW5lcxIdLm1vdG9yLnYxLlN0YXJ0RW5naW5lc1JlcXVlc3QaHi5tb3Rvci52MS5TdGFydEVuZ2luZXNSZXNwb25zZRJKCgtTdG9wRW5naW5lcxIcLm1vdG9yLnYxLlN0b3BFbmdpbmVzUmVxdWVzdBodLm1vdG9yLnYxLlN0b3BFbmdpbmVzUmVzcG9uc2USVgoPUmVsYXVuY2hFbmdpbmVzEiAubW90b3IudjEuUmVsYXVuY2hFbmdpbmVzUmVxdWVzdBohLm1vdG9yLnYxLlJlbGF1bmNoRW5naW5lc1Jlc3BvbnNlEj4KB1N0b3BQb2QSGC5tb3Rvci52MS5TdG9wUG9kUmVxdWVzdBoZLm1vdG9yLnYxLlN0b3BQb2RSZXNwb25zZRJKCgtEZXNjcmliZVBvZBIcLm1vdG9yLnYxLkRlc2NyaWJlUG9kUmVxdWVzdBodLm1vdG9yLnYxLkRlc2NyaWJlUG9kUmVzcG9uc2ViBnByb3RvMw", [file_motor_v1_common]);
 
 /**
  * Guard request.
@@ -86,32 +86,12 @@ export type GuardResponse = Message<"motor.v1.GuardResponse"> & {
   renewed: boolean;
 
   /**
-   * The reads `then_status` asked for; unset when it was not asked (or by a NodeManager that
-   * predates it: the caller then sends a Status call of its own).
+   * The answer to the read `then_status` asked for, once the guard held; unset when it was not
+   * asked (or by a NodeManager that predates it: the caller then sends a Status call of its own).
    *
-   * @generated from field: motor.v1.StatusResponse status = 4;
+   * @generated from field: motor.v1.StatusReadAnswer then_status = 4;
    */
-  status?: StatusResponse | undefined;
-
-  /**
-   * Seconds the NodeManager spent on those reads (its own clock's duration), the end of the call.
-   *
-   * @generated from field: double status_read_sec = 5;
-   */
-  statusReadSec: number;
-
-  /**
-   * Set when the read `then_status` asked for failed, the guard holding regardless: the gRPC status code (its
-   * google.rpc.Code number) and the message a Status call would have failed with; `status` is unset.
-   *
-   * @generated from field: int32 status_error_code = 6;
-   */
-  statusErrorCode: number;
-
-  /**
-   * @generated from field: string status_error = 7;
-   */
-  statusError: string;
+  thenStatus?: StatusReadAnswer | undefined;
 };
 
 /**
@@ -120,6 +100,47 @@ export type GuardResponse = Message<"motor.v1.GuardResponse"> & {
  */
 export const GuardResponseSchema: GenMessage<GuardResponse> = /*@__PURE__*/
   messageDesc(file_motor_v1_node_manager, 1);
+
+/**
+ * The answer to a StatusRead a Guard or Apply call carried.
+ *
+ * @generated from message motor.v1.StatusReadAnswer
+ */
+export type StatusReadAnswer = Message<"motor.v1.StatusReadAnswer"> & {
+  /**
+   * The reads; unset when the read failed.
+   *
+   * @generated from field: motor.v1.StatusResponse status = 1;
+   */
+  status?: StatusResponse | undefined;
+
+  /**
+   * Seconds the NodeManager spent on the read (its own clock's duration), at the end of the call.
+   *
+   * @generated from field: double read_sec = 2;
+   */
+  readSec: number;
+
+  /**
+   * Set when the read failed, what the call did holding regardless: the gRPC status code (its
+   * google.rpc.Code number) and the message a Status call would have failed with.
+   *
+   * @generated from field: int32 error_code = 3;
+   */
+  errorCode: number;
+
+  /**
+   * @generated from field: string error = 4;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message motor.v1.StatusReadAnswer.
+ * Use `create(StatusReadAnswerSchema)` to create a new message.
+ */
+export const StatusReadAnswerSchema: GenMessage<StatusReadAnswer> = /*@__PURE__*/
+  messageDesc(file_motor_v1_node_manager, 2);
 
 /**
  * A status read carried by a Guard or an Apply call; the fields mean what StatusRequest's
@@ -155,7 +176,7 @@ export type StatusRead = Message<"motor.v1.StatusRead"> & {
  * Use `create(StatusReadSchema)` to create a new message.
  */
 export const StatusReadSchema: GenMessage<StatusRead> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 2);
+  messageDesc(file_motor_v1_node_manager, 3);
 
 /**
  * Status request.
@@ -225,7 +246,7 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 3);
+  messageDesc(file_motor_v1_node_manager, 4);
 
 /**
  * An engine's (status, ft_state) pair, as the Controller judges a survivor by it.
@@ -253,7 +274,7 @@ export type EngineState = Message<"motor.v1.EngineState"> & {
  * Use `create(EngineStateSchema)` to create a new message.
  */
 export const EngineStateSchema: GenMessage<EngineState> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 4);
+  messageDesc(file_motor_v1_node_manager, 5);
 
 /**
  * Status response: one entry per requested endpoint, in request order.
@@ -274,7 +295,7 @@ export type StatusResponse = Message<"motor.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 5);
+  messageDesc(file_motor_v1_node_manager, 6);
 
 /**
  * Apply request.
@@ -376,7 +397,7 @@ export type ApplyRequest = Message<"motor.v1.ApplyRequest"> & {
  * Use `create(ApplyRequestSchema)` to create a new message.
  */
 export const ApplyRequestSchema: GenMessage<ApplyRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 6);
+  messageDesc(file_motor_v1_node_manager, 7);
 
 /**
  * Outcome of forwarding the instruction to one engine.
@@ -447,7 +468,7 @@ export type EngineApplyResult = Message<"motor.v1.EngineApplyResult"> & {
  * Use `create(EngineApplyResultSchema)` to create a new message.
  */
 export const EngineApplyResultSchema: GenMessage<EngineApplyResult> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 7);
+  messageDesc(file_motor_v1_node_manager, 8);
 
 /**
  * Apply response.
@@ -477,32 +498,12 @@ export type ApplyResponse = Message<"motor.v1.ApplyResponse"> & {
   dpStorePort: number;
 
   /**
-   * The reads `then_status` asked for, when every target accepted; unset otherwise (and by a
-   * NodeManager that predates the field).
+   * The answer to the read `then_status` asked for, once every target accepted; unset otherwise
+   * (and by a NodeManager that predates the field).
    *
-   * @generated from field: motor.v1.StatusResponse status = 4;
+   * @generated from field: motor.v1.StatusReadAnswer then_status = 4;
    */
-  status?: StatusResponse | undefined;
-
-  /**
-   * Seconds the NodeManager spent on those reads (its own clock's duration), the end of the call.
-   *
-   * @generated from field: double status_read_sec = 5;
-   */
-  statusReadSec: number;
-
-  /**
-   * Set when the read `then_status` asked for failed, the instruction accepted regardless: the gRPC status code (its
-   * google.rpc.Code number) and the message a Status call would have failed with; `status` is unset.
-   *
-   * @generated from field: int32 status_error_code = 6;
-   */
-  statusErrorCode: number;
-
-  /**
-   * @generated from field: string status_error = 7;
-   */
-  statusError: string;
+  thenStatus?: StatusReadAnswer | undefined;
 };
 
 /**
@@ -510,7 +511,7 @@ export type ApplyResponse = Message<"motor.v1.ApplyResponse"> & {
  * Use `create(ApplyResponseSchema)` to create a new message.
  */
 export const ApplyResponseSchema: GenMessage<ApplyResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 8);
+  messageDesc(file_motor_v1_node_manager, 9);
 
 /**
  * Finalize request.
@@ -552,7 +553,7 @@ export type FinalizeRequest = Message<"motor.v1.FinalizeRequest"> & {
  * Use `create(FinalizeRequestSchema)` to create a new message.
  */
 export const FinalizeRequestSchema: GenMessage<FinalizeRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 9);
+  messageDesc(file_motor_v1_node_manager, 10);
 
 /**
  * Finalize response.
@@ -580,7 +581,7 @@ export type FinalizeResponse = Message<"motor.v1.FinalizeResponse"> & {
  * Use `create(FinalizeResponseSchema)` to create a new message.
  */
 export const FinalizeResponseSchema: GenMessage<FinalizeResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 10);
+  messageDesc(file_motor_v1_node_manager, 11);
 
 /**
  * StartEngines request.
@@ -639,7 +640,7 @@ export type StartEnginesRequest = Message<"motor.v1.StartEnginesRequest"> & {
  * Use `create(StartEnginesRequestSchema)` to create a new message.
  */
 export const StartEnginesRequestSchema: GenMessage<StartEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 11);
+  messageDesc(file_motor_v1_node_manager, 12);
 
 /**
  * StartEngines response.
@@ -668,7 +669,7 @@ export type StartEnginesResponse = Message<"motor.v1.StartEnginesResponse"> & {
  * Use `create(StartEnginesResponseSchema)` to create a new message.
  */
 export const StartEnginesResponseSchema: GenMessage<StartEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 12);
+  messageDesc(file_motor_v1_node_manager, 13);
 
 /**
  * StopEngines request.
@@ -710,7 +711,7 @@ export type StopEnginesRequest = Message<"motor.v1.StopEnginesRequest"> & {
  * Use `create(StopEnginesRequestSchema)` to create a new message.
  */
 export const StopEnginesRequestSchema: GenMessage<StopEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 13);
+  messageDesc(file_motor_v1_node_manager, 14);
 
 /**
  * StopEngines response.
@@ -731,7 +732,7 @@ export type StopEnginesResponse = Message<"motor.v1.StopEnginesResponse"> & {
  * Use `create(StopEnginesResponseSchema)` to create a new message.
  */
 export const StopEnginesResponseSchema: GenMessage<StopEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 14);
+  messageDesc(file_motor_v1_node_manager, 15);
 
 /**
  * RelaunchEngines request.
@@ -780,7 +781,7 @@ export type RelaunchEnginesRequest = Message<"motor.v1.RelaunchEnginesRequest"> 
  * Use `create(RelaunchEnginesRequestSchema)` to create a new message.
  */
 export const RelaunchEnginesRequestSchema: GenMessage<RelaunchEnginesRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 15);
+  messageDesc(file_motor_v1_node_manager, 16);
 
 /**
  * RelaunchEngines response.
@@ -808,7 +809,7 @@ export type RelaunchEnginesResponse = Message<"motor.v1.RelaunchEnginesResponse"
  * Use `create(RelaunchEnginesResponseSchema)` to create a new message.
  */
 export const RelaunchEnginesResponseSchema: GenMessage<RelaunchEnginesResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 16);
+  messageDesc(file_motor_v1_node_manager, 17);
 
 /**
  * StopPod request.
@@ -850,7 +851,7 @@ export type StopPodRequest = Message<"motor.v1.StopPodRequest"> & {
  * Use `create(StopPodRequestSchema)` to create a new message.
  */
 export const StopPodRequestSchema: GenMessage<StopPodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 17);
+  messageDesc(file_motor_v1_node_manager, 18);
 
 /**
  * StopPod response.
@@ -871,7 +872,7 @@ export type StopPodResponse = Message<"motor.v1.StopPodResponse"> & {
  * Use `create(StopPodResponseSchema)` to create a new message.
  */
 export const StopPodResponseSchema: GenMessage<StopPodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 18);
+  messageDesc(file_motor_v1_node_manager, 19);
 
 /**
  * DescribePod request.
@@ -886,7 +887,7 @@ export type DescribePodRequest = Message<"motor.v1.DescribePodRequest"> & {
  * Use `create(DescribePodRequestSchema)` to create a new message.
  */
 export const DescribePodRequestSchema: GenMessage<DescribePodRequest> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 19);
+  messageDesc(file_motor_v1_node_manager, 20);
 
 /**
  * State of one local engine process.
@@ -935,7 +936,7 @@ export type EngineProcess = Message<"motor.v1.EngineProcess"> & {
  * Use `create(EngineProcessSchema)` to create a new message.
  */
 export const EngineProcessSchema: GenMessage<EngineProcess> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 20);
+  messageDesc(file_motor_v1_node_manager, 21);
 
 /**
  * DescribePod response.
@@ -991,7 +992,7 @@ export type DescribePodResponse = Message<"motor.v1.DescribePodResponse"> & {
  * Use `create(DescribePodResponseSchema)` to create a new message.
  */
 export const DescribePodResponseSchema: GenMessage<DescribePodResponse> = /*@__PURE__*/
-  messageDesc(file_motor_v1_node_manager, 21);
+  messageDesc(file_motor_v1_node_manager, 22);
 
 /**
  * Recovery instruction understood by the engine FT API.
