@@ -27,6 +27,12 @@ def engine_timeout(context: grpc.aio.ServicerContext) -> float | None:
     return max(0.01, remaining - _DEADLINE_MARGIN_SEC)
 
 
+def carried(request: node_manager_pb2.GuardRequest | node_manager_pb2.ApplyRequest
+            ) -> node_manager_pb2.StatusRead | None:
+    """The status read a Guard or Apply request carries, if any."""
+    return request.then_status if request.HasField("then_status") else None
+
+
 def read_fields(read: ReadAfter | None) -> dict:
     """The `then_status` of a Guard or Apply answer: the reads, or why they failed; none when no
     read was made."""
@@ -41,23 +47,25 @@ def read_fields(read: ReadAfter | None) -> dict:
     return {"then_status": answer}
 
 
+def status_ask(proxy: FtProxy, instance_id: int, read: node_manager_pb2.StatusRead | None) -> StatusAsk | None:
+    """The read a Guard or Apply request carries, checked by the proxy (InvalidArgument naming a bad
+    value) before the call does anything; None when it carries none."""
+    if read is None:
+        return None
+    return proxy.check_status(instance_id, list(read.endpoint_ids), [(w.status, w.ft_state) for w in read.wait_while],
+                              read.settle_sec)
+
+
 class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
     def __init__(self, proxy: FtProxy) -> None:
         self._proxy = proxy
-
-    def _then(self, request: node_manager_pb2.GuardRequest | node_manager_pb2.ApplyRequest) -> StatusAsk | None:
-        if not request.HasField("then_status"):
-            return None
-        read = request.then_status
-        return self._proxy.check_status(request.instance_id, list(read.endpoint_ids),
-                                        [(w.status, w.ft_state) for w in read.wait_while], read.settle_sec)
 
     @rpc_method("Guard")
     async def Guard(self, request: node_manager_pb2.GuardRequest, context: grpc.aio.ServicerContext
                     ) -> node_manager_pb2.GuardResponse:
         grant, read = await self._proxy.guard_then_read(
             request.request_id, request.lease_sec, request.instance_id, term_of(context.invocation_metadata()) or 0,
-            self._then(request), lambda: engine_timeout(context))
+            status_ask(self._proxy, request.instance_id, carried(request)), lambda: engine_timeout(context))
         return node_manager_pb2.GuardResponse(
             request_id=grant.request_id, lease_remaining_sec=grant.lease_remaining_sec, renewed=grant.renewed,
             **read_fields(read))
@@ -83,7 +91,8 @@ class FtServicer(node_manager_pb2_grpc.NodeManagerFaultToleranceServicer):
             timeout_sec=engine_timeout(context), dp_store_port=request.dp_store_port,
             term=term_of(context.invocation_metadata()) or 0, added_dp_ranks=list(request.added_dp_ranks),
             round_removed_dp_ranks=list(request.round_removed_dp_ranks),
-            then=self._then(request), read_timeout_sec=lambda: engine_timeout(context),
+            then=status_ask(self._proxy, request.instance_id, carried(request)),
+            read_timeout_sec=lambda: engine_timeout(context),
         )
         return node_manager_pb2.ApplyResponse(
             accepted=result.accepted,

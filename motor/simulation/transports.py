@@ -35,7 +35,7 @@ from motor.coordinator.routing import RoutingTable
 from motor.coordinator.servicer import instance_from_proto, instance_to_proto
 from motor.coordinator.serving_view import RefreshError, RefreshErrorCode, RefreshEvent
 from nodemanager.errors import FailedPrecondition, NodeManagerError
-from nodemanager.ft_service import read_fields
+from nodemanager.ft_service import read_fields, status_ask
 from nodemanager.pod_stop import stop_target_mismatch
 from nodemanager.rpc import status_code_of
 
@@ -130,20 +130,13 @@ class SimNodeManagerClient:
     def _engine_timeout(self, timeout_sec: float | None = None) -> float:
         return max(0.01, (timeout_sec or self._timeout) - 0.1)
 
-    @staticmethod
-    def _then(nm, instance_id, then_status):
-        if then_status is None:
-            return None
-        return nm.proxy.check_status(instance_id, list(then_status.endpoint_ids),
-                                     [(w.status, w.ft_state) for w in then_status.wait_while], then_status.settle_sec)
-
     def _settle(self, then_status) -> float:
         return self._timeout + (then_status.settle_sec if then_status is not None else 0.0)
 
     async def guard(self, instance_id, request_id, lease_sec, then_status=None):
         async def fn(nm, term):
             g, read = await nm.proxy.guard_then_read(request_id, lease_sec, instance_id, term,
-                                                     self._then(nm, instance_id, then_status),
+                                                     status_ask(nm.proxy, instance_id, then_status),
                                                      lambda: self._engine_timeout(self._settle(then_status)))
             return node_manager_pb2.GuardResponse(request_id=g.request_id, lease_remaining_sec=g.lease_remaining_sec,
                                                   renewed=g.renewed, **read_fields(read))
@@ -168,7 +161,7 @@ class SimNodeManagerClient:
                 removed_dp_ranks=list(removed_dp_ranks), dp_master_ip=dp_master_ip, dp_master_rank=dp_master_rank,
                 endpoint_ids=list(endpoint_ids), timeout_sec=self._engine_timeout(), dp_store_port=dp_store_port,
                 term=term, added_dp_ranks=list(added_dp_ranks), round_removed_dp_ranks=list(round_removed_dp_ranks),
-                then=self._then(nm, instance_id, then_status),
+                then=status_ask(nm.proxy, instance_id, then_status),
                 read_timeout_sec=lambda: self._engine_timeout(self._settle(then_status)))
             return node_manager_pb2.ApplyResponse(
                 accepted=result.accepted, dp_store_port=result.dp_store_port, **read_fields(result.read), results=[
