@@ -184,8 +184,8 @@ class FtProxy:
         return ReadAfter(entries, self._clock.monotonic() - started)
 
     async def guard_then_read(self, request_id: str, lease_sec: float, instance_id: int, term: int = 0,
-                              then: StatusAsk | None = None,
-                              timeout_sec: Callable[[], float | None] = lambda: None) -> tuple[GuardGrant, ReadAfter | None]:
+                              then: StatusAsk | None = None, timeout_sec: Callable[[], float | None] = lambda: None
+                              ) -> tuple[GuardGrant, ReadAfter | None]:
         """The guard, then (`then`, checked by `check_status` before the guard is taken) a status read
         once it holds: one call where the round made two. `timeout_sec` is asked when the read starts."""
         grant = self.guard(request_id, lease_sec, instance_id, term)

@@ -41,12 +41,12 @@ def engine_error(exc: EngineCallError) -> NodeManagerError:
 
 @dataclass(frozen=True)
 class StatusAsk:
-    """One checked status read: ids (routable, local), the pairs waited out (empty: one read), the
-    long poll's bound and its re-read cap."""
+    """One checked status read (`FtProxy.check_status` makes them): ids (routable, local), the pairs
+    waited out (empty: one read), the long poll's bound and its re-read cap."""
     ids: list[int]
-    waits: frozenset[EngineStatePair] = frozenset()
-    settle_sec: float = 0.0
-    reread_cap_sec: float = 0.0
+    waits: frozenset[EngineStatePair]
+    settle_sec: float
+    reread_cap_sec: float
 
 
 class StatusReads:

@@ -14,13 +14,18 @@ from typing import Any
 import aiohttp
 import grpc
 
-from gen.motor.v1 import node_manager_pb2_grpc
+from gen.motor.v1 import common_pb2, node_manager_pb2, node_manager_pb2_grpc
 from motor.testing.waits import async_wait_for
 from nodemanager.config import NodeManagerConfig
 from nodemanager.main import NodeManagerService
 
 POD_IP = "127.0.0.2"
 INSTANCE = 7
+# (status, ft_state) pairs a long poll waits out, as the Controller asks them.
+UNHEALTHY = node_manager_pb2.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY,
+                                         ft_state=common_pb2.FT_STATE_UNSPECIFIED)
+DIAGNOSING = node_manager_pb2.EngineState(status=common_pb2.ENGINE_HEALTH_DIAGNOSING,
+                                          ft_state=common_pb2.FT_STATE_UNSPECIFIED)
 FAKE_ENGINE_COMMAND = [
     sys.executable, "-m", "motor.testing.fake_engine",
     "--host", "{host}", "--port", "{port}", "--dp-rank", "{dp_rank}", "--ft-api-prefix", "{ft_api_prefix}",
@@ -121,10 +126,11 @@ async def fake_applies(base_url: str) -> list[dict[str, Any]]:
             return await r.json()
 
 
-def quiet_poller(controller_address: str, tmp_path: Path) -> NodeManagerConfig:
+def quiet_poller(controller_address: str, tmp_path: Path, **overrides: Any) -> NodeManagerConfig:
     """A NodeManager whose own poller reads each engine once and then not for 60 s: every later
     read in the test is the test's own (a Status call, or `poller.poll_once`)."""
-    return nm_config(controller_address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0})
+    return nm_config(controller_address, tmp_path, fault_tolerance_config={"engine_status_poll_interval_sec": 60.0},
+                     **overrides)
 
 
 async def first_polls_done(n) -> None:

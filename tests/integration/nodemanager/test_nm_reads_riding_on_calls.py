@@ -16,10 +16,10 @@ from motor.testing.fake_controller import FakeController
 from .nm_helpers import (
     INSTANCE,
     POD_IP,
+    UNHEALTHY,
     fake_applies,
     fake_control,
     first_polls_done,
-    nm_config,
     quiet_poller,
     rpc_error,
     running_nm,
@@ -27,8 +27,6 @@ from .nm_helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-UNHEALTHY = nm.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
 
 
 def guard(request_id: str, then: nm.StatusRead | None = None) -> nm.GuardRequest:
@@ -44,8 +42,7 @@ def apply(request_id: str, then: nm.StatusRead | None = None) -> nm.ApplyRequest
 
 def config(controller: FakeController, tmp_path: Path):
     """Ranks 0 and 1 of DP=4, and a poller that reads each engine once (`quiet_poller`)."""
-    return nm_config(controller.address, tmp_path, dp_size=4,
-                     fault_tolerance_config=quiet_poller(controller.address, tmp_path).fault_tolerance_config.model_dump())
+    return quiet_poller(controller.address, tmp_path, dp_size=4)
 
 
 async def test_a_guard_answers_with_the_read_once_it_holds(controller: FakeController, tmp_path: Path) -> None:

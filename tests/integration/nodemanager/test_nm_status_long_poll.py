@@ -14,7 +14,9 @@ from gen.motor.v1 import common_pb2, node_manager_pb2 as nm
 from motor.testing.fake_controller import FakeController
 
 from .nm_helpers import (
+    DIAGNOSING,
     INSTANCE,
+    UNHEALTHY,
     fake_control,
     fake_polled,
     first_polls_done,
@@ -26,9 +28,6 @@ from .nm_helpers import (
 
 
 pytestmark = pytest.mark.timeout(60)
-
-UNHEALTHY = nm.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
-DIAGNOSING = nm.EngineState(status=common_pb2.ENGINE_HEALTH_DIAGNOSING, ft_state=common_pb2.FT_STATE_UNSPECIFIED)
 
 
 async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ from motor.controller.clients import ControllerPeers, PeerCallError
 from motor.controller.clock import ManualClock
 from motor.controller.config import ControllerConfig
 from motor.controller.core import ControllerCore
+from motor.controller.fault_tolerance.context import ScaleDownContext
+from motor.controller.fault_tolerance.strategy.base import Outcome
+from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 from motor.controller.persistence import MemoryRuntimeStore
 from motor.testing.waits import turns_until
 
@@ -222,9 +225,9 @@ class FakeNodeManagerClient:
                 eng = c.engines[r]
                 eng.status, eng.ft_state, eng.last_request_id, eng.polls_since_apply = UNHEALTHY, RECOVERING, request_id, 0
         accepted = all(x.accepted for x in results)
+        read = await self._then(instance_id, request_id, then_status) if accepted else {}
         return node_manager_pb2.ApplyResponse(accepted=accepted, results=results,
-                                              dp_store_port=store_port or 29600 + master_rank,
-                                              **(await self._then(instance_id, request_id, then_status) if accepted else {}))
+                                              dp_store_port=store_port or 29600 + master_rank, **read)
 
     async def finalize(self, instance_id, request_id, commit, retired_ids):
         c = self.cluster
@@ -402,3 +405,16 @@ def heartbeat_all(core: ControllerCore, cluster: FakeCluster, instance_id: int =
 async def settle(core: ControllerCore, instance_id: int = 7) -> None:
     """Lets the running strategy of the instance end."""
     await turns_until(lambda: core.faults.running(instance_id) is None, 300, f"instance {instance_id}'s strategy ended")
+
+
+def scale_down_ctx(core: ControllerCore, dead, unhealthy, iid: int = 7) -> ScaleDownContext:
+    """The context of a scale-down of `dead` (survivors `unhealthy`) from the instance's runtime."""
+    rt = core.runtimes.get(iid)
+    return ScaleDownContext(iid, rt.original_dp_ranks, rt.dead_committed, frozenset(dead), frozenset(unhealthy),
+                            rt.fallback_strategy, core.clock.wall())
+
+
+async def run_scale_down(core: ControllerCore, dead, unhealthy) -> tuple[DpScaleDownStrategy, Outcome]:
+    """One scale-down round of instance 7, run to its outcome."""
+    strategy = DpScaleDownStrategy(core.deps, scale_down_ctx(core, dead, unhealthy))
+    return strategy, await strategy.run()

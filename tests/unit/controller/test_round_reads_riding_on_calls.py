@@ -7,20 +7,10 @@ from __future__ import annotations
 
 import grpc
 
-from motor.controller.fault_tolerance.context import ScaleDownContext
 from motor.controller.fault_tolerance.engine_states import APPLY_WAIT_STATES, RECOVERY_WAIT_STATES
 from motor.controller.fault_tolerance.stages import scale_down_stages
-from motor.controller.fault_tolerance.strategy.dp_scale_down import DpScaleDownStrategy
 
-from .controller_fakes import assemble, make_core, two_pods
-
-
-async def run_round(core, dead, unhealthy) -> tuple[DpScaleDownStrategy, object]:
-    rt = core.runtimes.get(7)
-    context = ScaleDownContext(7, rt.original_dp_ranks, rt.dead_committed, frozenset(dead), frozenset(unhealthy),
-                               rt.fallback_strategy, core.clock.wall())
-    strategy = DpScaleDownStrategy(core.deps, context)
-    return strategy, await strategy.run()
+from .controller_fakes import assemble, make_core, run_scale_down, two_pods
 
 
 def calls_per_pod(cluster, address: str) -> list[str]:
@@ -32,7 +22,7 @@ async def test_the_first_reads_ride_on_the_guard_and_the_apply() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     guards = [then for name, _, then in cluster.then_statuses if name == "guard"]
     applies = [then for name, _, then in cluster.then_statuses if name == "apply"]
@@ -58,7 +48,7 @@ async def test_a_nodemanager_that_predates_the_field_is_read_with_a_status_call(
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     for address in ("127.0.0.2:1", "127.0.0.3:1"):
         mine = [n for n in calls_per_pod(cluster, address) if n in ("guard", "status", "apply")]
@@ -78,7 +68,7 @@ async def test_the_wait_after_the_apply_counts_from_the_apply_answer() -> None:
     deadline = core.deps.config.fault_tolerance_config.dp_scale_down_config.execution_deadline_sec
     cluster.engines[3].recover_after_polls = 3
     cluster.on_apply = lambda: clock.advance(deadline - 0.5)  # one NodeManager's apply is that slow
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
 
 
@@ -90,10 +80,11 @@ async def test_a_failed_read_riding_on_the_apply_fails_the_round_as_a_status_cal
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.on_apply = lambda: cluster.fail.update({("status", "127.0.0.3:1"): grpc.StatusCode.DEADLINE_EXCEEDED})
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "status to 127.0.0.3:1 failed: DEADLINE_EXCEEDED" in outcome.detail, outcome.detail
     assert "apply not accepted" not in outcome.detail
-    mine = [(e.name, e.error) for e in strategy.txn.events if e.target == "127.0.0.3:1" and e.name in ("apply", "status")]
+    mine = [(e.name, e.error) for e in strategy.txn.events
+            if e.target == "127.0.0.3:1" and e.name in ("apply", "status")]
     assert mine[-2][0] == "apply" and not mine[-2][1]
     assert mine[-1][0] == "status" and "DEADLINE_EXCEEDED" in mine[-1][1]
     # Every participant was aborted.

@@ -28,19 +28,14 @@ from .controller_fakes import (
     make_config,
     make_core,
     register_request,
+    run_scale_down,
+    scale_down_ctx,
     two_pods,
 )
 
 
-def ctx(core, dead, unhealthy, iid=7) -> ScaleDownContext:
-    rt = core.runtimes.get(iid)
-    return ScaleDownContext(iid, rt.original_dp_ranks, rt.dead_committed, frozenset(dead), frozenset(unhealthy),
-                            rt.fallback_strategy, core.clock.wall())
-
-
-async def run_round(core, dead, unhealthy) -> tuple[DpScaleDownStrategy, Outcome]:
-    strategy = DpScaleDownStrategy(core.deps, ctx(core, dead, unhealthy))
-    return strategy, await strategy.run()
+ctx = scale_down_ctx
+run_round = run_scale_down
 
 
 async def test_ordinary_rank_round_commits_once_and_publishes_survivors() -> None:
