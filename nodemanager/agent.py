@@ -29,6 +29,7 @@ from gen.motor.v1 import common_pb2, controller_pb2
 from nodemanager.config import NodeManagerConfig
 from motor.common.security import client_tls
 from motor.common.term_fence import FileTermStorage, TermFence, TermStorage
+from motor.common.waiting import end_tasks
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
@@ -47,6 +48,9 @@ from nodemanager.reporter import FaultReporter
 from nodemanager.supervisor import EngineExit, ProcessSupervisor, RunState
 
 log = logging.getLogger("nodemanager.agent")
+
+# How long a stop waits for a cancelled task to end before it goes on without it (logged).
+_TASK_END_BOUND_SEC = 5.0
 
 ROLES = {"prefill": common_pb2.ROLE_PREFILL, "decode": common_pb2.ROLE_DECODE, "union": common_pb2.ROLE_UNION}
 
@@ -169,16 +173,17 @@ class NodeManagerAgent:
         ]
 
     async def stop(self) -> None:
+        """Stops the pod's work, then its engines. Every wait is bounded, and the engines are stopped
+        whatever came before: a NodeManager that stops must not leave them running."""
         self.exit_policy.expect_exits()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.poller.close()
-        await self.supervisor.stop_all(self.config.engine_stop_grace_sec, "NodeManager stopping")
-        await self.supervisor.close()
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        label = f"instance={self._instance} pod={self.config.pod_ip} stop"
+        try:
+            await end_tasks(self._tasks, _TASK_END_BOUND_SEC, label)
+            await self.poller.close(_TASK_END_BOUND_SEC)
+        finally:
+            await self.supervisor.stop_all(self.config.engine_stop_grace_sec, "NodeManager stopping")
+        await self.supervisor.close(_TASK_END_BOUND_SEC)
+        await end_tasks(list(self._background), _TASK_END_BOUND_SEC, label)
         await self.reporter.close()
         await self.controller.close()
         await self.http.close()

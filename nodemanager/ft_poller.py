@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from gen.motor.v1 import controller_pb2
 from motor.common.text import rank_ranges
+from motor.common.waiting import end_tasks
 from nodemanager.clock import SYSTEM_CLOCK, Clock
 from nodemanager.engine_answers import EngineProtocolError, EngineStatusEntry, EngineTimeout, EngineUnreachable
 from nodemanager.engine_http import EngineAddress, EngineHttpClient
@@ -233,12 +234,11 @@ class EngineFtManager:
             task.cancel()
             log.info("instance=%d rank=%d FT status polling stopped", self._instance, endpoint_id)
 
-    async def close(self) -> None:
+    async def close(self, bound_sec: float) -> None:
+        """Ends every poll loop, waiting at most `bound_sec` for them (a loop still running is logged)."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await end_tasks(tasks, bound_sec, f"instance={self._instance} FT poller close")
 
     async def _loop(self, endpoint_id: int) -> None:
         loop = asyncio.get_running_loop()

@@ -34,6 +34,8 @@ log = logging.getLogger("nodemanager.main")
 
 # Lets the answer of StopPod leave before the process starts to stop.
 _EXIT_DELAY_SEC = 0.2
+# Beyond the server's own shutdown grace, how long its stop may take before the pod stops anyway.
+_SERVER_STOP_MARGIN_SEC = 5.0
 
 ExitRequest = Callable[[int, str], None]
 
@@ -111,7 +113,13 @@ class NodeManagerService:
         return {"grpc_port": port, "log_dir": str(self.agent.log_dir), "metrics_port": metrics_port}
 
     async def stop(self) -> None:
-        await self._grpc.stop()
+        """The gRPC server first (no new work), then the pod and its engines, which stop even when the
+        server's stop fails or overruns its bound (logged)."""
+        try:
+            async with asyncio.timeout(self.config.server.shutdown_grace_sec + _SERVER_STOP_MARGIN_SEC):
+                await self._grpc.stop()
+        except Exception:  # noqa: BLE001 - whatever it was, the engines must not outlive the NodeManager
+            log.exception("nodemanager pod=%s gRPC server stop failed; stopping the pod anyway", self.config.pod_ip)
         await self.agent.stop()
         await self._metrics.stop()
         await stop_reloaders(self._reloaders)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from motor.common.config.addresses import parse_host_port
 from motor.common.ports import listen_port, port_free
+from motor.common.waiting import end_tasks
 from motor.common.process import (
     ManagedProcess,
     ProcessError,
@@ -344,11 +345,7 @@ class ProcessSupervisor:
     async def stop_all(self, grace_sec: float, reason: str) -> list[int]:
         return await self.stop(self.ids, grace_sec, reason)
 
-    async def close(self) -> None:
-        tasks = []
-        for s in self._slots.values():
-            for task in (s.watcher, s.ready_task):
-                if task is not None and not task.done():
-                    task.cancel()
-                    tasks.append(task)
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def close(self, bound_sec: float) -> None:
+        """Ends the exit watchers and readiness waits, waiting at most `bound_sec` for them."""
+        tasks = [task for s in self._slots.values() for task in (s.watcher, s.ready_task) if task is not None]
+        await end_tasks(tasks, bound_sec, f"{self._labels} supervisor close")

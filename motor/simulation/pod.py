@@ -142,7 +142,7 @@ class SimSupervisor:
                 self._group.stop(s.endpoint_id)
             s.state = RunState.EXITED
 
-    async def close(self) -> None:
+    async def close(self, bound_sec: float) -> None:
         for s in self._slots.values():
             if s.ready_task is not None:
                 s.ready_task.cancel()

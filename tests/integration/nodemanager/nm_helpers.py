@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from nodemanager.main import NodeManagerService
 
 POD_IP = "127.0.0.2"
 INSTANCE = 7
+# A NodeManager's stop ends within its own bounds (server grace, task ends, engine stop grace): well
+# inside this, which only turns a hang into an error that shows where every task waits.
+_STOP_BOUND_SEC = 45.0
 # (status, ft_state) pairs a long poll waits out, as the Controller asks them.
 UNHEALTHY = node_manager_pb2.EngineState(status=common_pb2.ENGINE_HEALTH_UNHEALTHY,
                                          ft_state=common_pb2.FT_STATE_UNSPECIFIED)
@@ -99,9 +103,32 @@ async def running_nm(config: NodeManagerConfig, *, wait_launched: bool = True) -
             assert service.agent.engines.launched is not None
             await asyncio.wait_for(service.agent.engines.launched.wait(), 30)
         yield nm
-    finally:
+    except BaseException:
+        await _stop_and_reap(service, channel)
+        raise
+    left = await _stop_and_reap(service, channel)
+    assert not left, f"the NodeManager's stop left engines running (killed now): pids {left}"
+
+
+async def _stop_and_reap(service: NodeManagerService, channel: grpc.aio.Channel) -> list[int]:
+    """Stops the service within a bound (on overrun, every task's stack is in the error); kills and
+    returns the engine processes still running after it."""
+    supervisor = service.agent.supervisor
+    try:
         await channel.close()
-        await service.stop()
+        async with asyncio.timeout(_STOP_BOUND_SEC):
+            await service.stop()
+    except TimeoutError:
+        stacks = io.StringIO()
+        for task in asyncio.all_tasks():
+            task.print_stack(file=stacks)
+        raise AssertionError(f"NodeManagerService.stop did not end within {_STOP_BOUND_SEC:g}s; tasks:\n"
+                             f"{stacks.getvalue()}") from None
+    finally:
+        left = [slot.proc for slot in map(supervisor.slot, supervisor.ids) if slot.proc and slot.proc.running]
+        for proc in left:
+            proc.kill()
+    return [proc.pid for proc in left]
 
 
 async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:

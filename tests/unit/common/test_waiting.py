@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from motor.common.waiting import get_within, wait_set
+from motor.common.waiting import end_tasks, get_within, wait_set
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -48,6 +48,42 @@ async def test_a_cancellation_in_the_same_turn_as_an_item_is_kept() -> None:
     getter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await getter
+
+
+async def test_end_tasks_goes_on_without_a_task_that_swallows_its_cancellation(caplog: pytest.LogCaptureFixture
+                                                                                ) -> None:
+    release = asyncio.Event()
+
+    async def swallows() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue  # the bug: the cancellation is dropped
+
+    async def raises() -> None:
+        raise ValueError("bad")
+
+    stuck = asyncio.create_task(swallows(), name="stuck-loop")
+    polite = asyncio.create_task(asyncio.sleep(100), name="polite")
+    failed = asyncio.create_task(raises(), name="failed")
+    await asyncio.sleep(0)
+    with caplog.at_level("ERROR", logger="motor.common.waiting"):
+        left = await end_tasks([stuck, polite, failed], 0.05, "pod 127.0.0.2")
+    assert left == [stuck] and polite.cancelled() and not stuck.done()
+    assert "pod 127.0.0.2: task stuck-loop did not end within 0.05s" in caplog.text
+    assert "swallows" in caplog.text  # where it waits
+    assert "polite" not in caplog.text and "failed" not in caplog.text
+    release.set()
+    await stuck
+
+
+async def test_end_tasks_returns_at_once_when_every_task_ends() -> None:
+    done = asyncio.create_task(asyncio.sleep(0))
+    await done
+    sleeping = asyncio.create_task(asyncio.sleep(100))
+    assert await end_tasks([done, sleeping], 100.0, "x") == []
+    assert sleeping.cancelled()
 
 
 def _event_or_queue_waits_under_wait_for(path: Path) -> list[int]:
