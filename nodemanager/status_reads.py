@@ -60,11 +60,13 @@ class StatusReads:
         self._clock = clock
 
     async def read(self, ask: StatusAsk, request_id: str, timeout_sec: float | None) -> list[EngineStatusEntry]:
-        """One read of each engine; with `ask.waits` a long poll. While engines wait, one of them is
-        read again (nodemanager.settle's cadence, rotating; the re-read cap bounds the gap): the ranks
-        of a DP group move together (one vote, one rebuild), so when the probe leaves the waited-out
-        states every other waiting engine is read at once. The answer then holds a read of each
-        engine taken after the last probe, or, at the bound, a final read of those still waiting."""
+        """One read of each engine; with `ask.waits` a long poll. The ranks of a DP group move together
+        (one vote, one rebuild), so a long poll reads one engine, the probe, and the others only once a
+        probe has left the waited-out states, or at the bound: the first probe is the first engine,
+        then one waiting engine is read again at a time (nodemanager.settle's cadence, rotating; the
+        re-read cap bounds the gap), an engine not read yet counting as waiting. The answer holds a
+        read of each engine taken after the last probe, or, at the bound, a final read of those still
+        waiting or not read yet."""
         ids, waits = ask.ids, ask.waits
         started = self._clock.monotonic()
         settle_until = started + (min(ask.settle_sec, SETTLE_SHARE_OF_DEADLINE * timeout_sec)
@@ -78,16 +80,23 @@ class StatusReads:
             entries.update(zip(some, await self._read_all(some, request_id, left()), strict=True))
 
         entries: dict[int, EngineStatusEntry] = {}
-        await read(ids, "first")
+        if waits and len(ids) > 1:
+            await read(ids[:1], "first")
+            if engine_state(entries[ids[0]]) not in waits:
+                await read(ids[1:], "first")
+        else:
+            await read(ids, "first")
         probes = 0
         while waits:
-            pending = [i for i in ids if engine_state(entries[i]) in waits]
+            pending = [i for i in ids if i not in entries or engine_state(entries[i]) in waits]
             if not pending:
                 break
             delay = reread_delay_sec(probes, ask.reread_cap_sec)
             if self._clock.monotonic() + delay >= settle_until:
-                if probes:
-                    await read(pending)  # older than the last probe: the answer is as fresh as it
+                # Older than the last probe, or not read at all: the answer is as fresh as the probe.
+                stale = pending if probes else [i for i in pending if i not in entries]
+                if stale:
+                    await read(stale)
                 break
             await asyncio.sleep(delay)
             probe = pending[probes % len(pending)]

@@ -67,6 +67,52 @@ async def test_waiting_engines_are_probed_in_turn_and_the_answer_is_read_after_t
                                                             (1, common_pb2.ENGINE_HEALTH_HEALTHY)]
 
 
+def reads_of_kind(n, kind: str) -> float:  # noqa: ANN001
+    return n.agent.metrics.registry.get_sample_value("motor_nodemanager_status_rpc_engine_reads_total",
+                                                     {"read": kind}) or 0.0
+
+
+async def test_a_long_poll_reads_one_engine_first_and_the_others_once_it_moved(controller: FakeController,
+                                                                               tmp_path: Path) -> None:
+    """A DP group's ranks move together: while the first engine waits, the others are not all read."""
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
+        await first_polls_done(n)
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="unhealthy")
+        first_before = reads_of_kind(n, "first")
+        call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
+            instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY], settle_sec=30), timeout=40))
+        await fake_polled(n.engine_url(0), 2)
+        assert reads_of_kind(n, "first") == first_before + 1  # rank 0 alone; rank 1 only as a later probe
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="healthy")
+        resp = await call
+        assert [(e.id, e.status) for e in resp.engines] == [(0, common_pb2.ENGINE_HEALTH_HEALTHY),
+                                                            (1, common_pb2.ENGINE_HEALTH_HEALTHY)]
+
+        # A first engine that does not wait: every other one is read at once, as without a wait.
+        await fake_control(n.engine_url(1), status="unhealthy")
+        first_before = reads_of_kind(n, "first")
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY],
+                                                  settle_sec=0), timeout=10)
+        assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_HEALTHY,
+                                                    common_pb2.ENGINE_HEALTH_UNHEALTHY]
+        assert reads_of_kind(n, "first") == first_before + 2
+
+
+async def test_without_settle_a_waiting_first_engine_still_brings_a_read_of_every_engine(
+        controller: FakeController, tmp_path: Path) -> None:
+    async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
+        await first_polls_done(n)
+        for rank in (0, 1):
+            await fake_control(n.engine_url(rank), status="unhealthy")
+        before = [await status_reads(n.engine_url(r)) for r in (0, 1)]
+        resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY]),
+                                 timeout=10)
+        assert [e.status for e in resp.engines] == [common_pb2.ENGINE_HEALTH_UNHEALTHY] * 2
+        assert [await status_reads(n.engine_url(r)) for r in (0, 1)] == [b + 1 for b in before]
+
+
 async def test_answers_the_latest_reads_at_the_bound(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)

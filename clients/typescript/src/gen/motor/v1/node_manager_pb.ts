@@ -208,7 +208,9 @@ export type StatusRequest = Message<"motor.v1.StatusRequest"> & {
   /**
    * Long poll: while a requested engine's (status, ft_state) is one of these, the NodeManager reads
    * that engine again (every few tens of milliseconds) until none is or `settle_sec` has passed, and
-   * then answers with the latest reads. Empty: one read of each engine.
+   * then answers with the latest reads. The ranks of a DP group move together, so it reads the first
+   * engine alone, the others once a read engine has left these states or at the bound; each engine
+   * of the answer is read after the last such probe. Empty: one read of each engine.
    *
    * @generated from field: repeated motor.v1.EngineState wait_while = 4;
    */
