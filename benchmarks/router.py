@@ -1,7 +1,7 @@
 """Router benchmark: the Coordinator's OpenAI front against vllm-router (PyPI, Rust) on the same
 engines, side by side in one run.
 
-    .venv/bin/python -m benchmarks.router [--concurrency 1,16,64,256] [--duration-sec 8] [--repeats 2]
+    .venv/bin/python -m benchmarks.router [--concurrency 1,16,64,256] [--duration-sec 6] [--repeats 2]
                                           [--workloads default,short] [--max-tokens 16] [--short-max-tokens 4]
                                           [--per-token-latency-sec 0.001] [--json out.json]
 
@@ -333,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,16,64,256")
-    parser.add_argument("--duration-sec", type=float, default=8.0)
+    parser.add_argument("--duration-sec", type=float, default=6.0)
     parser.add_argument("--warmup-sec", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workloads", default="default,short",

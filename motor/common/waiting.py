@@ -44,18 +44,19 @@ async def end_tasks(tasks: Iterable[asyncio.Task[Any]], bound_sec: float, label:
     """Cancels ``tasks`` and waits at most ``bound_sec`` for them to end. Returns the tasks still
     running then, each logged at ERROR with where it waits, so that the caller goes on with its stop.
     The outcome of every task that ended is retrieved (an exception is not logged twice by asyncio)."""
+    tasks = list(tasks)
     pending = [t for t in tasks if not t.done()]
     for task in pending:
         task.cancel()
-    still: set[asyncio.Task[Any]] = set()
     if pending:
-        _, still = await asyncio.wait(pending, timeout=bound_sec)
+        await asyncio.wait(pending, timeout=bound_sec)
     for task in tasks:
         if task.done() and not task.cancelled():
             task.exception()
-    for task in sorted(still, key=lambda t: t.get_name()):
+    still = sorted((t for t in tasks if not t.done()), key=lambda t: t.get_name())
+    for task in still:
         stack = io.StringIO()
         task.print_stack(file=stack)
         log.error("%s: task %s did not end within %gs of its cancellation; going on without it:\n%s",
                   label, task.get_name(), bound_sec, stack.getvalue().rstrip())
-    return sorted(still, key=lambda t: t.get_name())
+    return still

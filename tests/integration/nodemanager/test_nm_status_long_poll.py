@@ -30,6 +30,13 @@ from .nm_helpers import (
 pytestmark = pytest.mark.timeout(60)
 
 
+async def both_unhealthy(n) -> None:  # noqa: ANN001
+    """Once the NodeManager's own first polls are done (it reads nothing more), both ranks unhealthy."""
+    await first_polls_done(n)
+    for rank in (0, 1):
+        await fake_control(n.engine_url(rank), status="unhealthy")
+
+
 async def test_answers_once_the_waiting_engine_settles(controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
         await first_polls_done(n)
@@ -51,9 +58,7 @@ async def test_answers_once_the_waiting_engine_settles(controller: FakeControlle
 async def test_waiting_engines_are_probed_in_turn_and_the_answer_is_read_after_the_last_probe(
         controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
-        await first_polls_done(n)
-        for rank in (0, 1):
-            await fake_control(n.engine_url(rank), status="unhealthy")
+        await both_unhealthy(n)
         call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
             instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY], settle_sec=30), timeout=40))
         await fake_polled(n.engine_url(0), 2)  # probed in turn: each rank read again
@@ -76,9 +81,7 @@ async def test_a_long_poll_reads_one_engine_first_and_the_others_once_it_moved(c
                                                                                tmp_path: Path) -> None:
     """A DP group's ranks move together: while the first engine waits, the others are not all read."""
     async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
-        await first_polls_done(n)
-        for rank in (0, 1):
-            await fake_control(n.engine_url(rank), status="unhealthy")
+        await both_unhealthy(n)
         first_before = reads_of_kind(n, "first")
         call = asyncio.ensure_future(n.ft.Status(nm.StatusRequest(
             instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY], settle_sec=30), timeout=40))
@@ -103,9 +106,7 @@ async def test_a_long_poll_reads_one_engine_first_and_the_others_once_it_moved(c
 async def test_without_settle_a_waiting_first_engine_still_brings_a_read_of_every_engine(
         controller: FakeController, tmp_path: Path) -> None:
     async with running_nm(quiet_poller(controller.address, tmp_path)) as n:
-        await first_polls_done(n)
-        for rank in (0, 1):
-            await fake_control(n.engine_url(rank), status="unhealthy")
+        await both_unhealthy(n)
         before = [await status_reads(n.engine_url(r)) for r in (0, 1)]
         resp = await n.ft.Status(nm.StatusRequest(instance_id=INSTANCE, endpoint_ids=[0, 1], wait_while=[UNHEALTHY]),
                                  timeout=10)
