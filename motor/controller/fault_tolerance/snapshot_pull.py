@@ -9,11 +9,10 @@ statuses a second and stall every round): a rank that already has UNHEALTHY or D
 never read again (the round's own status polls absorb a later death), and between full reads of the
 ranks still lacking evidence (and before the first) only one of them is probed, rotating over pods.
 The probe is one Status long poll (`wait_while` the states that are no verdict), which its
-NodeManager answers when the rank
-reads a verdict or the time to the next full read has passed, re-reading it at least every quarter of
-`snapshot_pull_interval_sec`: a verdict is seen as soon as a probe call per quarter interval would
-see it, for one call instead of one per quarter (a pod serving a gRPC call costs more than reading a
-local engine). A full read follows at once when anything new came in (a probe's find or a
+NodeManager answers when the rank reads a verdict or the time to the next full read has passed,
+re-reading it at least every quarter of `snapshot_pull_interval_sec`: a verdict is seen as soon as a
+probe call per quarter interval would see it, for one call instead of one per quarter (a pod serving
+a gRPC call costs more than reading a local engine). A full read follows at once when anything new came in (a probe's find or a
 NodeManager's report: the survivors flip together, their verdicts arrive together), and at the
 latest every `_FULL_EVERY` intervals. A NodeManager's report, or a strategy starting, wakes the
 puller at once (`poke`): an outstanding probe is cancelled (its rank is then owed a read, below), so

@@ -65,7 +65,7 @@ async def test_end_tasks_goes_on_without_a_task_that_swallows_its_cancellation(c
         raise ValueError("bad")
 
     stuck = asyncio.create_task(swallows(), name="stuck-loop")
-    polite = asyncio.create_task(asyncio.sleep(100), name="polite")
+    polite = asyncio.create_task(asyncio.Event().wait(), name="polite")
     failed = asyncio.create_task(raises(), name="failed")
     await asyncio.sleep(0)
     with caplog.at_level("ERROR", logger="motor.common.waiting"):
@@ -81,9 +81,9 @@ async def test_end_tasks_goes_on_without_a_task_that_swallows_its_cancellation(c
 async def test_end_tasks_returns_at_once_when_every_task_ends() -> None:
     done = asyncio.create_task(asyncio.sleep(0))
     await done
-    sleeping = asyncio.create_task(asyncio.sleep(100))
-    assert await end_tasks([done, sleeping], 100.0, "x") == []
-    assert sleeping.cancelled()
+    waiting = asyncio.create_task(asyncio.Event().wait())
+    assert await end_tasks([done, waiting], 100.0, "x") == []
+    assert waiting.cancelled()
 
 
 def _event_or_queue_waits_under_wait_for(path: Path) -> list[int]:

@@ -133,18 +133,20 @@ class FakeNodeManagerClient:
         c = self.cluster
         if then_status is None or c.predate_then_status:
             return {}
-        started = c.clock.monotonic() if c.clock else 0.0
+        def now() -> float:
+            return c.clock.monotonic() if c.clock else 0.0
+
+        started = now()
         try:
             entries = await self.status(instance_id, request_id, list(then_status.endpoint_ids),
                                         frozenset((w.status, w.ft_state) for w in then_status.wait_while),
                                         then_status.settle_sec)
         except PeerCallError as exc:  # the NodeManager answers the call, and why its read failed
-            return {"then_status": node_manager_pb2.StatusReadAnswer(
-                error_code=exc.code.value[0], error=exc.details,
-                read_sec=(c.clock.monotonic() if c.clock else 0.0) - started)}
-        return {"then_status": node_manager_pb2.StatusReadAnswer(
-            status=node_manager_pb2.StatusResponse(engines=entries),
-            read_sec=(c.clock.monotonic() if c.clock else 0.0) - started)}
+            answer = node_manager_pb2.StatusReadAnswer(error_code=exc.code.value[0], error=exc.details)
+        else:
+            answer = node_manager_pb2.StatusReadAnswer(status=node_manager_pb2.StatusResponse(engines=entries))
+        answer.read_sec = now() - started
+        return {"then_status": answer}
 
     async def guard(self, instance_id, request_id, lease_sec, then_status=None):
         c = self.cluster

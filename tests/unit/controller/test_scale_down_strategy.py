@@ -34,17 +34,13 @@ from .controller_fakes import (
 )
 
 
-ctx = scale_down_ctx
-run_round = run_scale_down
-
-
 async def test_ordinary_rank_round_commits_once_and_publishes_survivors() -> None:
     cluster, coord = two_pods(), FakeCoordinator()
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
     assert coord.view == {7: [0, 1, 2, 3]}
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     rt = core.runtimes.get(7)
     assert rt.phase is FtPhase.SCALED_DOWN_RUNNING and rt.dead_committed == {1} and rt.alive_dp_ranks == [0, 2, 3]
@@ -70,9 +66,9 @@ async def test_consecutive_rounds_keep_original_ids_and_cumulative_removal() -> 
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    assert (await run_scale_down(core, {1}, {0, 2, 3}))[1].succeeded
     cluster.fault(dead={3}, unhealthy={0, 2})
-    strategy, outcome = await run_round(core, {3}, {0, 2})
+    strategy, outcome = await run_scale_down(core, {3}, {0, 2})
     assert outcome.succeeded, outcome.detail
     rt = core.runtimes.get(7)
     assert rt.alive_dp_ranks == [0, 2] and rt.dead_committed == {1, 3}
@@ -92,9 +88,9 @@ async def test_every_apply_names_this_rounds_ranks_beside_the_cumulative_list() 
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    assert (await run_scale_down(core, {1}, {0, 2, 3}))[1].succeeded
     cluster.fault(dead={0, 3}, unhealthy={2})
-    assert (await run_round(core, {0, 3}, {2}))[1].succeeded
+    assert (await run_scale_down(core, {0, 3}, {2}))[1].succeeded
     applies = [(a[3], removed) for a, removed in zip(cluster.named("apply"), cluster.round_removed, strict=True)]
     assert applies == [((1,), (1,)), ((1,), (1,)), ((0, 1, 3), (0, 3))]
 
@@ -107,7 +103,7 @@ async def test_a_pod_is_read_once_its_own_guard_holds_and_nothing_is_applied_bef
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     slow = cluster.hold_guard["127.0.0.3:1"] = asyncio.Event()
-    strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
+    strategy = DpScaleDownStrategy(core.deps, scale_down_ctx(core, {1}, {0, 2, 3}))
     task = asyncio.create_task(strategy.run())
     await turns_until(lambda: cluster.named("status"), 10_000, f"a status read (calls before: {cluster.calls})")
     assert [c[1:3] for c in cluster.named("status")] == [("127.0.0.2:1", (0,))]
@@ -125,7 +121,7 @@ async def test_rank0_round_picks_new_master() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={0}, unhealthy={1, 2, 3})
-    _, outcome = await run_round(core, {0}, {1, 2, 3})
+    _, outcome = await run_scale_down(core, {0}, {1, 2, 3})
     assert outcome.succeeded
     assert {(a[4], a[5]) for a in cluster.named("apply")} == {("127.0.0.2", 1)}
 
@@ -136,7 +132,7 @@ async def test_late_dead_survivor_is_absorbed_into_the_same_round() -> None:
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.set(2, DEAD)  # died after the FaultManager froze its snapshot
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     assert core.runtimes.get(7).dead_committed == {1, 2}
     applies = cluster.named("apply")
@@ -151,7 +147,7 @@ async def test_absorption_that_leaves_no_survivor_fails_to_fallback() -> None:
     cluster.set(1, DEAD)
     for r in (0, 2, 3):
         cluster.set(r, DEAD)
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "no survivor" in outcome.detail
     assert not cluster.named("apply")
     assert all(not c[3] for c in cluster.named("finalize"))  # aborts only
@@ -162,7 +158,7 @@ async def test_waits_while_survivors_healthy_then_times_out_without_apply() -> N
     core, clock = make_core(cluster)
     await assemble(core, cluster)
     cluster.set(1, DEAD)
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "not apply-ready within 30s" in outcome.detail
     assert not cluster.named("apply")
     assert FtPhase.WAITING_ENGINE_FAULT in [e.name for e in strategy.txn.events if e.kind == "phase"]
@@ -185,7 +181,7 @@ async def test_engine_failure_paths_abort_and_fall_back(setup, message) -> None:
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     setup(cluster)
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and message in outcome.detail
     assert outcome.fallback == "instance_reconfiguration"
     rt = core.runtimes.get(7)
@@ -201,7 +197,7 @@ async def test_status_query_error_fails_the_round() -> None:
     await assemble(core, cluster)
     cluster.set(1, DEAD)
     cluster.fail[("status", "127.0.0.3:1")] = grpc.StatusCode.FAILED_PRECONDITION
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "status to 127.0.0.3:1 failed" in outcome.detail
 
 
@@ -210,7 +206,7 @@ async def test_gate_refusal_records_reasons_and_sends_nothing() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster, redundant=0)
     cluster.set(1, DEAD)
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "EXPERT_REDUNDANCY_REQUIRED" in outcome.detail
     assert core.runtimes.get(7).gate.reason_codes == ("EXPERT_REDUNDANCY_REQUIRED",)
     assert not cluster.calls
@@ -222,7 +218,7 @@ async def test_guard_conflict_fails_and_aborts_only_its_own() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.set(1, DEAD)
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "held by someone-else" in outcome.detail
     assert cluster.guard_holder == {"127.0.0.3:1": "someone-else"}  # the other transaction keeps its guard
 
@@ -237,7 +233,7 @@ async def test_post_commit_publish_failure_keeps_result_and_set_converges() -> N
         coord.down = poll >= 2  # after the drain
 
     cluster.on_status = coordinator_dies
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded
     rt = core.runtimes.get(7)
     assert rt.phase is FtPhase.SCALED_DOWN_RUNNING and rt.dead_committed == {1}
@@ -259,7 +255,7 @@ async def test_emptied_pod_stopped_once_only_with_scale_up(scale_up: bool) -> No
     cluster.set(2, UNHEALTHY)
     cluster.set(3, UNHEALTHY)
     cluster.fail[("stop_pod", "*")] = grpc.StatusCode.UNAVAILABLE
-    _, outcome = await run_round(core, {0, 1}, {2, 3})
+    _, outcome = await run_scale_down(core, {0, 1}, {2, 3})
     assert outcome.succeeded  # a failed stop never changes the result
     assert [c[1] for c in cluster.named("stop_pod")] == (["127.0.0.2:1"] if scale_up else [])
 
@@ -269,7 +265,7 @@ async def test_partly_emptied_pod_is_not_stopped() -> None:
     core, _ = make_core(cluster, make_config(enable_dp_scale_up=True))
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    assert (await run_scale_down(core, {1}, {0, 2, 3}))[1].succeeded
     assert not cluster.named("stop_pod")
 
 
@@ -278,7 +274,7 @@ async def test_dedupe_committed_candidates() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    assert (await run_round(core, {1}, {0, 2, 3}))[1].succeeded
+    assert (await run_scale_down(core, {1}, {0, 2, 3}))[1].succeeded
     calls = len(cluster.calls)
     strategy = DpScaleDownStrategy(core.deps, ScaleDownContext(7, (0, 1, 2, 3), frozenset(), frozenset({1}),
                                                                frozenset({0, 2, 3}), "instance_reconfiguration", 0.0))
@@ -405,7 +401,7 @@ async def test_preemption_waits_for_abort_before_the_next_strategy() -> None:
     core, _ = make_core(cluster)
     await assemble(core, cluster)
     cluster.set(1, DEAD)  # survivors stay healthy: the round keeps polling
-    strategy = DpScaleDownStrategy(core.deps, ctx(core, {1}, {0, 2, 3}))
+    strategy = DpScaleDownStrategy(core.deps, scale_down_ctx(core, {1}, {0, 2, 3}))
     core.faults.center.start_strategy(7, strategy)
     for _ in range(20):
         await asyncio.sleep(0)
@@ -512,7 +508,7 @@ async def test_inconsistent_capability_fails_closed_at_assembly_and_in_the_round
     gate = core.runtimes.get(7).gate
     assert not gate.allowed and "EXPERT_REDUNDANCY_REQUIRED" in gate.reason_codes
     cluster.set(1, DEAD)
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "pods reported different FT capabilities" in outcome.detail
     assert not cluster.calls
 
@@ -522,7 +518,7 @@ async def test_missing_capability_fails_closed() -> None:
     core, _ = make_core(cluster)
     await core.register(register_request(cluster, "127.0.0.2:1"))
     await core.register(register_request(cluster, "127.0.0.3:1", capability=False))
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "reported no FT capability" in outcome.detail
 
 
@@ -541,7 +537,7 @@ async def test_diagnosing_survivor_is_waited_for_before_apply_not_a_failure() ->
             cluster.set(3, UNHEALTHY)
 
     cluster.on_status = settle_after_two_polls
-    strategy, outcome = await run_round(core, {1}, {0, 2})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2})
     assert outcome.succeeded, outcome.detail
     assert len(cluster.named("apply")) == 2
     seen = [s.status for e in strategy.txn.events for s in e.engine_statuses if s.id == 3]
@@ -562,7 +558,7 @@ async def test_diagnosing_after_apply_waits_for_the_engine_outcome() -> None:
             cluster.set(2, DIAGNOSING)
 
     cluster.on_status = diagnose_right_after_apply
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     assert core.runtimes.get(7).dead_committed == {1}
 
@@ -583,7 +579,7 @@ async def test_survivor_dead_after_apply_fails_the_round_with_the_engine_message
                 cluster.engines[r].fault_info = "Recovery failed; full restart required"
 
     cluster.on_status = vote_failed
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded
     assert len(cluster.named("apply")) == 2 and not [c for c in cluster.named("finalize") if c[3]]
     assert "Recovery failed; full restart required" in core.runtimes.get(7).last_error
@@ -596,7 +592,7 @@ async def test_apply_skew_is_recorded_from_the_send_times_of_every_survivor() ->
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.apply_sent_at = {0: 1000.0, 2: 1000.25, 3: 1000.5}
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     skew = next(e for e in strategy.txn.events if e.name == "apply_skew")
     assert skew.skew_sec == pytest.approx(0.5) and list(skew.endpoint_ids) == [0, 2, 3]
@@ -612,7 +608,7 @@ async def test_status_entries_for_ids_not_asked_are_a_protocol_error(stray: list
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.engines[3].status = DEAD if stray == [3] else UNHEALTHY
     cluster.extra_status = {"127.0.0.2:1": stray}
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert not outcome.succeeded and "protocol error" in outcome.detail and "asked for [0]" in outcome.detail
     assert not cluster.named("apply") and core.runtimes.get(7).dead_committed == frozenset()
 
@@ -644,7 +640,7 @@ async def test_heartbeat_reporting_a_committed_rank_alive_breaks_the_exact_set()
     core, clock = make_core(cluster)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    await run_round(core, {1}, {0, 2, 3})
+    await run_scale_down(core, {1}, {0, 2, 3})
     assert core.runtimes.get(7).dead_committed == {1}
     core.heartbeat(controller_pb2.HeartbeatRequest(pod_ip="127.0.0.2", instance_id=7,
                                                    alive_endpoint_ids=[0, 1], seq=1))
@@ -709,7 +705,7 @@ async def test_drain_failure_is_recorded_and_the_round_still_commits() -> None:
     await assemble(core, cluster)
     coord.refuse_del = True
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     drain = next(e for e in strategy.txn.events if e.name == "drain")
     assert "injected DEL failure" in drain.error
@@ -724,7 +720,7 @@ async def test_no_engine_relaunch_fallback_a_rebuild_restarts_every_original_ran
     core, _ = make_core(cluster, coordinator=coord)
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
-    await run_round(core, {1}, {0, 2, 3})
+    await run_scale_down(core, {1}, {0, 2, 3})
     assert core.runtimes.get(7).dead_committed == {1} and coord.view == {7: [0, 2, 3]}
     for r in (0, 2, 3):
         core.faults.report_software(7, r, EvidenceKind.DEAD, "", core.clock.wall())
@@ -779,7 +775,7 @@ async def test_every_apply_of_a_round_carries_the_store_port_of_the_new_masters_
     await core.register(register_request(cluster, "127.0.0.2:1", store_port_base=31000))
     await core.register(register_request(cluster, "127.0.0.3:1", store_port_base=42000))
     cluster.fault(dead=dead, unhealthy={0, 1, 2, 3} - dead)
-    _, outcome = await run_round(core, dead, {0, 1, 2, 3} - dead)
+    _, outcome = await run_scale_down(core, dead, {0, 1, 2, 3} - dead)
     assert outcome.succeeded, outcome.detail
     applies = cluster.named("apply")
     assert {(a[5], a[7]) for a in applies} == want and len(applies) == (2 if dead == {1} else 1)
@@ -803,7 +799,7 @@ async def test_a_round_slower_than_the_guard_lease_renews_it_and_commits_on_a_li
             clock.advance(lease + 1.0)  # one NodeManager took longer than the whole lease
 
     cluster.on_apply = slow_apply
-    strategy, outcome = await run_round(core, {1}, {0, 2, 3})
+    strategy, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     renewals = [e for e in strategy.txn.events if e.name == "guard" and e.detail == "renew"]
     assert len(renewals) == 2 and all(e.lease_sec == lease for e in renewals)
@@ -848,7 +844,7 @@ async def test_survivors_healthy_after_apply_are_not_read_again() -> None:
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.engines[3].recover_after_polls = 3  # ranks 0 and 2 are healthy at the second poll, 3 later
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     after_apply = cluster.calls[min(i for i, c in enumerate(cluster.calls) if c[0] == "apply") + 1:]
     reads = [r for c in after_apply if c[0] == "status" for r in c[2]]
@@ -868,7 +864,7 @@ async def test_status_polls_are_long_polls_that_wait_out_what_the_verdicts_call_
     await assemble(core, cluster)
     cluster.fault(dead={1}, unhealthy={0, 2, 3})
     cluster.engines[3].recover_after_polls = 3
-    _, outcome = await run_round(core, {1}, {0, 2, 3})
+    _, outcome = await run_scale_down(core, {1}, {0, 2, 3})
     assert outcome.succeeded, outcome.detail
     statuses = [i for i, c in enumerate(cluster.calls) if c[0] == "status"]
     first_apply = min(i for i, c in enumerate(cluster.calls) if c[0] == "apply")
