@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.heartbeat_load [--instances 64] [--dp 256] [--heartbeat-hz 1]
                                                   [--quiet-intervals default,0]
-                                                  [--transports stream,unary] [--senders 1]
+                                                  [--transports stream,unary] [--senders 1] [--watchers 4]
                                                   [--window-sec 30] [--json out.json]
 
 A real Controller and Coordinator (`motor-controller`, `motor-coordinator`, `benchmarks.scale`'s
@@ -23,8 +23,9 @@ small machine starve long before the Controller does (2,048 of them do not fit t
 
 Measured over --window-sec after --warmup-sec: the Controller's CPU (% of one core, schedstat), its
 RSS, the heartbeats it answered per second, heartbeat latency (p50 / p95 / p99, as the generator saw
-it), the status API's latency (the JSON page of every instance, of one instance, and gRPC
-GetFaultToleranceStatus) and how many instances serve. The generator may fall short of the rate the
+it), the status API's latency (the JSON page of every instance, of one instance, gRPC
+GetFaultToleranceStatus, and the first snapshot of every instance from a WatchFaultToleranceStatus
+opened anew each second, while --watchers others stay open) and how many instances serve. The generator may fall short of the rate the
 pods are due to send on a small machine; the rate reached is printed, and the CPU per heartbeat (all
 the Controller's CPU in the window divided by the heartbeats it answered: an upper bound) is what
 extrapolates. Targets printed beside the numbers (never asserted): Controller ≤ 25 % of one core at
@@ -49,7 +50,8 @@ from typing import Any
 import grpc
 import psutil
 
-from benchmarks.scale import Probes, fleet_spec
+from benchmarks.scale import fleet_spec
+from benchmarks.status_probes import Probes
 from benchmarks.timing import cpu_sec_precise, distribution
 from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from motor.common.leader_client import LeaderFollowingClient
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace, work: Path, transport: str, quiet: str) -> dic
         time.sleep(args.warmup_sec)
         pid = ctl.pid
         cpu0, wall0, since = cpu_sec_precise(pid), time.monotonic(), time.time()
-        probes = Probes(address, http, spec, heartbeat_hz=0).start()
+        probes = Probes(address, http, spec, heartbeat_hz=0, watchers=args.watchers).start()
         time.sleep(args.window_sec)
         probes.stop()
         cpu1, wall1, until = cpu_sec_precise(pid), time.monotonic(), time.time()
@@ -246,6 +248,7 @@ def render_report(r: dict[str, Any]) -> str:
     at_full = r["controller_cpu_ms_per_heartbeat"] * r["heartbeats_per_sec_due"] / 10
     saturates = 1000 / r["controller_cpu_ms_per_heartbeat"] if r["controller_cpu_ms_per_heartbeat"] else float("nan")
     hb, one, every, grpc_all = r["heartbeat"], r["status_http_one"], r["status_http_all"], r["status_grpc_all"]
+    snap, watch = r["watch_snapshot"], r["watch"]
     return "\n".join([
         f"{r['label']} heartbeats: {r['endpoints']:,} endpoints ({r['instances']} instances × {r['dp']}, "
         f"{r['pods']:,} pods), {r['instances_serving']} instances serving; registered in {r['registered_sec']:.1f} s",
@@ -260,6 +263,9 @@ def render_report(r: dict[str, Any]) -> str:
         f"(target p95 ≤ {TARGET_HEARTBEAT_P95_MS:g})",
         f"  status page (all) p50 {every['p50_ms']:.1f} ms, (one) p50 {one['p50_ms']:.1f} ms, GetFaultToleranceStatus "
         f"p50 {grpc_all['p50_ms']:.1f} ms (target p50 ≤ {TARGET_STATUS_P50_MS:g})",
+        f"  Watch opened, first snapshot of every instance ({snap['bytes']:,} B) p50/p95 {snap['p50_ms']:.1f}/"
+        f"{snap['p95_ms']:.1f} ms (target p50 ≤ {TARGET_STATUS_P50_MS:g}); {watch['watchers']} open watchers got "
+        f"{watch['messages']} changes, {watch['errors']} Watch errors",
     ])
 
 
@@ -278,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "'default' (its own: a third of the heartbeat timeout) or seconds, 0 a heartbeat "
                              "every period (default: default,0)")
     parser.add_argument("--senders", type=int, default=1, help="load generator processes")
+    parser.add_argument("--watchers", type=int, default=4,
+                        help="WatchFaultToleranceStatus streams of every instance open through the window")
     parser.add_argument("--window-sec", type=float, default=30.0)
     parser.add_argument("--warmup-sec", type=float, default=10.0)
     parser.add_argument("--json", type=Path, help="write every number here, a list of the runs in order")
@@ -285,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("instances", "senders"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.watchers < 0:
+        parser.error(f"--watchers must be 0 or more, got {args.watchers}")
     if args.dp < 8 or args.dp % 8:
         parser.error(f"--dp must be a positive multiple of 8 (8 ranks per pod), got {args.dp}")
     if not 0.1 < args.heartbeat_hz <= 10:

@@ -1,7 +1,7 @@
 """Scale benchmark: the Controller with hundreds of ranks and thousands of endpoints.
 
     .venv/bin/python -m benchmarks.scale [--dps 16,64,256] [--rounds 10] [--fleet-instances 16]
-                                         [--fleet-dp 256] [--window-sec 60] [--json out.json]
+                                         [--fleet-dp 256] [--window-sec 60] [--watchers 4] [--json out.json]
 
 Real Controller, Coordinator and NodeManager processes over the light fake engines
 (`motor.testing.fake_engine --group`: every rank of an instance in one helper process, the
@@ -26,15 +26,18 @@ reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; `motor.
    --pods-per-host per process by motor.testing.nodemanager_host, because 512 NodeManager processes
    do not fit this machine) heartbeating at 1 Hz, no faults: Controller CPU (% of one core) and RSS
    over --window-sec, heartbeat latency (probe Heartbeats a pod would send, 5 per second, measured
-   by the caller), status API latency (the JSON page of every instance, of one instance, and gRPC
-   GetFaultToleranceStatus), Controller log growth. The NodeManagers poll their engines every
+   by the caller), status API latency (the JSON page of every instance, of one instance, gRPC
+   GetFaultToleranceStatus, and a WatchFaultToleranceStatus opened anew each second until its
+   snapshot of every instance arrived, beside two that stay open), Controller log growth. The NodeManagers poll their engines every
    --fleet-poll-sec (default 8 s: 4,096 polls a second would starve a 2-core machine, and the
    Controller never sees them).
 3. Every fleet instance faulting at once (kill_process on rank 1 of each: placeholder process and
    fake API gone, so every NodeManager's process watch reports within milliseconds): all must
    recover by scale-down; per instance fault→published and Controller-added, the total time (first
    fault to last publication) and how many rounds ran at the same time (no global lock: a
-   serialised Controller would show 1).
+   serialised Controller would show 1). --watchers WatchFaultToleranceStatus streams of every
+   instance stay open meanwhile: how late each change reaches them, and whether each ends on every
+   instance's last state.
 
 Targets are printed beside the numbers, never asserted. Runs in about 10 minutes here; --json
 writes every number.
@@ -43,7 +46,6 @@ writes every number.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -51,22 +53,19 @@ import platform
 import signal
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
 import psutil
 
 from benchmarks.plots import PlotError, RunInfo, plot_scale, require_matplotlib
 from benchmarks.round_cost import RoundCost, diff
 from benchmarks.round_model import DEFAULT_RTT_MS, call_bursts
 from benchmarks.round_report import cost_summary, render_costs
+from benchmarks.status_probes import Probes
 from benchmarks.timing import calls, cpu_sec, critical_path_sec, distribution, end, fanout_walls, median, pct
-from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.launch.cluster import LocalCluster
 from motor.launch.engines import LightEngines
 from motor.launch.shutdown import exit_on_sigterm
@@ -192,89 +191,6 @@ def run_dp_rounds(dp: int, rounds: int, work: Path, diagnosing_sec: float, profi
 
 # ---- 2. the fleet at steady state ---------------------------------------------------------------
 
-class Probes:
-    """Heartbeat and status probes from a thread of their own (one event loop), until stopped."""
-
-    def __init__(self, controller_address: str, controller_http: str, spec: ClusterSpec, heartbeat_hz: float = 5.0,
-                 status_interval_sec: float = 1.0) -> None:
-        """`heartbeat_hz` 0: status probes only."""
-        self.controller_address = controller_address
-        self.controller_http = controller_http
-        self.spec = spec
-        self.heartbeat_hz = heartbeat_hz
-        self.status_interval_sec = status_interval_sec
-        self.heartbeat_ms: list[float] = []
-        self.heartbeat_errors = 0
-        self.status_all_ms: list[float] = []
-        self.status_one_ms: list[float] = []
-        self.status_grpc_ms: list[float] = []
-        self.status_all_bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="probes", daemon=True)
-
-    def start(self) -> Probes:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        await asyncio.gather(*([self._heartbeats()] if self.heartbeat_hz else []), self._status_pages(),
-                             self._status_grpc())
-
-    async def _heartbeats(self) -> None:
-        spec = self.spec
-        iid, pod = spec.instance_ids()[min(spec.instances, 3) - 1], min(spec.pods_per_instance - 1, 5)
-        req = controller_pb2.HeartbeatRequest(pod_ip=spec.pod_ip(iid, pod), instance_id=iid,
-                                              alive_endpoint_ids=spec.pod_ranks(pod), seq=1)
-        async with grpc.aio.insecure_channel(self.controller_address) as channel:
-            stub = controller_pb2_grpc.ControllerStub(channel)
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                try:
-                    await stub.Heartbeat(req, timeout=10)
-                    self.heartbeat_ms.append(1000 * (time.perf_counter() - t))
-                except grpc.aio.AioRpcError:
-                    self.heartbeat_errors += 1
-                await asyncio.sleep(max(0.0, 1 / self.heartbeat_hz - (time.perf_counter() - t)))
-
-    async def _status_pages(self) -> None:
-        base = f"{self.controller_http}/controller/fault_tolerance/status"
-
-        def get(url: str) -> int:
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                return len(resp.read())
-
-        while not self._stop.is_set():
-            t = time.perf_counter()
-            self.status_all_bytes = await asyncio.to_thread(get, base)
-            self.status_all_ms.append(1000 * (time.perf_counter() - t))
-            t1 = time.perf_counter()
-            await asyncio.to_thread(get, f"{base}?instance_id=1")
-            self.status_one_ms.append(1000 * (time.perf_counter() - t1))
-            await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
-
-    async def _status_grpc(self) -> None:
-        async with grpc.aio.insecure_channel(self.controller_address) as channel:
-            stub = controller_pb2_grpc.ControllerStub(channel)
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                await stub.GetFaultToleranceStatus(controller_pb2.GetFaultToleranceStatusRequest(), timeout=30)
-                self.status_grpc_ms.append(1000 * (time.perf_counter() - t))
-                await asyncio.sleep(max(0.0, self.status_interval_sec - (time.perf_counter() - t)))
-
-    def summary(self) -> dict[str, Any]:
-        dist = distribution
-        return {"heartbeat": {**dist(self.heartbeat_ms), "errors": self.heartbeat_errors},
-                "status_http_all": {**dist(self.status_all_ms), "bytes": self.status_all_bytes},
-                "status_http_one": dist(self.status_one_ms), "status_grpc_all": dist(self.status_grpc_ms)}
-
-
 def _process_groups(fleet: LocalCluster) -> dict[str, list[int]]:
     return {"controller": [fleet.controller.proc.pid], "nodemanagers": [p.pid for p in fleet.nodemanager_processes()],  # type: ignore[union-attr]
             "fake engines": [p.pid for p in fleet.engine_processes.values()], "coordinator": [fleet.coordinator.proc.pid]}  # type: ignore[union-attr]
@@ -307,7 +223,18 @@ def measure_steady(fleet: LocalCluster, window_sec: float, warmup_sec: float) ->
 
 # ---- 3. every instance faulting at once ---------------------------------------------------------
 
-def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
+def _watchers_end_on(probes: Probes, alive: dict[int, list[int]], bound_sec: float) -> bool:
+    """Waits (bounded) until every watcher last saw each instance serving on its survivors."""
+    deadline = time.monotonic() + bound_sec
+    while not probes.watchers_see(alive):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def run_simultaneous(fleet: LocalCluster, trials: int, watchers: int = 4) -> list[dict[str, Any]]:
+    """`watchers` Watch streams of every instance are open through each trial."""
     spec = fleet.spec
     iids = spec.instance_ids()
     out = []
@@ -319,6 +246,8 @@ def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
         marks = {i: fleet.journal_length(instance_id=i) for i in iids}
         groups = _process_groups(fleet)
         cpu0, wall0 = {k: sum(cpu_sec(p) for p in v) for k, v in groups.items()}, time.monotonic()
+        probes = Probes(fleet.controller_address, fleet.controller_http, spec, heartbeat_hz=0, status=False,
+                        watchers=watchers, watch_snapshots=False).start()
         faults: dict[int, float] = {}
         for i in iids:
             faults[i] = time.time()
@@ -327,6 +256,9 @@ def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
         fleet.wait_instances_serving(iids, 180, alive={i: list(alive[i]) for i in iids}, poll_sec=0.25)
         wall = time.monotonic() - wall0
         cpu_pct = {k: 100 * (sum(cpu_sec(p) for p in v) - cpu0[k]) / wall for k, v in groups.items()}
+        watched = _watchers_end_on(probes, alive, 30.0)
+        probes.stop()
+        watch = {**probes.summary()["watch"], "every_watcher_ended_on_the_last_state": watched}
         per: dict[int, dict[str, Any]] = {}
         intervals = []
         for i in iids:
@@ -349,16 +281,26 @@ def run_simultaneous(fleet: LocalCluster, trials: int) -> list[dict[str, Any]]:
              "total_sec": total, "peak_concurrent_rounds": peak,
              "cpu_pct_while_recovering": cpu_pct,
              "round_sum_sec": round_sum, "round_makespan_sec": makespan,
-             "per_instance": {str(i): v for i, v in per.items()}}
+             "per_instance": {str(i): v for i, v in per.items()}, "watch": watch}
         out.append(r)
         print(f"  trial {trial + 1}/{trials}: {len(iids)} instances recovered, total {r['total_sec']:.2f} s, peak "
               f"{peak} rounds at once, rounds' sum {round_sum:.2f} s in a makespan of {makespan:.2f} s; CPU meanwhile "
               + ", ".join(f"{k} {v:.0f} %" for k, v in cpu_pct.items()), flush=True)
+        print("    " + _watch_line(watch), flush=True)
         time.sleep(2.0)
     return out
 
 
 # ---- report ------------------------------------------------------------------------------------
+
+def _watch_line(w: dict[str, Any]) -> str:
+    lag = w["lag"]
+    ended = "every watcher ended on every instance's last state" if w["every_watcher_ended_on_the_last_state"] \
+        else "NOT every watcher ended on every instance's last state"
+    return (f"Watch: {w['watchers']} watchers of every instance got {w['messages'] / max(1, w['watchers']):.0f} "
+            f"changes each ({w['bytes'] / max(1, w['messages']) / 1024:.1f} KiB each), {w['errors']} errors; change → "
+            f"arrival p50/p95/max {lag['p50_ms']:.1f}/{lag['p95_ms']:.1f}/{lag['max_ms']:.1f} ms; {ended}")
+
 
 def summarize(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneous: list[dict[str, Any]] | None,
               diagnosing_sec: float, rtt_ms: float = DEFAULT_RTT_MS) -> dict[str, Any]:
@@ -407,11 +349,14 @@ def _steady_lines(steady: dict[str, Any], title: str) -> list[str]:
              f"RSS {steady['controller_rss_mb']:.0f} MB, log {steady['log_bytes_per_sec']['controller']:.0f} B/s",
              f"  {'latency (ms)':<44} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'n':>6}"]
     for label, d in (("heartbeat (probe, as a pod sends it)", hb), (f"status page, all instances ({sa['bytes']} B)", sa),
-                     ("status page, one instance", so), ("gRPC GetFaultToleranceStatus, all", sg)):
+                     ("status page, one instance", so), ("gRPC GetFaultToleranceStatus, all", sg),
+                     (f"Watch opened, every instance ({steady['watch_snapshot']['bytes']} B)", steady["watch_snapshot"])):
         lines.append(f"  {label:<44} {d['p50_ms']:>8.1f} {d['p95_ms']:>8.1f} {d['p99_ms']:>8.1f} "
                      f"{d['max_ms']:>8.1f} {d['n']:>6}")
     other = ", ".join(f"{k} {v:.0f} %" for k, v in steady["other_cpu_pct"].items())
-    lines.append(f"  (the rest of the machine meanwhile: {other}; heartbeat probe errors {hb['errors']})")
+    w = steady["watch"]
+    lines.append(f"  (the rest of the machine meanwhile: {other}; heartbeat probe errors {hb['errors']}; "
+                 f"{w['watchers']} open watchers got {w['messages']} changes, {w['errors']} Watch errors)")
     return lines
 
 
@@ -469,6 +414,7 @@ def render(dps: list[dict[str, Any]], steady: dict[str, Any] | None, simultaneou
                   "  CPU while recovering (% of one core, median over trials): " + ", ".join(
                       f"{k} {median(t['cpu_pct_while_recovering'][k] for t in simultaneous):.0f}"
                       for k in simultaneous[0]["cpu_pct_while_recovering"])]
+        lines += [f"  trial {n + 1}: " + _watch_line(t["watch"]) for n, t in enumerate(simultaneous)]
     if steady_after is not None:
         lines += _steady_lines(steady_after, "after the faults (every engine status recorded)")
     return "\n".join(lines)
@@ -486,6 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window-sec", type=float, default=60.0)
     parser.add_argument("--warmup-sec", type=float, default=10.0)
     parser.add_argument("--simultaneous-trials", type=int, default=2)
+    parser.add_argument("--watchers", type=int, default=4,
+                        help="WatchFaultToleranceStatus streams of every instance open through part 3")
     parser.add_argument("--fleet-request-timeout-sec", type=float, default=15.0,
                         help="the fleet Controller's dp_scale_down_config.request_timeout_sec (default 5)")
     parser.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS,
@@ -497,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every number here")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write the charts here (PNG; the bench extra)")
     args = parser.parse_args(argv)
+    if args.watchers < 0:
+        parser.error(f"--watchers must be 0 or more, got {args.watchers}")
     if args.plot:
         try:
             require_matplotlib()
@@ -534,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             steady = measure_steady(fleet, args.window_sec, args.warmup_sec)
             steady["startup_sec"] = time.monotonic() - t
             if args.simultaneous_trials > 0:
-                simultaneous = run_simultaneous(fleet, args.simultaneous_trials)
+                simultaneous = run_simultaneous(fleet, args.simultaneous_trials, args.watchers)
                 # Again with every instance's engine statuses recorded (the status pages are full now).
                 steady_after = measure_steady(fleet, max(10.0, args.window_sec / 2), 3.0)
         finally:

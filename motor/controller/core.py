@@ -76,7 +76,7 @@ class ControllerCore:
         self.metrics = metrics or ControllerMetrics()
         self.timelines = TimelineBook(observer=self.metrics)
         self.broadcaster = RuntimeBroadcaster(
-            on_change=lambda iid: self.metrics.observe_runtime(self.runtimes.find(iid)))
+            on_change=lambda iid: self.metrics.observe_runtime(self.runtimes.find(iid)), wall=self.clock.wall)
         self.store = store
         self.persister = RuntimePersister(store, self.runtimes, self.registry)
         self.nodemanagers = peers.nodemanagers

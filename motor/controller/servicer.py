@@ -216,8 +216,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             for runtime in self.core.status_runtimes():
                 if not wanted or runtime.instance_id in wanted:
                     yield controller_pb2.WatchFaultToleranceStatusResponse(
-                        runtime=runtime_proto(runtime), changed_at_unix_sec=self.core.clock.wall()
-                    )
+                        runtime=runtime_proto(runtime),
+                        changed_at_unix_sec=self.core.broadcaster.changed_at(runtime.instance_id))
             while True:
                 instance_id = await queue.get()
                 if wanted and instance_id not in wanted:
@@ -225,8 +225,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                 runtime = self.core.runtimes.find(instance_id)
                 if runtime is not None:
                     yield controller_pb2.WatchFaultToleranceStatusResponse(
-                        runtime=runtime_proto(runtime), changed_at_unix_sec=self.core.clock.wall()
-                    )
+                        runtime=runtime_proto(runtime),
+                        changed_at_unix_sec=self.core.broadcaster.changed_at(runtime.instance_id))
         finally:
             self.core.broadcaster.unsubscribe(queue)
 

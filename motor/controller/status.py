@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -127,13 +128,18 @@ def message_json(msg: Message) -> dict[str, Any]:
 
 
 class RuntimeBroadcaster:
-    """Fan-out of runtime changes to watchers; a slow watcher loses intermediate states, never the last."""
+    """Fan-out of runtime changes to watchers; a slow watcher loses intermediate states, never the last.
+    Keeps when each instance last changed, so that a watcher is told when its state came about, not
+    when the watcher got round to sending it."""
 
-    def __init__(self, on_change: Callable[[int], None] = lambda instance_id: None) -> None:
+    def __init__(self, on_change: Callable[[int], None] = lambda instance_id: None,
+                 wall: Callable[[], float] = time.time) -> None:
         """`on_change`: called synchronously on every change (the metrics' runtime gauges), before the
-        watchers."""
+        watchers. `wall`: the clock of the change times (seconds since the Unix epoch)."""
         self._queues: set[asyncio.Queue[int]] = set()
         self._on_change = on_change
+        self._wall = wall
+        self._changed_at: dict[int, float] = {}
 
     def subscribe(self) -> asyncio.Queue[int]:
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=256)
@@ -144,11 +150,18 @@ class RuntimeBroadcaster:
         self._queues.discard(queue)
 
     def changed(self, instance_id: int) -> None:
+        self._changed_at[instance_id] = self._wall()
         self._on_change(instance_id)
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()
             queue.put_nowait(instance_id)
+
+
+    def changed_at(self, instance_id: int) -> float:
+        """When the instance's runtime last changed; now when it has not changed in this process."""
+        at = self._changed_at.get(instance_id)
+        return self._wall() if at is None else at
 
 
 class RuntimeJsonCache:

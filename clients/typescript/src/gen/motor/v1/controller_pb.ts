@@ -1028,7 +1028,9 @@ export type WatchFaultToleranceStatusResponse = Message<"motor.v1.WatchFaultTole
   runtime?: InstanceFtRuntime | undefined;
 
   /**
-   * When the change happened, in seconds since the Unix epoch.
+   * When the change happened, in seconds since the Unix epoch: when this state came about, not when
+   * it was sent (a watcher that falls behind gets the latest state with its own time). In the
+   * snapshot a stream starts with, the instance's last change on this leader.
    *
    * @generated from field: double changed_at_unix_sec = 2;
    */
