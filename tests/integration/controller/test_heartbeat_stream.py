@@ -12,14 +12,15 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.common.grpc_server import open_channel
-from motor.controller.config import ControllerConfig
 from motor.controller.main import ControllerService
 from motor.testing.fake_controller import FakeController
 from motor.testing.waits import async_wait_for
 from nodemanager.controller_client import ControllerClient
 from nodemanager.controller_link import ControllerLink
+
+from .controller_support import controller_service, register_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,17 +28,9 @@ POD_IP = "127.0.0.2"
 INSTANCE = 3
 
 
-def _service(shutdown_grace_sec: float = 0.5) -> ControllerService:
-    return ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": shutdown_grace_sec},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-    }))
-
-
 @pytest.fixture
 async def controller() -> AsyncIterator[tuple[ControllerService, str]]:
-    service = _service()
+    service = controller_service()
     info = await service.start()
     try:
         yield service, f"127.0.0.1:{info['grpc_port']}"
@@ -46,11 +39,7 @@ async def controller() -> AsyncIterator[tuple[ControllerService, str]]:
 
 
 def _register() -> controller_pb2.RegisterRequest:
-    return controller_pb2.RegisterRequest(
-        pod=common_pb2.Pod(pod_ip=POD_IP, node_name="node-1", node_manager_address=f"{POD_IP}:50061",
-                           endpoint_ids=[0, 1]),
-        instance_id=INSTANCE, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=2,
-        endpoints=[common_pb2.Endpoint(id=r, ip=POD_IP, business_port=18000 + r) for r in (0, 1)])
+    return register_request(POD_IP, INSTANCE)
 
 
 def _beat(seq: int) -> controller_pb2.HeartbeatRequest:
@@ -86,10 +75,7 @@ async def test_heartbeats_are_messages_of_one_stream_and_recorded_as_heartbeats(
 
 
 async def test_the_quiet_interval_travels_to_the_nodemanager_and_spaces_its_unchanged_heartbeats() -> None:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "status_http": {"host": "127.0.0.1", "port": 0}, "hardware_monitor": {"kubernetes": "off"},
-        "heartbeat_interval_sec": 0.1, "heartbeat_timeout_sec": 0.9}))
+    service = controller_service(heartbeat_interval_sec=0.1, heartbeat_timeout_sec=0.9)
     info = await service.start()
     client = ControllerClient(f"127.0.0.1:{info['grpc_port']}", timeout_sec=5.0)
     link = ControllerLink(client, instance_id=INSTANCE, pod_ip=POD_IP, build_register=_register,
@@ -221,7 +207,7 @@ async def test_a_silent_replica_is_left_for_the_next_one_and_a_lone_one_fails_na
 
 
 async def test_a_stopping_controller_ends_its_heartbeat_streams_instead_of_waiting_out_its_grace() -> None:
-    service = _service(shutdown_grace_sec=300)
+    service = controller_service(shutdown_grace_sec=300)
     info = await service.start()
     stopped = False
     try:
@@ -245,7 +231,7 @@ async def test_a_stream_answering_when_the_controller_stops_ends_once_its_answer
     # The stop starts as the Controller hands an answer to grpc to send: the answer still arrives,
     # then the stream's end (the refusal a status sent during that send would meet is in
     # tests/unit/controller/test_heartbeat_streams.py: here the send may finish first).
-    service = _service(shutdown_grace_sec=300)
+    service = controller_service(shutdown_grace_sec=300)
     info = await service.start()
     assert service.core is not None
     answer = service.core.heartbeat

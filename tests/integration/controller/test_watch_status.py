@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gen.motor.v1 import common_pb2, controller_pb2, controller_pb2_grpc
-from motor.controller.config import ControllerConfig
+from gen.motor.v1 import controller_pb2, controller_pb2_grpc
 from motor.controller.main import ControllerService
+
+from .controller_support import controller_service, register_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,11 +23,7 @@ INSTANCE = 5
 
 @pytest.fixture
 async def controller() -> AsyncIterator[tuple[ControllerService, controller_pb2_grpc.ControllerStub]]:
-    service = ControllerService(ControllerConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_sec": 0.5},
-        "status_http": {"host": "127.0.0.1", "port": 0},
-        "hardware_monitor": {"kubernetes": "off"},
-    }))
+    service = controller_service()
     info = await service.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{info['grpc_port']}") as channel:
@@ -35,17 +32,9 @@ async def controller() -> AsyncIterator[tuple[ControllerService, controller_pb2_
         await service.stop()
 
 
-def _register() -> controller_pb2.RegisterRequest:
-    return controller_pb2.RegisterRequest(
-        pod=common_pb2.Pod(pod_ip=POD_IP, node_name="node-1", node_manager_address=f"{POD_IP}:50061",
-                           endpoint_ids=[0, 1]),
-        instance_id=INSTANCE, role=common_pb2.ROLE_UNION, model="motor-sim", dp_size=2,
-        endpoints=[common_pb2.Endpoint(id=r, ip=POD_IP, business_port=18000 + r) for r in (0, 1)])
-
-
 async def test_watch_says_when_each_state_came_about(controller) -> None:
     service, stub = controller
-    assert (await stub.Register(_register(), timeout=5)).accepted
+    assert (await stub.Register(register_request(POD_IP, INSTANCE), timeout=5)).accepted
     registered = time.time()
     watch = stub.WatchFaultToleranceStatus(controller_pb2.WatchFaultToleranceStatusRequest(instance_ids=[INSTANCE]),
                                            timeout=30)
