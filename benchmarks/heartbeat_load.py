@@ -25,10 +25,10 @@ Measured over --window-sec after --warmup-sec: the Controller's CPU (% of one co
 RSS, the heartbeats it answered per second, heartbeat latency (p50 / p95 / p99, as the generator saw
 it), the status API's latency (the JSON page of every instance, of one instance, gRPC
 GetFaultToleranceStatus, and the first snapshot of every instance from a WatchFaultToleranceStatus
-opened anew each second, while --watchers others stay open) and how many instances serve. The generator may fall short of the rate the
-pods are due to send on a small machine; the rate reached is printed, and the CPU per heartbeat (all
-the Controller's CPU in the window divided by the heartbeats it answered: an upper bound) is what
-extrapolates. Targets printed beside the numbers (never asserted): Controller ≤ 25 % of one core at
+opened anew each second, while --watchers others stay open) and how many instances serve. The
+generator may fall short of the rate the pods are due to send on a small machine; the rate reached is
+printed, and the CPU per heartbeat (all the Controller's CPU in the window divided by the heartbeats
+it answered: an upper bound) is what extrapolates. Targets printed beside the numbers (never asserted): Controller ≤ 25 % of one core at
 16,384 endpoints and 1 Hz, heartbeat p95 ≤ 10 ms, status API p50 ≤ 20 ms.
 """
 

@@ -28,9 +28,9 @@ reference engine's vLLM-dialect FT protocol with its `diagnosing` phase; `motor.
    over --window-sec, heartbeat latency (probe Heartbeats a pod would send, 5 per second, measured
    by the caller), status API latency (the JSON page of every instance, of one instance, gRPC
    GetFaultToleranceStatus, and a WatchFaultToleranceStatus opened anew each second until its
-   snapshot of every instance arrived, beside two that stay open), Controller log growth. The NodeManagers poll their engines every
-   --fleet-poll-sec (default 8 s: 4,096 polls a second would starve a 2-core machine, and the
-   Controller never sees them).
+   snapshot of every instance arrived, beside two that stay open), Controller log growth. The
+   NodeManagers poll their engines every --fleet-poll-sec (default 8 s: 4,096 polls a second would
+   starve a 2-core machine, and the Controller never sees them).
 3. Every fleet instance faulting at once (kill_process on rank 1 of each: placeholder process and
    fake API gone, so every NodeManager's process watch reports within milliseconds): all must
    recover by scale-down; per instance fault→published and Controller-added, the total time (first
