@@ -71,6 +71,7 @@ from motor.launch.engines import LightEngines
 from motor.launch.shutdown import exit_on_sigterm
 from motor.common.profiling import PROFILE_DIR_ENV
 from motor.launch.spec import ClusterSpec
+from motor.testing.waits import wait_for
 
 log = logging.getLogger("benchmarks.scale")
 
@@ -225,12 +226,10 @@ def measure_steady(fleet: LocalCluster, window_sec: float, warmup_sec: float) ->
 
 def _watchers_end_on(probes: Probes, alive: dict[int, list[int]], bound_sec: float) -> bool:
     """Waits (bounded) until every watcher last saw each instance serving on its survivors."""
-    deadline = time.monotonic() + bound_sec
-    while not probes.watchers_see(alive):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    try:
+        return wait_for(lambda: probes.watchers_see(alive), bound_sec, "every watcher on every instance's last state")
+    except AssertionError:
+        return False
 
 
 def run_simultaneous(fleet: LocalCluster, trials: int, watchers: int = 4) -> list[dict[str, Any]]:

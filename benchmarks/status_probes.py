@@ -64,14 +64,17 @@ class Probes:
         self.watch_snapshot_bytes = 0
         self._views: list[dict[int, WatchedView]] = [{} for _ in range(watchers)]
         self._views_lock = threading.Lock()
-        self._watchers_open = threading.Event() if watchers else None
+        # Set once every long-lived watcher has its first snapshot (at once when there are none).
+        self._watchers_open = threading.Event()
         self._open = 0
+        if not watchers:
+            self._watchers_open.set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="probes", daemon=True)
 
     def start(self) -> Probes:
         self._thread.start()
-        if self._watchers_open is not None and not self._watchers_open.wait(WATCH_SNAPSHOT_TIMEOUT_SEC):
+        if not self._watchers_open.wait(WATCH_SNAPSHOT_TIMEOUT_SEC):
             self.stop()
             raise RuntimeError(f"{self.watchers} Watch streams did not deliver their first snapshot of "
                                f"{self.spec.instances} instances within {WATCH_SNAPSHOT_TIMEOUT_SEC:g} s")
@@ -162,7 +165,7 @@ class Probes:
                     snapshot -= 1
                     if not snapshot:
                         self._open += 1
-                        if self._open == self.watchers and self._watchers_open is not None:
+                        if self._open == self.watchers:
                             self._watchers_open.set()
                     continue
                 self.watch_messages += 1
